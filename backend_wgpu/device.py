@@ -1,0 +1,207 @@
+"""Adapter choice, device creation with the limits we need, buffers and the pipeline cache."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import wgpu
+
+from ir.caps import DeviceCaps
+from ir.errors import DeviceError, KernelCompileError
+
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences Mesa's warning on headless machines
+
+_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+_NO_ADAPTER_HELP = (
+    "no WebGPU adapter found. On a machine without a GPU install Mesa's software Vulkan driver "
+    "(Debian/Ubuntu: sudo apt-get install mesa-vulkan-drivers); `wgjit devices` lists what wgpu sees"
+)
+
+
+def list_adapters() -> list[dict[str, Any]]:
+    """Every adapter wgpu can see, with its backend and features."""
+    out = []
+    for i, a in enumerate(wgpu.gpu.enumerate_adapters_sync()):
+        info = a.info
+        out.append(
+            {
+                "index": i,
+                "name": info.get("device", ""),
+                "vendor": info.get("vendor", ""),
+                "backend": info.get("backend_type", ""),
+                "type": info.get("adapter_type", ""),
+                "features": sorted(a.features),
+                "max_storage_binding": a.limits.get("max-storage-buffer-binding-size", 0),
+            }
+        )
+    return out
+
+
+def _choose_adapter() -> Any:
+    wanted = os.environ.get("WGJIT_ADAPTER", "").strip()
+    adapters = wgpu.gpu.enumerate_adapters_sync()
+    if not adapters:
+        raise DeviceError(_NO_ADAPTER_HELP)
+    if wanted:
+        if wanted.isdigit():
+            idx = int(wanted)
+            if idx >= len(adapters):
+                raise DeviceError(f"WGJIT_ADAPTER={wanted}: only {len(adapters)} adapters (see `wgjit devices`)")
+            return adapters[idx]
+        for a in adapters:
+            if wanted.lower() in f"{a.info.get('device', '')} {a.info.get('backend_type', '')}".lower():
+                return a
+        names = ", ".join(a.info.get("device", "?") for a in adapters)
+        raise DeviceError(f"WGJIT_ADAPTER={wanted!r} matches no adapter (have: {names})")
+    # high-performance first; prefer Vulkan/Metal/D3D12 over the GL fallback
+    preferred = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    if preferred is not None and preferred.info.get("backend_type") != "OpenGL":
+        return preferred
+    rank = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+    non_gl = [a for a in adapters if a.info.get("backend_type") != "OpenGL"] or adapters
+    return min(non_gl, key=lambda a: rank.get(a.info.get("adapter_type", ""), 4))
+
+
+@dataclass
+class DeviceBuffer:
+    """A GPU buffer holding one tensor's elements (contiguous)."""
+
+    buffer: Any
+    nbytes: int
+    device: Device
+
+    def release(self) -> None:
+        if self.buffer is not None:
+            self.buffer.destroy()
+            self.buffer = None
+
+
+class Device:
+    """One wgpu device with its caps, caches and counters."""
+
+    def __init__(self) -> None:
+        self.adapter = _choose_adapter()
+        feats = self.adapter.features
+        wanted = [f for f in ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes") if f in feats]
+        lim = self.adapter.limits
+        limits = {
+            k: lim[k]
+            for k in (
+                "max-storage-buffer-binding-size",
+                "max-buffer-size",
+                "max-storage-buffers-per-shader-stage",
+                "max-compute-workgroup-storage-size",
+                "max-compute-invocations-per-workgroup",
+                "max-compute-workgroup-size-x",
+                "max-compute-workgroup-size-y",
+            )
+            if k in lim
+        }
+        try:
+            self.device = self.adapter.request_device_sync(required_features=wanted, required_limits=limits)
+        except Exception as e:  # noqa: BLE001
+            raise DeviceError(f"could not create a device on {self.adapter.info.get('device')}: {e}") from e
+        self.queue = self.device.queue
+        info = self.adapter.info
+        dl = self.device.limits
+        self.caps = DeviceCaps(
+            name=str(info.get("device", "")),
+            backend=str(info.get("backend_type", "")),
+            shader_f16="shader-f16" in wanted,
+            subgroups="subgroup" in wanted,
+            subgroup_size=int(info.get("subgroup_min_size", 0) or 0),
+            timestamps="timestamp-query" in wanted,
+            max_storage_binding=int(dl["max-storage-buffer-binding-size"]),
+            max_storage_buffers_per_stage=int(dl["max-storage-buffers-per-shader-stage"]),
+            max_workgroup_storage=int(dl["max-compute-workgroup-storage-size"]),
+            max_invocations=int(dl["max-compute-invocations-per-workgroup"]),
+            uniform_align=int(dl["min-uniform-buffer-offset-alignment"]),
+            max_workgroups_per_dim=int(dl["max-compute-workgroups-per-dimension"]),
+        )
+        self.pipelines: dict[str, tuple[Any, Any]] = {}
+        self.stats: Counter[str] = Counter()
+        self.lock = threading.RLock()
+        self.lost = False
+
+    # --- buffers -------------------------------------------------------------------
+    def check_alive(self) -> None:
+        if self.lost:
+            raise DeviceError("the GPU device was lost; call tracer.reset_device() to get a new one")
+
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        self.check_alive()
+        size = max(4, (nbytes + 3) & ~3)
+        if nbytes > self.caps.max_storage_binding:
+            raise DeviceError(
+                f"buffer of {nbytes} bytes exceeds the device's max storage binding of {self.caps.max_storage_binding} bytes"
+            )
+        self.stats["buffers_allocated"] += 1
+        return DeviceBuffer(self.device.create_buffer(size=size, usage=_USAGE), nbytes, self)
+
+    def upload(self, array: np.ndarray) -> DeviceBuffer:
+        data = np.ascontiguousarray(array)
+        if data.dtype == np.bool_:
+            data = data.astype(np.uint32)
+        raw = data.tobytes()
+        buf = self.alloc(len(raw))
+        if raw:
+            pad = (-len(raw)) % 4
+            self.queue.write_buffer(buf.buffer, 0, raw + b"\0" * pad)
+        self.stats["uploads"] += 1
+        return buf
+
+    def read(self, buf: DeviceBuffer) -> bytes:
+        self.check_alive()
+        if buf.nbytes == 0:
+            return b""
+        size = (buf.nbytes + 3) & ~3
+        # queue.read_buffer also waits for the submitted work (on_submitted_work_done_sync
+        # is broken in wgpu 0.32.0)
+        data = self.queue.read_buffer(buf.buffer, 0, size)
+        return bytes(data)[: buf.nbytes]
+
+    # --- pipelines -----------------------------------------------------------------
+    def pipeline(self, key: str, code: str, layout_entries: list[dict]) -> tuple[Any, Any]:
+        """The compute pipeline and bind-group layout for a kernel key, compiled once."""
+        hit = self.pipelines.get(key)
+        if hit is not None:
+            self.stats["pipeline_cache_hits"] += 1
+            return hit
+        try:
+            module = self.device.create_shader_module(code=code)
+            bgl = self.device.create_bind_group_layout(entries=layout_entries)
+            layout = self.device.create_pipeline_layout(bind_group_layouts=[bgl])
+            pipeline = self.device.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"})
+        except Exception as e:  # noqa: BLE001  wgpu raises its own validation errors
+            raise KernelCompileError(f"kernel {key} failed to compile: {e}\n--- WGSL ---\n{code}", key, code) from e
+        self.stats["pipelines_compiled"] += 1
+        self.pipelines[key] = (pipeline, bgl)
+        return pipeline, bgl
+
+
+_DEVICE: Device | None = None
+_DEVICE_LOCK = threading.Lock()
+
+
+def get_device() -> Device:
+    global _DEVICE
+    with _DEVICE_LOCK:
+        if _DEVICE is None:
+            _DEVICE = Device()
+        return _DEVICE
+
+
+def device_if_created() -> Device | None:
+    return _DEVICE
+
+
+def reset_device() -> None:
+    """Forget the current device (after a loss); the next use creates a new one."""
+    global _DEVICE
+    with _DEVICE_LOCK:
+        _DEVICE = None

@@ -1,0 +1,149 @@
+"""The Kernel contract (ratchet's Kernel + KernelRenderable, in Python).
+
+A Kernel is one concrete GPU kernel for one node. It says its KernelElement, its metadata
+(the uniform: shapes, strides, sizes; shapes never enter the WGSL, so one shader serves
+every shape), its dispatch size, its cache key, which bindings it registers (the
+bind-group layout is derived from them), and how it renders its body.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ir.graph import Graph
+from ir.node import KernelChoice, Node
+from ir.ops import Op
+from ir.view import View
+from backend_wgpu.wgsl import KernelSource, WgslBuilder, vtype
+
+
+@dataclass(frozen=True)
+class Workload:
+    size: tuple[int, int, int]  # workgroup size
+    count: tuple[int, int, int]  # workgroup count, folded into y/z past the per-dim limit
+
+    @staticmethod
+    def for_workgroups(total: int, size: tuple[int, int, int], limit: int = 65535) -> Workload:
+        total = max(total, 1)
+        if total <= limit:
+            return Workload(size, (total, 1, 1))
+        y = math.ceil(total / limit)
+        if y <= limit:
+            return Workload(size, (math.ceil(total / y), y, 1))
+        z = math.ceil(y / limit)
+        return Workload(size, (limit, math.ceil(total / (limit * z)), z))
+
+
+@dataclass(frozen=True)
+class Operand:
+    owner: Node  # the node whose buffer is read
+    view: View  # how this operand reads it
+    slot: int
+    dtype: object
+
+
+Meta = list[tuple[str, str, float | int]]  # (field, wgsl scalar type, value)
+
+
+class Kernel:
+    """Base class: subclasses set `name` and implement metadata, dispatch and render."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
+        assert node.kernel is not None
+        self.node = node
+        self.choice: KernelChoice = node.kernel
+        self.max_workgroups = max_workgroups
+        self.operands: list[Operand] = []
+        for s in node.srcs:
+            src = graph[s]
+            owner, view = (graph[src.srcs[0]], src.arg) if src.op is Op.VIEW else (src, View.contiguous(src.shape))
+            self.operands.append(Operand(owner, view, owner.slot, src.dtype))
+
+    # --- the contract ----------------------------------------------------------------
+    def kernel_element(self) -> int:
+        return self.choice.element
+
+    @property
+    def inplace(self) -> bool:
+        return self.node.inplace is not None
+
+    def reads_output(self, i: int) -> bool:
+        """Operand i lives in the output buffer (in-place): it is read through `out`."""
+        return self.inplace and self.operands[i].slot == self.node.slot
+
+    def metadata(self) -> Meta:
+        raise NotImplementedError
+
+    def calculate_dispatch(self) -> Workload:
+        raise NotImplementedError
+
+    def variant_key(self) -> str:
+        """What besides name/dtypes/width/workgroup/inplace changes the WGSL."""
+        return self.choice.variant
+
+    def kernel_key(self) -> str:
+        dtypes = ",".join(o.dtype.value for o in self.operands)
+        meta = ",".join(n for n, _, _ in self.metadata())
+        wg = "x".join(map(str, self.choice.workgroup))
+        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)} m[{meta}]"
+
+    def operand_type(self, i: int) -> str:
+        """Storage element type of operand i's binding (vector or scalar)."""
+        return vtype(self.operands[i].dtype, 1, storage=True)
+
+    def output_type(self) -> str:
+        return vtype(self.node.dtype, self.kernel_element(), storage=True)
+
+    def register_bindings(self, b: WgslBuilder) -> None:
+        for i in range(len(self.operands)):
+            if not self.reads_output(i):
+                b.storage(f"in{i}", self.operand_type(i), read_only=True)
+        b.storage("out", self.output_type(), read_only=False)
+        b.uniform_meta([(n, t) for n, t, _ in self.metadata()])
+
+    def binding_slots(self) -> list[int | None]:
+        """The buffer slot behind each registered binding, None for the uniform."""
+        slots: list[int | None] = [o.slot for i, o in enumerate(self.operands) if not self.reads_output(i)]
+        return slots + [self.node.slot, None]
+
+    def render(self, b: WgslBuilder) -> None:
+        raise NotImplementedError
+
+    def build_kernel(self) -> KernelSource:
+        b = WgslBuilder()
+        self.register_bindings(b)
+        self.render(b)
+        return b.build(self.choice.workgroup)
+
+    def in_name(self, i: int) -> str:
+        return "out" if self.reads_output(i) else f"in{i}"
+
+    def pack_metadata(self) -> bytes:
+        fields = self.metadata()
+        raw = bytearray()
+        for _, t, v in fields or [("unused", "u32", 0)]:
+            dt = {"u32": np.uint32, "i32": np.int32, "f32": np.float32}[t]
+            raw += np.array(v, dtype=dt).tobytes()
+        raw += b"\0" * ((-len(raw)) % 16)
+        return bytes(raw)
+
+
+def index_to_coords(var: str, shape_fields: list[str], prefix: str = "c") -> list[str]:
+    """WGSL lines that split linear index `var` into coordinates c0..c{r-1} (row-major)."""
+    lines = [f"var rem_{prefix} = {var};"]
+    for d in reversed(range(len(shape_fields))):
+        lines.append(f"let {prefix}{d} = rem_{prefix} % params.{shape_fields[d]};")
+        lines.append(f"rem_{prefix} = rem_{prefix} / params.{shape_fields[d]};")
+    return lines
+
+
+def address(offset_field: str, stride_fields: list[str], coords: list[str]) -> str:
+    """WGSL i32 expression: offset + sum(coord * stride)."""
+    terms = [f"i32(params.{offset_field})"] + [f"i32({c}) * params.{s}" for c, s in zip(coords, stride_fields)]
+    return " + ".join(terms)

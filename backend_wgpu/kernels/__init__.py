@@ -1,0 +1,15 @@
+"""The concrete kernels, registered by the name a KernelChoice carries."""
+
+from backend_wgpu.kernel import Kernel
+from backend_wgpu.kernels.arange import ArangeKernel
+from backend_wgpu.kernels.concat import ConcatKernel
+from backend_wgpu.kernels.elementwise import ElementwiseKernel
+from backend_wgpu.kernels.matmul import GemmKernel, GemvKernel
+from backend_wgpu.kernels.reduce import ReduceKernel
+from backend_wgpu.kernels.softmax import SoftmaxKernel
+
+KERNELS: dict[str, type[Kernel]] = {
+    k.name: k for k in (ElementwiseKernel, ReduceKernel, SoftmaxKernel, GemmKernel, GemvKernel, ConcatKernel, ArangeKernel)
+}
+
+__all__ = ["KERNELS"]

@@ -1,0 +1,173 @@
+"""Op -> WGSL expression table for elementwise math, with the helper functions some need.
+
+Each entry takes the operand expressions and the arithmetic type T (f32, vec4<f16>,
+vec2<i32>...) and returns an expression; `helpers` lists helper functions to emit, which
+are generated per type because WGSL has no generics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ir.dtypes import DType
+from ir.ops import Op
+
+Expr = Callable[[list[str], str], str]
+
+
+def _scalar_of(t: str) -> str:
+    return t.split("<")[1].rstrip(">") if "<" in t else t
+
+
+def _bool_of(t: str) -> str:
+    return t.split("<")[0] + "<bool>" if "<" in t else "bool"
+
+
+def _suffix(t: str) -> str:
+    return t.replace("<", "_").replace(">", "")
+
+
+FLOAT_EXPR: dict[Op, Expr] = {
+    Op.NEG: lambda a, t: f"(-{a[0]})",
+    Op.ABS: lambda a, t: f"abs({a[0]})",
+    Op.EXP: lambda a, t: f"exp({a[0]})",
+    Op.LOG: lambda a, t: f"log({a[0]})",
+    Op.SQRT: lambda a, t: f"sqrt({a[0]})",
+    Op.RSQRT: lambda a, t: f"inverseSqrt({a[0]})",
+    Op.RECIPROCAL: lambda a, t: f"({t}(1.0) / {a[0]})",
+    Op.SQUARE: lambda a, t: f"({a[0]} * {a[0]})",
+    Op.SIN: lambda a, t: f"sin({a[0]})",
+    Op.COS: lambda a, t: f"cos({a[0]})",
+    Op.TANH: lambda a, t: f"wg_tanh_{_suffix(t)}({a[0]})",
+    Op.SIGMOID: lambda a, t: f"({t}(1.0) / ({t}(1.0) + exp(-{a[0]})))",
+    Op.RELU: lambda a, t: f"select({a[0]}, {t}(0.0), {a[0]} < {t}(0.0))",
+    Op.GELU: lambda a, t: f"({t}(0.5) * {a[0]} * ({t}(1.0) + wg_erf_{_suffix(t)}({a[0]} * {t}(0.7071067811865476))))",
+    Op.GELU_TANH: lambda a, t: (
+        f"({t}(0.5) * {a[0]} * ({t}(1.0) + wg_tanh_{_suffix(t)}({t}(0.7978845608028654) * ({a[0]} + {t}(0.044715) * {a[0]} * {a[0]} * {a[0]}))))"
+    ),
+    Op.SILU: lambda a, t: f"({a[0]} / ({t}(1.0) + exp(-{a[0]})))",
+    Op.FLOOR: lambda a, t: f"floor({a[0]})",
+    Op.CEIL: lambda a, t: f"ceil({a[0]})",
+    Op.ADD: lambda a, t: f"({a[0]} + {a[1]})",
+    Op.SUB: lambda a, t: f"({a[0]} - {a[1]})",
+    Op.MUL: lambda a, t: f"({a[0]} * {a[1]})",
+    Op.DIV: lambda a, t: f"({a[0]} / {a[1]})",
+    Op.FLOORDIV: lambda a, t: f"floor({a[0]} / {a[1]})",
+    Op.MOD: lambda a, t: f"wg_fmod_{_suffix(t)}({a[0]}, {a[1]})",
+    Op.POW: lambda a, t: f"wg_pow_{_suffix(t)}({a[0]}, {a[1]})",
+    Op.MAXIMUM: lambda a, t: f"wg_max_{_suffix(t)}({a[0]}, {a[1]})",
+    Op.MINIMUM: lambda a, t: f"wg_min_{_suffix(t)}({a[0]}, {a[1]})",
+}
+
+INT_EXPR: dict[Op, Expr] = {
+    Op.NEG: lambda a, t: f"(-{a[0]})",
+    Op.ABS: lambda a, t: f"abs({a[0]})",
+    Op.SQUARE: lambda a, t: f"({a[0]} * {a[0]})",
+    Op.RELU: lambda a, t: f"max({a[0]}, {t}(0))",
+    Op.ADD: lambda a, t: f"({a[0]} + {a[1]})",
+    Op.SUB: lambda a, t: f"({a[0]} - {a[1]})",
+    Op.MUL: lambda a, t: f"({a[0]} * {a[1]})",
+    Op.FLOORDIV: lambda a, t: f"wg_ifloordiv_{_suffix(t)}({a[0]}, {a[1]})",
+    Op.MOD: lambda a, t: f"wg_imod_{_suffix(t)}({a[0]}, {a[1]})",
+    Op.POW: lambda a, t: f"wg_ipow_{_suffix(t)}({a[0]}, {a[1]})",
+    Op.MAXIMUM: lambda a, t: f"max({a[0]}, {a[1]})",
+    Op.MINIMUM: lambda a, t: f"min({a[0]}, {a[1]})",
+}
+
+COMMON_EXPR: dict[Op, Expr] = {
+    Op.COPY: lambda a, t: a[0],
+    Op.LT: lambda a, t: f"({a[0]} < {a[1]})",
+    Op.LE: lambda a, t: f"({a[0]} <= {a[1]})",
+    Op.GT: lambda a, t: f"({a[0]} > {a[1]})",
+    Op.GE: lambda a, t: f"({a[0]} >= {a[1]})",
+    Op.EQ: lambda a, t: f"({a[0]} == {a[1]})",
+    Op.NE: lambda a, t: f"({a[0]} != {a[1]})",
+    Op.AND: lambda a, t: f"({a[0]} & {a[1]})",
+    Op.OR: lambda a, t: f"({a[0]} | {a[1]})",
+    Op.NOT: lambda a, t: f"(!{a[0]})",
+    Op.WHERE: lambda a, t: f"select({a[2]}, {a[1]}, {a[0]})",
+}
+
+
+def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
+    """The WGSL expression of `op` on `args`, computed in type `t` of element dtype `dtype`."""
+    if op in COMMON_EXPR:
+        return COMMON_EXPR[op](args, t)
+    table = FLOAT_EXPR if dtype.is_float else INT_EXPR
+    if op not in table:
+        raise NotImplementedError(f"no WGSL expression for {op.value} on {dtype.value}")
+    return table[op](args, t)
+
+
+def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
+    """Helper functions the expression of `op` calls, keyed by name."""
+    s = _suffix(t)
+    b = _bool_of(t)
+    out: dict[str, str] = {}
+    if not dtype.is_float:
+        if op is Op.FLOORDIV:
+            zero = f"{t}(0)"
+            fix = f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))" if dtype is DType.int32 else zero
+            out[f"wg_ifloordiv_{s}"] = (
+                f"fn wg_ifloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
+                f"  let z = y == {zero};\n  let d = select(y, {t}(1), z);\n  let q = x / d;\n  let r = x - q * d;\n"
+                f"  return select(q - {fix}, {zero}, z);\n}}"
+            )
+        elif op is Op.MOD:
+            zero = f"{t}(0)"
+            fix = f"select({zero}, d, (r != {zero}) & ((r < {zero}) != (d < {zero})))" if dtype is DType.int32 else zero
+            out[f"wg_imod_{s}"] = (
+                f"fn wg_imod_{s}(x: {t}, y: {t}) -> {t} {{\n"
+                f"  let z = y == {zero};\n  let d = select(y, {t}(1), z);\n  let r = x - (x / d) * d;\n"
+                f"  return select(r + {fix}, {zero}, z);\n}}"
+            )
+        elif op is Op.POW:
+            ft = t.replace(_scalar_of(t), "f32")
+            out[f"wg_ipow_{s}"] = (
+                f"fn wg_ipow_{s}(x: {t}, y: {t}) -> {t} {{\n"
+                f"  let fx = {ft}(x);\n  let fy = {ft}(y);\n  let m = pow(abs(fx), fy);\n"
+                f"  let odd = abs(fy - {ft}(2.0) * floor(fy * {ft}(0.5))) == {ft}(1.0);\n"
+                f"  return {t}(round(select(m, -m, (fx < {ft}(0.0)) & odd)));\n}}"
+            )
+        return out
+    if op is Op.TANH or op is Op.GELU_TANH:
+        # tanh(x) = 1 - 2 / (exp(2x) + 1): exact at large |x| where exp overflows, keeps NaN
+        out[f"wg_tanh_{s}"] = (
+            f"fn wg_tanh_{s}(x: {t}) -> {t} {{\n"
+            f"  let y = {t}(1.0) - {t}(2.0) / (exp(min(abs(x), {t}(20.0)) * {t}(2.0)) + {t}(1.0));\n"
+            f"  return select(sign(x) * y, x, abs(x) < {t}(0.0005));\n}}"
+        )
+    if op is Op.GELU:
+        # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), evaluated in f32 even for f16
+        f = t.replace(_scalar_of(t), "f32")
+        out[f"wg_erf_{s}"] = (
+            f"fn wg_erf_{s}(x_in: {t}) -> {t} {{\n"
+            f"  let x = {f}(x_in);\n  let a = abs(x);\n  let k = {f}(1.0) / ({f}(1.0) + {f}(0.3275911) * a);\n"
+            f"  let p = k * ({f}(0.254829592) + k * ({f}(-0.284496736) + k * ({f}(1.421413741) + k * ({f}(-1.453152027) + k * {f}(1.061405429)))));\n"
+            f"  return {t}(sign(x) * ({f}(1.0) - p * exp(-a * a)));\n}}"
+        )
+    if op is Op.MOD:
+        out[f"wg_fmod_{s}"] = (
+            f"fn wg_fmod_{s}(x: {t}, y: {t}) -> {t} {{\n"
+            f"  let r = x - y * trunc(x / y);\n"
+            f"  return select(r, r + y, (r != {t}(0.0)) & ((r < {t}(0.0)) != (y < {t}(0.0))));\n}}"
+        )
+    if op is Op.POW:
+        out[f"wg_pow_{s}"] = (
+            f"fn wg_pow_{s}(x: {t}, y: {t}) -> {t} {{\n"
+            f"  let m = pow(abs(x), y);\n  let is_int = floor(y) == y;\n"
+            f"  let odd = is_int & (abs(y - {t}(2.0) * floor(y * {t}(0.5))) == {t}(1.0));\n"
+            f"  let neg = select(m, -m, odd);\n"
+            f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
+            f"  let nan = {t}(bitcast<f32>(nan_bits));\n"
+            f"  return select(m, select(nan, neg, is_int), x < {t}(0.0));\n}}"
+        )
+    if op in (Op.MAXIMUM, Op.MINIMUM):
+        fn = "max" if op is Op.MAXIMUM else "min"
+        out[f"wg_{fn}_{s}"] = (
+            f"fn wg_{fn}_{s}(x: {t}, y: {t}) -> {t} {{\n"
+            f"  // numpy propagates NaN; WGSL's {fn} may not\n"
+            f"  let xn: {b} = x != x;\n  let yn: {b} = y != y;\n"
+            f"  return select(select({fn}(x, y), y, yn), x, xn);\n}}"
+        )
+    return out

@@ -1,0 +1,197 @@
+"""Matrix products (..., M, K) @ (..., K, N) over strided, batch-broadcast operands.
+
+  gemm[tiled]    - 64x64 output tiles, 16-deep k steps staged in workgroup memory, a 4x4
+                   register block per thread; zero-filled edges make every size correct.
+  gemv[n_contig] - M == 1 and B contiguous along N: threads own W output columns, four
+                   k-slices per workgroup summed in workgroup memory (vec loads of B rows).
+  gemv[k_contig] - M == 1 and B contiguous along K (a transposed weight, x @ W.T): one
+                   workgroup per output column, a dot product of two contiguous runs.
+All accumulate in f32.
+"""
+
+from __future__ import annotations
+
+import math
+
+from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
+from backend_wgpu.wgsl import WgslBuilder, vtype
+
+
+class _MatmulBase(Kernel):
+    def _dims(self) -> tuple[int, int, int, int]:
+        a = self.operands[0].view
+        m, k = a.shape[-2], a.shape[-1]
+        n = self.node.shape[-1]
+        return math.prod(self.node.shape[:-2]), m, n, k
+
+    def metadata(self) -> Meta:
+        batch, m, n, k = self._dims()
+        a, b = self.operands[0].view, self.operands[1].view
+        nb = len(self.node.shape) - 2
+        meta: Meta = [("batch", "u32", batch), ("m", "u32", m), ("n", "u32", n), ("k", "u32", k)]
+        meta += [("a_off", "u32", a.offset), ("a_sm", "i32", a.strides[-2]), ("a_sk", "i32", a.strides[-1])]
+        meta += [("b_off", "u32", b.offset), ("b_sk", "i32", b.strides[-2]), ("b_sn", "i32", b.strides[-1])]
+        meta += [(f"bs{d}", "u32", self.node.shape[d]) for d in range(nb)]
+        meta += [(f"ab{d}", "i32", a.strides[d]) for d in range(nb)] + [(f"bb{d}", "i32", b.strides[d]) for d in range(nb)]
+        return meta
+
+    def _batch_offsets(self, b: WgslBuilder, bt: str) -> None:
+        nb = len(self.node.shape) - 2
+        for line in index_to_coords(bt, [f"bs{d}" for d in range(nb)], "q"):
+            b.line(line)
+        a_terms = ["i32(params.a_off)"] + [f"i32(q{d}) * params.ab{d}" for d in range(nb)]
+        b_terms = ["i32(params.b_off)"] + [f"i32(q{d}) * params.bb{d}" for d in range(nb)]
+        b.line(f"let a_base = {' + '.join(a_terms)};")
+        b.line(f"let b_base = {' + '.join(b_terms)};")
+
+
+class GemmKernel(_MatmulBase):
+    name = "gemm"
+
+    def calculate_dispatch(self) -> Workload:
+        batch, m, n, _ = self._dims()
+        tm, tn = self.choice.param("tile_m"), self.choice.param("tile_n")
+        return Workload.for_workgroups(batch * -(-m // tm) * -(-n // tn), self.choice.workgroup, self.max_workgroups)
+
+    def render(self, b: WgslBuilder) -> None:
+        tm, tn, tk = self.choice.param("tile_m"), self.choice.param("tile_n"), self.choice.param("tile_k")
+        wx, wy, _ = self.choice.workgroup
+        threads = wx * wy
+        rm, rn = tm // wy, tn // wx  # register block per thread
+        a_dt, b_dt = self.operands[0].dtype, self.operands[1].dtype
+        out_t = vtype(self.node.dtype, 1, storage=True)
+        b.workgroup_var(f"tile_a: array<f32, {tk * tm}>")
+        b.workgroup_var(f"tile_b: array<f32, {tk * tn}>")
+        b.line(f"let tiles_n = (params.n + {tn - 1}u) / {tn}u;")
+        b.line(f"let tiles_m = (params.m + {tm - 1}u) / {tm}u;")
+        b.line(f"let tn0 = (wg % tiles_n) * {tn}u;")
+        b.line(f"let tm0 = ((wg / tiles_n) % tiles_m) * {tm}u;")
+        b.line("let bt = wg / (tiles_n * tiles_m);")
+        b.line("if (bt >= params.batch) { return; }")
+        self._batch_offsets(b, "bt")
+        b.line(f"let tx = lidx % {wx}u;")
+        b.line(f"let ty = lidx / {wx}u;")
+        b.line(f"var acc: array<array<f32, {rn}>, {rm}>;")
+        b.line(f"for (var k0 = 0u; k0 < params.k; k0 += {tk}u) {{")
+        b.line(f"  for (var l = 0u; l < {tk * tm // threads}u; l++) {{")
+        b.line(f"    let e = lidx + l * {threads}u;")
+        b.line(f"    let mm = e / {tk}u; let kk = e % {tk}u;")
+        b.line("    let gm = tm0 + mm; let gk = k0 + kk;")
+        b.line("    var v = 0.0;")
+        b.line("    if (gm < params.m && gk < params.k) { v = f32(in0[u32(a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk)]); }")
+        b.line(f"    tile_a[kk * {tm}u + mm] = v;")
+        b.line("  }")
+        b.line(f"  for (var l = 0u; l < {tk * tn // threads}u; l++) {{")
+        b.line(f"    let e = lidx + l * {threads}u;")
+        b.line(f"    let kk = e / {tn}u; let nn = e % {tn}u;")
+        b.line("    let gk = k0 + kk; let gn = tn0 + nn;")
+        b.line("    var v = 0.0;")
+        b.line("    if (gk < params.k && gn < params.n) { v = f32(in1[u32(b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn)]); }")
+        b.line(f"    tile_b[kk * {tn}u + nn] = v;")
+        b.line("  }")
+        b.line("  workgroupBarrier();")
+        b.line(f"  for (var kk = 0u; kk < {tk}u; kk++) {{")
+        b.line(f"    var ra: array<f32, {rm}>;")
+        b.line(f"    var rb: array<f32, {rn}>;")
+        b.line(f"    for (var i = 0u; i < {rm}u; i++) {{ ra[i] = tile_a[kk * {tm}u + ty + i * {wy}u]; }}")
+        b.line(f"    for (var j = 0u; j < {rn}u; j++) {{ rb[j] = tile_b[kk * {tn}u + tx + j * {wx}u]; }}")
+        b.line(f"    for (var i = 0u; i < {rm}u; i++) {{")
+        b.line(f"      for (var j = 0u; j < {rn}u; j++) {{ acc[i][j] = fma(ra[i], rb[j], acc[i][j]); }}")
+        b.line("    }")
+        b.line("  }")
+        b.line("  workgroupBarrier();")
+        b.line("}")
+        b.line("let out_base = bt * params.m * params.n;")
+        b.line(f"for (var i = 0u; i < {rm}u; i++) {{")
+        b.line(f"  let gm = tm0 + ty + i * {wy}u;")
+        b.line(f"  for (var j = 0u; j < {rn}u; j++) {{")
+        b.line(f"    let gn = tn0 + tx + j * {wx}u;")
+        b.line(f"    if (gm < params.m && gn < params.n) {{ out[out_base + gm * params.n + gn] = {out_t}(acc[i][j]); }}")
+        b.line("  }")
+        b.line("}")
+        del a_dt, b_dt
+
+
+class GemvKernel(_MatmulBase):
+    name = "gemv"
+
+    @property
+    def k_contig(self) -> bool:
+        return self.choice.variant == "k_contig"
+
+    def operand_type(self, i: int) -> str:
+        w = self.kernel_element()
+        width = w if (self.k_contig or i == 1) else 1
+        return vtype(self.operands[i].dtype, width, storage=True)
+
+    def output_type(self) -> str:
+        return vtype(self.node.dtype, 1 if self.k_contig else self.kernel_element(), storage=True)
+
+    def calculate_dispatch(self) -> Workload:
+        batch, _, n, _ = self._dims()
+        if self.k_contig:
+            return Workload.for_workgroups(batch * n, self.choice.workgroup, self.max_workgroups)
+        cols = n // self.kernel_element()
+        return Workload.for_workgroups(batch * -(-cols // self.choice.workgroup[0]), self.choice.workgroup, self.max_workgroups)
+
+    def render(self, b: WgslBuilder) -> None:
+        (self._render_k if self.k_contig else self._render_n)(b)
+
+    def _render_k(self, b: WgslBuilder) -> None:
+        w = self.kernel_element()
+        wgx = self.choice.workgroup[0]
+        vt = f"vec{w}<f32>" if w > 1 else "f32"
+        out_t = vtype(self.node.dtype, 1, storage=True)
+        b.workgroup_var(f"sh: array<f32, {wgx}>")
+        b.line("let col = wg % params.n;")
+        b.line("let bt = wg / params.n;")
+        b.line("if (bt >= params.batch) { return; }")
+        self._batch_offsets(b, "bt")
+        b.line("let b_col = b_base + i32(col) * params.b_sn;")
+        b.line(f"var acc: {vt} = {vt}(0.0);")
+        if w > 1:
+            b.line(f"for (var j = lidx; j < params.k / {w}u; j += {wgx}u) {{")
+            b.line(f"  acc = fma({vt}(in0[u32(a_base) / {w}u + j]), {vt}(in1[u32(b_col) / {w}u + j]), acc);")
+            b.line("}")
+            b.line(f"sh[lidx] = dot(acc, {vt}(1.0));")
+        else:
+            b.line(f"for (var j = lidx; j < params.k; j += {wgx}u) {{")
+            b.line("  acc = fma(f32(in0[u32(a_base + i32(j) * params.a_sk)]), f32(in1[u32(b_col + i32(j) * params.b_sk)]), acc);")
+            b.line("}")
+            b.line("sh[lidx] = acc;")
+        b.line("workgroupBarrier();")
+        b.line(f"for (var s = {wgx // 2}u; s > 0u; s = s >> 1u) {{")
+        b.line("  if (lidx < s) { sh[lidx] += sh[lidx + s]; }")
+        b.line("  workgroupBarrier();")
+        b.line("}")
+        b.line(f"if (lidx == 0u) {{ out[bt * params.n + col] = {out_t}(sh[0]); }}")
+
+    def _render_n(self, b: WgslBuilder) -> None:
+        w = self.kernel_element()
+        wx, wy, _ = self.choice.workgroup
+        vt = f"vec{w}<f32>" if w > 1 else "f32"
+        out_t = vtype(self.node.dtype, w, storage=True)
+        b.workgroup_var(f"sh: array<{vt}, {wx * wy}>")
+        b.line(f"let cols = params.n / {w}u;")
+        b.line(f"let tiles = (cols + {wx - 1}u) / {wx}u;")
+        b.line(f"let col = (wg % tiles) * {wx}u + lid.x;")
+        b.line("let bt = wg / tiles;")
+        b.line("if (bt >= params.batch) { return; }")
+        self._batch_offsets(b, "bt")
+        b.line(f"var acc: {vt} = {vt}(0.0);")
+        b.line("if (col < cols) {")
+        b.line(f"  for (var k = lid.y; k < params.k; k += {wy}u) {{")
+        b.line("    let a = f32(in0[u32(a_base + i32(k) * params.a_sk)]);")
+        if w > 1:
+            b.line(f"    acc = fma({vt}(a), {vt}(in1[u32(b_base + i32(k) * params.b_sk) / {w}u + col]), acc);")
+        else:
+            b.line("    acc = fma(a, f32(in1[u32(b_base + i32(k) * params.b_sk + i32(col) * params.b_sn)]), acc);")
+        b.line("  }")
+        b.line("}")
+        b.line(f"sh[lid.y * {wx}u + lid.x] = acc;")
+        b.line("workgroupBarrier();")
+        b.line("if (lid.y == 0u && col < cols) {")
+        b.line(f"  var total: {vt} = {vt}(0.0);")
+        b.line(f"  for (var r = 0u; r < {wy}u; r++) {{ total += sh[r * {wx}u + lid.x]; }}")
+        b.line(f"  out[bt * cols + col] = {out_t}(total);")
+        b.line("}")

@@ -1,0 +1,172 @@
+"""Reductions (sum, max, min, argmax, argmin) over the last k axes of a strided view.
+
+Two variants, chosen by passes.select_kernels:
+  *_rows   - one workgroup per output row: threads stride over the row, then a tree
+             reduction in workgroup memory; vec4 loads when the row is contiguous.
+  *_serial - one thread per output row, for short rows (or very many rows).
+Floats accumulate in f32 (also for f16 data); max/min and argmax/argmin propagate NaN
+as numpy does (argmax returns the first NaN).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ir.dtypes import DType
+from ir.ops import Op
+from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
+from backend_wgpu.wgsl import WgslBuilder, load_cast, vtype
+
+
+class ReduceKernel(Kernel):
+    name = "reduce"
+
+    @property
+    def k(self) -> int:
+        return self.node.arg
+
+    @property
+    def serial(self) -> bool:
+        return self.choice.variant.endswith("_serial")
+
+    @property
+    def is_arg(self) -> bool:
+        return self.node.op in (Op.ARGMAX, Op.ARGMIN)
+
+    def _split(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        v = self.operands[0].view
+        kept = len(v.shape) - self.k
+        return list(v.shape[:kept]), list(v.strides[:kept]), list(v.shape[kept:]), list(v.strides[kept:])
+
+    def acc_type(self) -> str:
+        dt = self.operands[0].dtype
+        return "f32" if dt.is_float else vtype(dt)
+
+    def operand_type(self, i: int) -> str:
+        return vtype(self.operands[0].dtype, self.kernel_element(), storage=True)
+
+    def output_type(self) -> str:
+        return vtype(self.node.dtype, 1, storage=True)
+
+    def metadata(self) -> Meta:
+        kshape, kstrides, rshape, rstrides = self._split()
+        w = self.kernel_element()
+        meta: Meta = [("rows", "u32", self.node.size), ("rlen", "u32", math.prod(rshape)), ("offset", "u32", self.operands[0].view.offset)]
+        meta += [(f"ks{d}", "u32", n) for d, n in enumerate(kshape)] + [(f"kt{d}", "i32", s) for d, s in enumerate(kstrides)]
+        if w == 1:
+            meta += [(f"rs{d}", "u32", n) for d, n in enumerate(rshape)] + [(f"rt{d}", "i32", s) for d, s in enumerate(rstrides)]
+        return meta
+
+    def calculate_dispatch(self) -> Workload:
+        rows = self.node.size
+        groups = -(-rows // self.choice.workgroup[0]) if self.serial else rows
+        return Workload.for_workgroups(groups, self.choice.workgroup, self.max_workgroups)
+
+    # --- rendering --------------------------------------------------------------------
+    def _identity(self, b: WgslBuilder) -> str:
+        op, acc = self.node.op, self.acc_type()
+        if op is Op.SUM:
+            return f"{acc}(0)"
+        if acc == "f32":
+            b.line("var inf_bits = 0x7f800000u;  // a var: an infinite constant is a WGSL compile error")
+            b.line("let inf = bitcast<f32>(inf_bits);")
+            return "-inf" if op in (Op.MAX, Op.ARGMAX) else "inf"
+        if acc == "i32":
+            return "i32(-2147483647 - 1)" if op in (Op.MAX, Op.ARGMAX) else "i32(2147483647)"
+        return "0u" if op in (Op.MAX, Op.ARGMAX) else "4294967295u"
+
+    def _combine_helpers(self, b: WgslBuilder) -> None:
+        acc = self.acc_type()
+        op = self.node.op
+        if op in (Op.MAX, Op.MIN):
+            fn = "max" if op is Op.MAX else "min"
+            nan = "let an = a != a; let bn = b != b; " if acc == "f32" else "let an = false; let bn = false; "
+            b.helper("combine", f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ {nan}return select(select({fn}(a, b), b, bn), a, an); }}")
+        elif op is Op.SUM:
+            b.helper("combine", f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ return a + b; }}")
+        else:
+            cmp = ">" if op is Op.ARGMAX else "<"
+            nan = "let an = a != a; let bn = b != b;" if acc == "f32" else "let an = false; let bn = false;"
+            # true when candidate (a, ia) should replace the best so far (b, ib)
+            b.helper(
+                "better",
+                f"fn better(a: {acc}, ia: u32, b: {acc}, ib: u32) -> bool {{\n"
+                f"  {nan}\n  if (bn) {{ return an && ia < ib; }}\n  if (an) {{ return true; }}\n"
+                f"  return a {cmp} b || (a == b && ia < ib);\n}}",
+            )
+
+    def _row_base(self, b: WgslBuilder, row: str) -> None:
+        kshape, _, _, _ = self._split()
+        for line in index_to_coords(row, [f"ks{d}" for d in range(len(kshape))], "k"):
+            b.line(line)
+        b.line(f"let base = {address('offset', [f'kt{d}' for d in range(len(kshape))], [f'k{d}' for d in range(len(kshape))])};")
+
+    def _load(self, b: WgslBuilder, j: str, var: str) -> None:
+        """Emit `let var = element j of the row` in the accumulator type (scalar path)."""
+        _, _, rshape, _ = self._split()
+        r = len(rshape)
+        for line in index_to_coords(j, [f"rs{d}" for d in range(r)], "r"):
+            b.line("  " + line)
+        addr = " + ".join(["base"] + [f"i32(r{d}) * params.rt{d}" for d in range(r)])
+        dt = self.operands[0].dtype
+        b.line(f"  let {var} = {self.acc_type()}({load_cast(f'in0[u32({addr})]', dt, 1)});")
+
+    def render(self, b: WgslBuilder) -> None:
+        self._combine_helpers(b)
+        ident = self._identity(b)
+        acc = self.acc_type()
+        w = self.kernel_element()
+        wgx = self.choice.workgroup[0]
+        out_t = vtype(self.node.dtype, 1, storage=True)
+        if self.serial:
+            b.line(f"let row = wg * {wgx}u + lidx;")
+            b.line("if (row >= params.rows) { return; }")
+        else:
+            b.line("let row = wg;")
+            b.line("if (row >= params.rows) { return; }")
+        self._row_base(b, "row")
+        b.line(f"var best: {acc} = {ident};")
+        if self.is_arg:
+            b.line("var best_i: u32 = 0xffffffffu;")
+        start, step = ("0u", "1u") if self.serial else ("lidx", f"{wgx}u")
+        if w > 1:
+            b.line(f"for (var j = {start}; j < params.rlen / {w}u; j += {step}) {{")
+            b.line(f"  let x = vec{w}<{acc}>(in0[(u32(base) / {w}u) + j]);")
+            for lane in "xyzw"[:w]:
+                b.line(f"  best = combine(best, x.{lane});")
+            b.line("}")
+        else:
+            b.line(f"for (var j = {start}; j < params.rlen; j += {step}) {{")
+            self._load(b, "j", "x")
+            if self.is_arg:
+                b.line("  if (better(x, j, best, best_i)) { best = x; best_i = j; }")
+            else:
+                b.line("  best = combine(best, x);")
+            b.line("}")
+        if not self.serial:
+            b.workgroup_var(f"sh: array<{acc}, {wgx}>")
+            if self.is_arg:
+                b.workgroup_var(f"sh_i: array<u32, {wgx}>")
+            b.line("sh[lidx] = best;")
+            if self.is_arg:
+                b.line("sh_i[lidx] = best_i;")
+            b.line("workgroupBarrier();")
+            b.line(f"for (var s = {wgx // 2}u; s > 0u; s = s >> 1u) {{")
+            b.line("  if (lidx < s) {")
+            if self.is_arg:
+                b.line("    if (better(sh[lidx + s], sh_i[lidx + s], sh[lidx], sh_i[lidx])) { sh[lidx] = sh[lidx + s]; sh_i[lidx] = sh_i[lidx + s]; }")
+            else:
+                b.line("    sh[lidx] = combine(sh[lidx], sh[lidx + s]);")
+            b.line("  }")
+            b.line("  workgroupBarrier();")
+            b.line("}")
+            b.line("if (lidx != 0u) { return; }")
+            b.line("best = sh[0];")
+            if self.is_arg:
+                b.line("best_i = sh_i[0];")
+        if self.is_arg:
+            b.line("out[row] = i32(select(best_i, 0u, best_i == 0xffffffffu));")
+        elif self.node.dtype is DType.bool:
+            b.line("out[row] = select(0u, 1u, best != 0);")
+        else:
+            b.line(f"out[row] = {out_t}(best);")

@@ -1,0 +1,24 @@
+"""What the device can do, as plain data: passes read it, the backend fills it in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DeviceCaps:
+    name: str = "reference"
+    backend: str = "none"
+    shader_f16: bool = True
+    subgroups: bool = False
+    subgroup_size: int = 0
+    timestamps: bool = False
+    max_storage_binding: int = 128 << 20
+    max_storage_buffers_per_stage: int = 8
+    max_workgroup_storage: int = 16384
+    max_invocations: int = 256
+    uniform_align: int = 256
+    max_workgroups_per_dim: int = 65535
+
+    def key(self) -> tuple:
+        return (self.name, self.backend, self.shader_f16, self.subgroup_size, self.max_storage_binding)

@@ -1,0 +1,113 @@
+"""Op kinds: one enum plus category sets, and the frozen args that some ops carry."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Op(enum.Enum):
+    # leaves
+    INPUT = "input"  # a realized buffer entering the graph; arg: InputArg
+    ARANGE = "arange"  # arg: (start, step)
+    # movement (traced as the user wrote them; lowered to VIEW by passes.fold_views)
+    RESHAPE = "reshape"  # arg: new shape
+    PERMUTE = "permute"  # arg: axis order
+    EXPAND = "expand"  # arg: new shape
+    SLICE = "slice"  # arg: tuple of (start, stop, step) per axis
+    VIEW = "view"  # arg: View over the source buffer
+    COPY = "copy"  # a contiguous copy of its source
+    # unary elementwise
+    NEG = "neg"
+    ABS = "abs"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    RECIPROCAL = "reciprocal"
+    SQUARE = "square"
+    SIN = "sin"
+    COS = "cos"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    RELU = "relu"
+    GELU = "gelu"
+    GELU_TANH = "gelu_tanh"
+    SILU = "silu"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    NOT = "not"
+    CAST = "cast"
+    # binary elementwise
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    FLOORDIV = "floordiv"
+    MOD = "mod"
+    POW = "pow"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    EQ = "eq"
+    NE = "ne"
+    AND = "and"
+    OR = "or"
+    # ternary
+    WHERE = "where"
+    # reductions over the last `arg` axes (the tracer permutes the reduced axes last)
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    ARGMAX = "argmax"
+    ARGMIN = "argmin"
+    # row ops over the last axis
+    SOFTMAX = "softmax"
+    LOG_SOFTMAX = "log_softmax"
+    # contractions and joins
+    MATMUL = "matmul"  # (..., M, K) @ (..., K, N), batch dims already broadcast
+    CONCAT = "concat"  # arg: axis
+
+
+UNARY = frozenset(
+    {
+        Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIPROCAL, Op.SQUARE, Op.SIN,
+        Op.COS, Op.TANH, Op.SIGMOID, Op.RELU, Op.GELU, Op.GELU_TANH, Op.SILU, Op.FLOOR,
+        Op.CEIL, Op.NOT, Op.CAST, Op.COPY,
+    }
+)  # fmt: skip
+BINARY = frozenset(
+    {
+        Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.POW, Op.MAXIMUM, Op.MINIMUM,
+        Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR,
+    }
+)  # fmt: skip
+COMPARISON = frozenset({Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE})
+TERNARY = frozenset({Op.WHERE})
+ELEMENTWISE = UNARY | BINARY | TERNARY
+REDUCE = frozenset({Op.SUM, Op.MAX, Op.MIN, Op.ARGMAX, Op.ARGMIN})
+ROW = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX})
+MOVEMENT = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
+LEAF = frozenset({Op.INPUT, Op.ARANGE})
+# ops that do not dispatch a kernel: they name memory another node owns
+NO_KERNEL = MOVEMENT | {Op.VIEW, Op.INPUT}
+# unary ops defined only on floats (the tracer casts ints to float32 first, as numpy does)
+FLOAT_ONLY = frozenset(
+    {Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIPROCAL, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID,
+     Op.GELU, Op.GELU_TANH, Op.SILU, Op.DIV, Op.SOFTMAX, Op.LOG_SOFTMAX}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class InputArg:
+    """Which program input a node reads, and whether it may be overwritten in place.
+
+    `donatable` is true when nothing outside the graph can see the buffer after the run:
+    no live user handle, no pending tensor outside the graph, not a cached constant.
+    """
+
+    index: int
+    donatable: bool = False

@@ -1,0 +1,101 @@
+"""Shape inference rules, each raising ShapeError that names the op and the shapes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ir.errors import ShapeError
+
+Shape = tuple[int, ...]
+
+
+def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(ndim):
+        dims = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            listed = ", ".join(str(tuple(s)) for s in shapes)
+            raise ShapeError(f"{op}: shapes {listed} do not broadcast (axis {i - ndim}: sizes {sorted(dims)})")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def normalize_axis(op: str, axis: int, ndim: int, shape: Shape | None = None) -> int:
+    if not isinstance(axis, int | bool) or isinstance(axis, bool):
+        raise ShapeError(f"{op}: axis must be an int, got {axis!r}")
+    if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
+        where = f" for shape {shape}" if shape is not None else ""
+        raise ShapeError(f"{op}: axis {axis} is out of range{where} (ndim {ndim})")
+    return axis % ndim if ndim else 0
+
+
+def normalize_axes(op: str, axis: int | Sequence[int] | None, shape: Shape) -> tuple[int, ...]:
+    ndim = len(shape)
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = tuple(normalize_axis(op, a, ndim, shape) for a in axes)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{op}: repeated axis in {axis!r} for shape {shape}")
+    return tuple(sorted(out))
+
+
+def resolve_reshape(op: str, old: Shape, new: Sequence[int]) -> Shape:
+    new = tuple(int(d) for d in new)
+    if sum(d == -1 for d in new) > 1:
+        raise ShapeError(f"{op}: only one -1 allowed in {new}")
+    if any(d < -1 for d in new):
+        raise ShapeError(f"{op}: negative size in {new}")
+    size = math.prod(old)
+    if -1 in new:
+        known = math.prod(d for d in new if d != -1)
+        if known == 0 or size % known:
+            raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) to {new}")
+        new = tuple(size // known if d == -1 else d for d in new)
+    if math.prod(new) != size:
+        raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) to {new} ({math.prod(new)} elements)")
+    return new
+
+
+def check_permutation(op: str, order: Sequence[int], shape: Shape) -> tuple[int, ...]:
+    ndim = len(shape)
+    norm = tuple(normalize_axis(op, a, ndim, shape) for a in order)
+    if sorted(norm) != list(range(ndim)):
+        raise ShapeError(f"{op}: {tuple(order)} is not a permutation of the axes of shape {shape}")
+    return norm
+
+
+def check_expand(op: str, old: Shape, new: Sequence[int]) -> Shape:
+    new = tuple(int(d) for d in new)
+    if len(new) < len(old):
+        raise ShapeError(f"{op}: cannot expand {old} to fewer dims {new}")
+    lead = len(new) - len(old)
+    out = list(new[:lead])
+    if any(d < 0 for d in out):
+        raise ShapeError(f"{op}: -1 is only allowed for existing dims, got {new}")
+    for o, n in zip(old, new[lead:]):
+        n = o if n == -1 else n
+        if o != n and o != 1:
+            raise ShapeError(f"{op}: cannot expand {old} to {new}: size {o} is not 1 and differs from {n}")
+        out.append(n)
+    return tuple(out)
+
+
+def matmul_shapes(a: Shape, b: Shape) -> tuple[Shape, Shape, Shape]:
+    """Broadcast batch dims of (..., M, K) @ (..., K, N); both already at least 2-D."""
+    if a[-1] != b[-2]:
+        raise ShapeError(f"matmul: {a} @ {b}: inner dimensions {a[-1]} and {b[-2]} differ")
+    batch = broadcast_shapes("matmul", a[:-2], b[:-2])
+    return batch + a[-2:], batch + b[-2:], batch + (a[-2], b[-1])
+
+
+def concat_shape(axis: int, shapes: Sequence[Shape]) -> Shape:
+    first = shapes[0]
+    for s in shapes[1:]:
+        if len(s) != len(first) or any(x != y for i, (x, y) in enumerate(zip(s, first)) if i != axis):
+            listed = ", ".join(str(t) for t in shapes)
+            raise ShapeError(f"concat: shapes {listed} differ outside axis {axis}")
+    return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1 :]

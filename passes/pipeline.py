@@ -1,0 +1,68 @@
+"""The ordered pass pipeline and its runner: verify after each pass, name the one that broke."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ir.caps import DeviceCaps
+from ir.errors import WgjitError
+from ir.graph import Graph
+from ir.verify import verify
+from passes.dce import dce
+from passes.fold_views import fold_views
+from passes.inplace import inplace
+from passes.plan_memory import plan_memory
+from passes.schedule import schedule
+from passes.select_kernels import select_kernels
+from passes.vectorize import vectorize
+
+Pass = Callable[[Graph, DeviceCaps], Graph]
+
+PIPELINE: list[Pass] = [dce, fold_views, select_kernels, vectorize, inplace, plan_memory, schedule]
+
+
+class PassFailure(WgjitError, RuntimeError):
+    """A pass raised or produced invalid IR (a wgjit bug); names the pass and keeps the graph."""
+
+    def __init__(self, pass_name: str, graph: Graph, cause: Exception) -> None:
+        super().__init__(f"pass {pass_name} failed: {cause}")
+        self.pass_name = pass_name
+        self.graph = graph
+
+
+@dataclass
+class PipelineRun:
+    graph: Graph
+    stages: list[tuple[str, Graph]] = field(default_factory=list)  # the graph after each pass
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def run_pipeline(graph: Graph, caps: DeviceCaps, passes: list[Pass] | None = None, keep: bool = False) -> PipelineRun:
+    verify(graph)
+    run = PipelineRun(graph)
+    if keep:
+        run.stages.append(("traced", graph))
+    for p in PIPELINE if passes is None else passes:
+        t0 = time.perf_counter()
+        try:
+            graph = p(graph, caps)
+            verify(graph)
+        except WgjitError as e:
+            if isinstance(e, PassFailure) or not _is_internal(e):
+                raise
+            raise PassFailure(p.__name__, graph, e) from e
+        except Exception as e:  # a bug in a pass: say which one
+            raise PassFailure(p.__name__, graph, e) from e
+        run.seconds[p.__name__] = time.perf_counter() - t0
+        if keep:
+            run.stages.append((p.__name__, graph))
+    run.graph = graph
+    return run
+
+
+def _is_internal(e: Exception) -> bool:
+    from ir.verify import VerifyError
+
+    return isinstance(e, VerifyError)

@@ -1,0 +1,73 @@
+"""Turns the pending Lazies behind some tensors into an ir.Graph ready for the passes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ir.graph import Graph
+from ir.node import Node
+from ir.ops import InputArg, Op
+from tracer.lazy import Lazy
+
+
+@dataclass
+class BuiltGraph:
+    graph: Graph
+    inputs: list[Lazy]  # by InputArg.index
+    outputs: list[Lazy]  # by position in graph.outputs
+
+
+def build_graph(targets: list[Lazy]) -> BuiltGraph:
+    """Collect every pending Lazy the targets need, in topological order.
+
+    Besides the targets, a pending value becomes an output when something outside this
+    graph can still see it (a live user Tensor, or a pending Lazy that is not part of
+    this graph): it is computed now, once, and never recomputed later. That is also
+    what makes donating dead inputs to in-place kernels safe.
+    """
+    order: list[Lazy] = []
+    seen: set[int] = set()
+    for t in targets:
+        _postorder(t, order, seen)
+    members = {id(lz) for lz in order}
+
+    ids: dict[int, int] = {}
+    nodes: list[Node] = []
+    inputs: list[Lazy] = []
+    for lz in order:
+        nid = len(nodes)
+        ids[id(lz)] = nid
+        if lz.is_leaf:
+            donatable = not lz.pinned and not list(lz.handles) and all(id(c) in members or c.is_leaf for c in lz.consumers)
+            arg = InputArg(len(inputs), donatable)
+            inputs.append(lz)
+            nodes.append(Node(nid, Op.INPUT, (), lz.shape, lz.dtype, arg))
+        else:
+            nodes.append(Node(nid, lz.op, tuple(ids[id(s)] for s in lz.srcs), lz.shape, lz.dtype, lz.arg))
+
+    target_ids = {id(t) for t in targets}
+    outputs: list[Lazy] = list(dict.fromkeys(targets))
+    for lz in order:
+        if lz.is_leaf or id(lz) in target_ids:
+            continue
+        if list(lz.handles) or any(id(c) not in members and not c.is_leaf for c in lz.consumers):
+            outputs.append(lz)
+    graph = Graph({n.id: n for n in nodes}, tuple(ids[id(lz)] for lz in outputs))
+    return BuiltGraph(graph, inputs, outputs)
+
+
+def _postorder(root: Lazy, order: list[Lazy], seen: set[int]) -> None:
+    # iterative DFS: user graphs can be deeper than Python's recursion limit
+    stack: list[tuple[Lazy, bool]] = [(root, False)]
+    while stack:
+        lz, expanded = stack.pop()
+        if id(lz) in seen:
+            continue
+        if expanded or lz.is_leaf:
+            seen.add(id(lz))
+            order.append(lz)
+            continue
+        stack.append((lz, True))
+        for s in reversed(lz.srcs):
+            if id(s) not in seen:
+                stack.append((s, False))

@@ -1,0 +1,151 @@
+"""The one place that ties tracer, passes and backend together: compile and run graphs.
+
+Programs are cached by the graph's structural hash, so realizing a graph with the same
+structure again (a loop body, a new batch of the same shape) compiles nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from backend_wgpu import Program, get_device
+from backend_wgpu.device import DeviceBuffer
+from ir.dtypes import DType
+from ir.errors import DeviceError, DTypeError
+from ir.graph import Graph
+from passes import run_pipeline
+from tracer.graph_builder import BuiltGraph, build_graph
+from tracer.lazy import Lazy
+from tracer.tensor import Tensor
+
+_LOCK = threading.RLock()  # one realization at a time: the runtime is thread-safe by serializing
+_PROGRAMS: OrderedDict[str, Program] = OrderedDict()
+MAX_CACHED_PROGRAMS = 256
+stats = {"programs_compiled": 0, "program_cache_hits": 0, "realizations": 0}
+
+
+def debug_level() -> int:
+    try:
+        return int(os.environ.get("WGJIT_DEBUG", "0"))
+    except ValueError:
+        return 0
+
+
+def check_binding_size(op: str, shape: tuple[int, ...], dtype: DType, nbytes: int) -> None:
+    limit = get_device().caps.max_storage_binding
+    if nbytes > limit:
+        raise DeviceError(
+            f"{op}: a tensor of shape {tuple(shape)} {dtype.value} needs {nbytes} bytes, over this device's "
+            f"max storage binding size of {limit} bytes; split the work into smaller tensors"
+        )
+
+
+def _check_features(graph: Graph) -> None:
+    caps = get_device().caps
+    if not caps.shader_f16 and any(n.dtype is DType.float16 for n in graph):
+        raise DTypeError(f"float16 needs the adapter feature shader-f16, which {caps.name} lacks; use float32")
+
+
+def program_for(graph: Graph) -> Program:
+    """The compiled program for a graph, from the cache when its structure was seen before."""
+    device = get_device()
+    key = graph.structural_key()
+    program = _PROGRAMS.get(key)
+    if program is not None:
+        _PROGRAMS.move_to_end(key)
+        stats["program_cache_hits"] += 1
+        return program
+    _check_features(graph)
+    t0 = time.perf_counter()
+    run = run_pipeline(graph, device.caps, keep=debug_level() >= 2)
+    program = Program(run.graph, device)
+    program.pass_seconds = run.seconds  # type: ignore[attr-defined]
+    program.stages = run.stages  # type: ignore[attr-defined]
+    stats["programs_compiled"] += 1
+    _PROGRAMS[key] = program
+    if len(_PROGRAMS) > MAX_CACHED_PROGRAMS:
+        _PROGRAMS.popitem(last=False)
+    _debug_report(program, run.seconds, time.perf_counter() - t0)
+    return program
+
+
+def _debug_report(program: Program, seconds: dict[str, float], total: float) -> None:
+    level = debug_level()
+    if level <= 0:
+        return
+    timing = ", ".join(f"{k} {v * 1e3:.2f}ms" for k, v in seconds.items())
+    print(f"[wgjit] compiled {len(program.dispatches)} dispatches in {total * 1e3:.1f} ms ({timing})", file=sys.stderr)
+    if level >= 2:
+        for name, g in program.stages:  # type: ignore[attr-defined]
+            print(f"[wgjit] --- after {name} ---\n{g}", file=sys.stderr)
+        print(program.summary(), file=sys.stderr)
+    if level >= 3:
+        for key, code in program.sources.items():
+            print(f"[wgjit] --- {key} ---\n{code}", file=sys.stderr)
+
+
+def _input_buffer(lz: Lazy) -> DeviceBuffer:
+    if lz.buffer is None:
+        lz.buffer = get_device().upload(lz.host)
+        lz.host = None
+    return lz.buffer
+
+
+def _build(tensors: tuple[Tensor, ...]) -> BuiltGraph | None:
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"expected Tensors, got {type(t).__name__}")
+    targets = [t._lazy for t in tensors if not t._lazy.is_leaf]
+    if not targets:
+        return None
+    return build_graph(targets)
+
+
+def realize(*tensors: Tensor) -> None:
+    """Compute every given tensor that is still pending, in one submission."""
+    with _LOCK:
+        built = _build(tensors)
+        for t in tensors:  # leaves with host data: upload now, as asked
+            if t._lazy.host is not None:
+                _input_buffer(t._lazy)
+        if built is None:
+            return
+        program = program_for(built.graph)
+        inputs = [_input_buffer(lz) for lz in built.inputs]
+        outputs = program.run(inputs)
+        for lz, buf in zip(built.outputs, outputs):
+            lz.mark_realized(buf)
+        stats["realizations"] += 1
+
+
+def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API names it)
+    """The compiled program that would compute these tensors, without running it."""
+    with _LOCK:
+        built = _build(tensors)
+        if built is None:
+            raise ValueError("compile: every tensor is already realized; there is nothing to compile")
+        return program_for(built.graph)
+
+
+def read(t: Tensor) -> np.ndarray:
+    """The tensor's values as a new numpy array."""
+    lz = t._lazy
+    if lz.host is not None:
+        return lz.host.copy()
+    realize(t)
+    with _LOCK:
+        raw = get_device().read(lz.buffer)
+    storage = np.uint32 if lz.dtype is DType.bool else lz.dtype.np
+    arr = np.frombuffer(raw, dtype=storage).reshape(lz.shape)
+    return arr.astype(bool) if lz.dtype is DType.bool else arr.copy()
+
+
+def clear_program_cache() -> None:
+    with _LOCK:
+        _PROGRAMS.clear()

@@ -1,0 +1,579 @@
+"""The lazy Tensor: every op records a node; values are computed only when asked for."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ir import shapes
+from ir.dtypes import DType, promote, scalar_dtype, to_dtype
+from ir.errors import DTypeError, ShapeError
+from ir.ops import FLOAT_ONLY, Op
+from tracer.lazy import Lazy
+
+Scalar = bool | int | float
+Operand = "Tensor | Scalar"
+
+
+class Tensor:
+    """A lazily computed n-dimensional array on the GPU.
+
+    Nothing runs when an op is called; `numpy()`, `item()`, `tolist()` and `realize()`
+    compile and run what is needed. `repr()` never computes anything.
+    """
+
+    __slots__ = ("_lazy", "__weakref__")
+    __array_priority__ = 1000  # so numpy defers `ndarray + Tensor` to us
+
+    def __init__(self, lazy: Lazy) -> None:
+        self._lazy = lazy
+        lazy.handles.add(self)
+
+    # --- properties ---------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._lazy.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self._lazy.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._lazy.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self._lazy.shape)
+
+    @property
+    def is_realized(self) -> bool:
+        return self._lazy.buffer is not None or self._lazy.host is not None
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        state = "realized" if self.is_realized else f"lazy {self._lazy.op.value}"
+        return f"Tensor(shape={self.shape}, dtype={self.dtype.value}, {state})"
+
+    # --- realization --------------------------------------------------------------
+    def realize(self) -> Tensor:
+        from tracer.realize import realize
+
+        realize(self)
+        return self
+
+    def numpy(self) -> np.ndarray:
+        from tracer.realize import read
+
+        return read(self)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self) -> Scalar:
+        if self.size != 1:
+            raise ShapeError(f"item: tensor of shape {self.shape} has {self.size} elements, not 1")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def __bool__(self) -> bool:
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.is_float or self.dtype is DType.bool:
+            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype.value}")
+        return int(self.item())
+
+    def __iter__(self):  # noqa: ANN204
+        for i in range(len(self)):
+            yield self[i]
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    # --- elementwise ---------------------------------------------------------------
+    def __add__(self, o: Any) -> Tensor:
+        return binary(Op.ADD, self, o)
+
+    def __radd__(self, o: Any) -> Tensor:
+        return binary(Op.ADD, o, self)
+
+    def __sub__(self, o: Any) -> Tensor:
+        return binary(Op.SUB, self, o)
+
+    def __rsub__(self, o: Any) -> Tensor:
+        return binary(Op.SUB, o, self)
+
+    def __mul__(self, o: Any) -> Tensor:
+        return binary(Op.MUL, self, o)
+
+    def __rmul__(self, o: Any) -> Tensor:
+        return binary(Op.MUL, o, self)
+
+    def __truediv__(self, o: Any) -> Tensor:
+        return binary(Op.DIV, self, o)
+
+    def __rtruediv__(self, o: Any) -> Tensor:
+        return binary(Op.DIV, o, self)
+
+    def __floordiv__(self, o: Any) -> Tensor:
+        return binary(Op.FLOORDIV, self, o)
+
+    def __rfloordiv__(self, o: Any) -> Tensor:
+        return binary(Op.FLOORDIV, o, self)
+
+    def __mod__(self, o: Any) -> Tensor:
+        return binary(Op.MOD, self, o)
+
+    def __rmod__(self, o: Any) -> Tensor:
+        return binary(Op.MOD, o, self)
+
+    def __pow__(self, o: Any) -> Tensor:
+        if isinstance(o, int | float) and not isinstance(o, bool) and o == 2:
+            return unary(Op.SQUARE, self)
+        return binary(Op.POW, self, o)
+
+    def __rpow__(self, o: Any) -> Tensor:
+        return binary(Op.POW, o, self)
+
+    def __matmul__(self, o: Any) -> Tensor:
+        return matmul(self, o)
+
+    def __rmatmul__(self, o: Any) -> Tensor:
+        return matmul(o, self)
+
+    def __lt__(self, o: Any) -> Tensor:
+        return binary(Op.LT, self, o)
+
+    def __le__(self, o: Any) -> Tensor:
+        return binary(Op.LE, self, o)
+
+    def __gt__(self, o: Any) -> Tensor:
+        return binary(Op.GT, self, o)
+
+    def __ge__(self, o: Any) -> Tensor:
+        return binary(Op.GE, self, o)
+
+    def __eq__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return binary(Op.EQ, self, o)
+
+    def __ne__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return binary(Op.NE, self, o)
+
+    def __and__(self, o: Any) -> Tensor:
+        return binary(Op.AND, self, o)
+
+    def __or__(self, o: Any) -> Tensor:
+        return binary(Op.OR, self, o)
+
+    def __invert__(self) -> Tensor:
+        if self.dtype is not DType.bool:
+            raise DTypeError(f"~: only bool tensors, got {self.dtype.value}")
+        return unary(Op.NOT, self)
+
+    def __neg__(self) -> Tensor:
+        return unary(Op.NEG, self)
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __abs__(self) -> Tensor:
+        return unary(Op.ABS, self)
+
+    def abs(self) -> Tensor:
+        return unary(Op.ABS, self)
+
+    def exp(self) -> Tensor:
+        return unary(Op.EXP, self)
+
+    def log(self) -> Tensor:
+        return unary(Op.LOG, self)
+
+    def sqrt(self) -> Tensor:
+        return unary(Op.SQRT, self)
+
+    def rsqrt(self) -> Tensor:
+        return unary(Op.RSQRT, self)
+
+    def reciprocal(self) -> Tensor:
+        return unary(Op.RECIPROCAL, self)
+
+    def square(self) -> Tensor:
+        return unary(Op.SQUARE, self)
+
+    def sin(self) -> Tensor:
+        return unary(Op.SIN, self)
+
+    def cos(self) -> Tensor:
+        return unary(Op.COS, self)
+
+    def tanh(self) -> Tensor:
+        return unary(Op.TANH, self)
+
+    def sigmoid(self) -> Tensor:
+        return unary(Op.SIGMOID, self)
+
+    def relu(self) -> Tensor:
+        return unary(Op.RELU, self)
+
+    def gelu(self, approximate: str = "none") -> Tensor:
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        return unary(Op.GELU if approximate == "none" else Op.GELU_TANH, self)
+
+    def silu(self) -> Tensor:
+        return unary(Op.SILU, self)
+
+    def floor(self) -> Tensor:
+        return self if not self.dtype.is_float else unary(Op.FLOOR, self)
+
+    def ceil(self) -> Tensor:
+        return self if not self.dtype.is_float else unary(Op.CEIL, self)
+
+    def astype(self, dtype: DType | str | type) -> Tensor:
+        dt = to_dtype(dtype)
+        if dt is self.dtype:
+            return self
+        return make(Op.CAST, (self,), self.shape, dt)
+
+    # --- reductions ---------------------------------------------------------------
+    def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        x = self.astype(DType.int32) if self.dtype is DType.bool else self
+        return reduce(Op.SUM, x, axis, keepdims)
+
+    def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        x = self if self.dtype.is_float else self.astype(DType.float32)
+        axes = shapes.normalize_axes("mean", axis, self.shape)
+        n = math.prod(self.shape[a] for a in axes)
+        total = reduce(Op.SUM, x, axis, keepdims)
+        return total * (1.0 / n) if n else total * float("nan")
+
+    def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        return reduce(Op.MAX, self, axis, keepdims)
+
+    def min(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
+        return reduce(Op.MIN, self, axis, keepdims)
+
+    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return arg_reduce(Op.ARGMAX, self, axis, keepdims)
+
+    def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return arg_reduce(Op.ARGMIN, self, axis, keepdims)
+
+    def softmax(self, axis: int = -1) -> Tensor:
+        return row_op(Op.SOFTMAX, self, axis)
+
+    def log_softmax(self, axis: int = -1) -> Tensor:
+        return row_op(Op.LOG_SOFTMAX, self, axis)
+
+    # --- movement -----------------------------------------------------------------
+    def reshape(self, *shape: Any) -> Tensor:
+        new = shapes.resolve_reshape("reshape", self.shape, _shape_arg(shape))
+        if new == self.shape:
+            return self
+        return make(Op.RESHAPE, (self,), new, self.dtype, new)
+
+    def permute(self, *order: Any) -> Tensor:
+        perm = shapes.check_permutation("permute", _shape_arg(order), self.shape)
+        if perm == tuple(range(self.ndim)):
+            return self
+        return make(Op.PERMUTE, (self,), tuple(self.shape[i] for i in perm), self.dtype, perm)
+
+    def transpose(self, axis0: int = -2, axis1: int = -1) -> Tensor:
+        if self.ndim < 2 and (axis0, axis1) == (-2, -1):
+            return self
+        a = shapes.normalize_axis("transpose", axis0, self.ndim, self.shape)
+        b = shapes.normalize_axis("transpose", axis1, self.ndim, self.shape)
+        order = list(range(self.ndim))
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def expand(self, *shape: Any) -> Tensor:
+        new = shapes.check_expand("expand", self.shape, _shape_arg(shape))
+        if new == self.shape:
+            return self
+        return make(Op.EXPAND, (self,), new, self.dtype, new)
+
+    def broadcast_to(self, *shape: Any) -> Tensor:
+        return self.expand(*shape)
+
+    def squeeze(self, axis: int | Sequence[int] | None = None) -> Tensor:
+        if axis is None:
+            axes = tuple(i for i, d in enumerate(self.shape) if d == 1)
+        else:
+            axes = shapes.normalize_axes("squeeze", axis, self.shape)
+            for a in axes:
+                if self.shape[a] != 1:
+                    raise ShapeError(f"squeeze: axis {a} of shape {self.shape} has size {self.shape[a]}, not 1")
+        return self.reshape(tuple(d for i, d in enumerate(self.shape) if i not in axes))
+
+    def unsqueeze(self, axis: int) -> Tensor:
+        a = shapes.normalize_axis("unsqueeze", axis, self.ndim + 1, self.shape)
+        return self.reshape(self.shape[:a] + (1,) + self.shape[a:])
+
+    def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        s = shapes.normalize_axis("flatten", start_axis, self.ndim, self.shape)
+        e = shapes.normalize_axis("flatten", end_axis, self.ndim, self.shape)
+        if s > e:
+            raise ShapeError(f"flatten: start axis {start_axis} comes after end axis {end_axis}")
+        return self.reshape(self.shape[:s] + (math.prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
+
+    def contiguous(self) -> Tensor:
+        return make(Op.COPY, (self,), self.shape, self.dtype)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        from tracer.indexing import getitem
+
+        return getitem(self, index)
+
+    # --- debugging ----------------------------------------------------------------
+    def graph(self):  # noqa: ANN201
+        """The ir.Graph that would compute this tensor (nothing runs)."""
+        from tracer.graph_builder import build_graph
+
+        return build_graph([self._lazy]).graph
+
+
+# --- node construction ---------------------------------------------------------------
+
+_LARGEST_SAFE_BINDING = 128 << 20  # WebGPU's default max storage binding: every adapter has it
+
+
+def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > _LARGEST_SAFE_BINDING and op not in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE):
+        from tracer.realize import check_binding_size
+
+        check_binding_size(op.value, shape, dtype, nbytes)
+    return Tensor(Lazy(op, tuple(s._lazy for s in srcs), shape, dtype, arg))
+
+
+def _shape_arg(args: tuple[Any, ...]) -> tuple[int, ...]:
+    if len(args) == 1 and isinstance(args[0], list | tuple):
+        args = tuple(args[0])
+    out = []
+    for a in args:
+        try:
+            out.append(operator.index(a))
+        except TypeError:
+            raise ShapeError(f"shape entries must be ints, got {a!r}") from None
+    return tuple(out)
+
+
+def _const(value: Scalar, dtype: DType) -> Tensor:
+    from tracer.factories import constant
+
+    return constant(value, dtype)
+
+
+def as_tensors(op: str, a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    """Bring a pair of operands to tensors, python scalars taking numpy's weak dtype."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        return a, b
+    if isinstance(a, Tensor):
+        return a, _scalar_operand(op, b, a.dtype)
+    if isinstance(b, Tensor):
+        return _scalar_operand(op, a, b.dtype), b
+    raise DTypeError(f"{op}: needs at least one tensor, got {type(a).__name__} and {type(b).__name__}")
+
+
+def _scalar_operand(op: str, value: Any, other: DType) -> Tensor:
+    if isinstance(value, np.ndarray | np.generic | list):
+        from tracer.factories import tensor
+
+        return tensor(value)
+    if not isinstance(value, bool | int | float):
+        raise DTypeError(f"{op}: cannot combine a tensor with {type(value).__name__}")
+    dt = scalar_dtype(value, other)
+    if dt.is_int and isinstance(value, int) and not np.iinfo(dt.np).min <= value <= np.iinfo(dt.np).max:
+        raise DTypeError(f"{op}: python int {value} does not fit {dt.value}")
+    return _const(value, dt)
+
+
+def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
+    if x.shape == shape:
+        return x
+    return make(Op.EXPAND, (x,), shape, x.dtype, shape)
+
+
+def unary(op: Op, x: Tensor) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{op.value}: expected a Tensor, got {type(x).__name__}")
+    if op in FLOAT_ONLY and not x.dtype.is_float:
+        x = x.astype(DType.float32)
+    if op in (Op.NEG, Op.ABS, Op.SQUARE, Op.RELU) and x.dtype is DType.bool:
+        raise DTypeError(f"{op.value}: not defined for bool tensors; use ~ or astype()")
+    return make(op, (x,), x.shape, x.dtype)
+
+
+def binary(op: Op, a: Any, b: Any) -> Tensor:
+    name = op.value
+    a, b = as_tensors(name, a, b)
+    dt = promote(a.dtype, b.dtype, name)
+    if op in (Op.AND, Op.OR) and dt is not DType.bool:
+        raise DTypeError(f"{name}: logical ops need bool tensors, got {a.dtype.value} and {b.dtype.value}")
+    if op in FLOAT_ONLY and not dt.is_float:
+        dt = DType.float32
+    if dt is DType.bool and op in (Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.MOD, Op.POW):
+        raise DTypeError(f"{name}: arithmetic on bool tensors; cast with astype() first")
+    shape = shapes.broadcast_shapes(name, a.shape, b.shape)
+    a = broadcast_to(a.astype(dt), shape)
+    b = broadcast_to(b.astype(dt), shape)
+    out = DType.bool if op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE) else dt
+    return make(op, (a, b), shape, out)
+
+
+def where(cond: Any, a: Any, b: Any) -> Tensor:
+    from tracer.factories import tensor
+
+    if not isinstance(cond, Tensor):
+        cond = tensor(cond)
+    cond = cond if cond.dtype is DType.bool else cond != 0
+    a, b = as_tensors("where", a, b)
+    dt = promote(a.dtype, b.dtype, "where")
+    shape = shapes.broadcast_shapes("where", cond.shape, a.shape, b.shape)
+    srcs = (broadcast_to(cond, shape), broadcast_to(a.astype(dt), shape), broadcast_to(b.astype(dt), shape))
+    return make(Op.WHERE, srcs, shape, dt)
+
+
+def maximum(a: Any, b: Any) -> Tensor:
+    return binary(Op.MAXIMUM, a, b)
+
+
+def minimum(a: Any, b: Any) -> Tensor:
+    return binary(Op.MINIMUM, a, b)
+
+
+def _move_axes_last(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    kept = [i for i in range(x.ndim) if i not in axes]
+    return x.permute(kept + list(axes))
+
+
+def reduce(op: Op, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
+    name = op.value
+    axes = shapes.normalize_axes(name, axis, x.shape)
+    if op in (Op.MAX, Op.MIN) and any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"{name}: zero-size reduction over axes {axes} of shape {x.shape} has no identity")
+    if x.dtype is DType.bool and op in (Op.MAX, Op.MIN):
+        x = x.astype(DType.int32)
+        return reduce(op, x, axis, keepdims).astype(DType.bool)
+    kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    out = make(op, (_move_axes_last(x, axes),), kept_shape, x.dtype, len(axes))
+    if keepdims:
+        out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    return out
+
+
+def arg_reduce(op: Op, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
+    name = op.value
+    if axis is None:
+        axes = tuple(range(x.ndim))
+    else:
+        axes = (shapes.normalize_axis(name, axis, x.ndim, x.shape),)
+    if any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"{name}: attempt to get {name} of an empty sequence (shape {x.shape})")
+    if x.dtype is DType.bool:
+        x = x.astype(DType.int32)
+    kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    out = make(op, (_move_axes_last(x, axes),), kept_shape, DType.int32, len(axes))
+    if keepdims:
+        out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    return out
+
+
+def row_op(op: Op, x: Tensor, axis: int) -> Tensor:
+    a = shapes.normalize_axis(op.value, axis, x.ndim, x.shape)
+    if not x.dtype.is_float:
+        x = x.astype(DType.float32)
+    if x.ndim == 0:
+        return make(op, (x.reshape(1),), (1,), x.dtype).reshape(())
+    if a == x.ndim - 1:
+        return make(op, (x,), x.shape, x.dtype)
+    order = [i for i in range(x.ndim) if i != a] + [a]
+    inverse = [order.index(i) for i in range(x.ndim)]
+    moved = x.permute(order)
+    return make(op, (moved,), moved.shape, x.dtype).permute(inverse)
+
+
+def matmul(a: Any, b: Any) -> Tensor:
+    from tracer.factories import tensor
+
+    a = a if isinstance(a, Tensor) else tensor(a)
+    b = b if isinstance(b, Tensor) else tensor(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul: {a.shape} @ {b.shape}: operands must have at least 1 dimension")
+    dt = promote(a.dtype, b.dtype, "matmul")
+    if not dt.is_float:
+        raise DTypeError(f"matmul: {a.dtype.value} @ {b.dtype.value}: only float matmul is supported; cast with astype()")
+    a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
+    b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        raise ShapeError(f"matmul: {a.shape} @ {b.shape}: inner dimensions {a2.shape[-1]} and {b2.shape[-2]} differ")
+    sa, sb, so = shapes.matmul_shapes(a2.shape, b2.shape)
+    out = make(Op.MATMUL, (broadcast_to(a2.astype(dt), sa), broadcast_to(b2.astype(dt), sb)), so, dt)
+    if a.ndim == 1 and b.ndim == 1:
+        return out.reshape(())
+    if a.ndim == 1:
+        return out.reshape(so[:-2] + (so[-1],))
+    if b.ndim == 1:
+        return out.reshape(so[:-1])
+    return out
+
+
+MAX_CONCAT_INPUTS = 7  # stays under the 8 storage buffers per stage that every adapter has
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    from tracer.factories import tensor
+
+    ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
+    if not ts:
+        raise ShapeError("concat: needs at least one tensor")
+    if any(t.ndim == 0 for t in ts):
+        raise ShapeError(f"concat: zero-dimensional tensors cannot be concatenated (shapes {[t.shape for t in ts]})")
+    a = shapes.normalize_axis("concat", axis, ts[0].ndim, ts[0].shape)
+    shape = shapes.concat_shape(a, [t.shape for t in ts])
+    dt = ts[0].dtype
+    for t in ts[1:]:
+        dt = promote(dt, t.dtype, "concat")
+    ts = [t.astype(dt) for t in ts if t.shape[a] > 0] or [ts[0].astype(dt)]
+    if len(ts) == 1:
+        return ts[0].contiguous() if ts[0].shape == shape else ts[0]
+    while len(ts) > MAX_CONCAT_INPUTS:
+        ts = [concat(ts[i : i + MAX_CONCAT_INPUTS], a) for i in range(0, len(ts), MAX_CONCAT_INPUTS)]
+    return make(Op.CONCAT, tuple(ts), shape, dt, a)
+
+
+def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    from tracer.factories import tensor
+
+    ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
+    if not ts:
+        raise ShapeError("stack: needs at least one tensor")
+    if any(t.shape != ts[0].shape for t in ts):
+        raise ShapeError(f"stack: all shapes must be equal, got {[t.shape for t in ts]}")
+    a = shapes.normalize_axis("stack", axis, ts[0].ndim + 1, ts[0].shape)
+    return concat([t.unsqueeze(a) for t in ts], a)
