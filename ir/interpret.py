@@ -22,7 +22,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    return _erf(x.astype(np.float64)).astype(np.float64)
+    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)  # asarray: 0-d gives a python float
 
 
 def _sigmoid(a: np.ndarray) -> np.ndarray:
@@ -151,7 +151,7 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
             result = (np.argmax if op is Op.ARGMAX else np.argmin)(flat, axis=-1)
         elif op in (Op.SOFTMAX, Op.LOG_SOFTMAX):
             a = up(args[0])
-            m = np.max(a, axis=-1, keepdims=True)
+            m = np.max(a, axis=-1, keepdims=True, initial=-np.inf)  # initial: rows may be empty
             e = np.exp(a - m)
             s = np.sum(e, axis=-1, keepdims=True)
             result = e / s if op is Op.SOFTMAX else (a - m) - np.log(s)
@@ -174,7 +174,8 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
             result = view_of(args[0], arg)
         else:
             raise NotImplementedError(f"reference interpreter: no rule for {op}")
-    return np.ascontiguousarray(np.asarray(result).astype(out_np).reshape(node.shape))
+    # np.array, not np.ascontiguousarray: that one turns 0-d results into shape (1,)
+    return np.array(np.asarray(result).astype(out_np).reshape(node.shape), order="C")
 
 
 def interpret(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

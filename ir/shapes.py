@@ -26,7 +26,8 @@ def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
 def normalize_axis(op: str, axis: int, ndim: int, shape: Shape | None = None) -> int:
     if not isinstance(axis, int | bool) or isinstance(axis, bool):
         raise ShapeError(f"{op}: axis must be an int, got {axis!r}")
-    if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
+    # a 0-d tensor takes axis 0 or -1 (as torch does); the old single range test refused -1
+    if (ndim == 0 and axis not in (0, -1)) or (ndim > 0 and not -ndim <= axis < ndim):
         where = f" for shape {shape}" if shape is not None else ""
         raise ShapeError(f"{op}: axis {axis} is out of range{where} (ndim {ndim})")
     return axis % ndim if ndim else 0

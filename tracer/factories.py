@@ -39,7 +39,8 @@ def _host_array(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
         target = DType.int32
     else:
         target = from_numpy(arr.dtype)
-    return np.ascontiguousarray(arr.astype(target.np)), target
+    # np.array, not np.ascontiguousarray: that one turns 0-d data into shape (1,)
+    return np.array(arr.astype(target.np), order="C"), target
 
 
 def tensor(data: Any, dtype: DType | str | None = None) -> Tensor:

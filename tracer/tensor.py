@@ -301,6 +301,8 @@ class Tensor:
             return self
         a = shapes.normalize_axis("transpose", axis0, self.ndim, self.shape)
         b = shapes.normalize_axis("transpose", axis1, self.ndim, self.shape)
+        if self.ndim == 0:  # axes 0/-1 of a 0-d tensor: nothing to swap
+            return self
         order = list(range(self.ndim))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)

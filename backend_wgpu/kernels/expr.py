@@ -23,6 +23,31 @@ def _bool_of(t: str) -> str:
     return t.split("<")[0] + "<bool>" if "<" in t else "bool"
 
 
+def _float_bits(x: str, t: str) -> tuple[str, str]:
+    """The bits of float expression x of type t as u32 (vector) and that u32 type (f16 goes via f32)."""
+    scalar = _scalar_of(t)
+    u = t.replace(scalar, "u32")
+    if scalar == "f16":
+        x = f"{t.replace(scalar, 'f32')}({x})"
+    return f"bitcast<{u}>({x})", u
+
+
+def isnan(x: str, t: str) -> str:
+    """WGSL: true where x is NaN, tested on its bits.
+
+    WGSL lets a compiler assume no NaN, and lavapipe folds `x != x` to false, so the
+    obvious test silently breaks NaN propagation (max, min, argmax...).
+    """
+    bits, u = _float_bits(x, t)
+    return f"(({bits} & {u}(0x7fffffffu)) > {u}(0x7f800000u))"
+
+
+def isinf(x: str, t: str) -> str:
+    """WGSL: true where x is +inf or -inf, tested on its bits (see isnan)."""
+    bits, u = _float_bits(x, t)
+    return f"(({bits} & {u}(0x7fffffffu)) == {u}(0x7f800000u))"
+
+
 def _suffix(t: str) -> str:
     return t.replace("<", "_").replace(">", "")
 
@@ -81,7 +106,7 @@ COMMON_EXPR: dict[Op, Expr] = {
     Op.GT: lambda a, t: f"({a[0]} > {a[1]})",
     Op.GE: lambda a, t: f"({a[0]} >= {a[1]})",
     Op.EQ: lambda a, t: f"({a[0]} == {a[1]})",
-    Op.NE: lambda a, t: f"({a[0]} != {a[1]})",
+    Op.NE: lambda a, t: f"(!({a[0]} == {a[1]}))",  # `!=` compiles to an ordered compare: NaN != x gave false
     Op.AND: lambda a, t: f"({a[0]} & {a[1]})",
     Op.OR: lambda a, t: f"({a[0]} | {a[1]})",
     Op.NOT: lambda a, t: f"(!{a[0]})",
@@ -89,8 +114,18 @@ COMMON_EXPR: dict[Op, Expr] = {
 }
 
 
+_BOOL_VIA_U32 = frozenset({Op.LT, Op.LE, Op.GT, Op.GE, Op.MAXIMUM, Op.MINIMUM})
+
+
 def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
     """The WGSL expression of `op` on `args`, computed in type `t` of element dtype `dtype`."""
+    if dtype is DType.bool and op in _BOOL_VIA_U32:
+        # WGSL orders no bools: compare (or max/min) them as 0u/1u, as numpy orders False < True
+        u = t.replace("bool", "u32")
+        ua = [f"{u}({a})" for a in args]
+        if op in COMMON_EXPR:
+            return COMMON_EXPR[op](ua, u)
+        return f"({INT_EXPR[op](ua, u)} != {u}(0u))"
     if op in COMMON_EXPR:
         return COMMON_EXPR[op](args, t)
     table = FLOAT_EXPR if dtype.is_float else INT_EXPR
@@ -149,7 +184,8 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
     if op is Op.MOD:
         out[f"wg_fmod_{s}"] = (
             f"fn wg_fmod_{s}(x: {t}, y: {t}) -> {t} {{\n"
-            f"  let r = x - y * trunc(x / y);\n"
+            f"  // x mod +-inf is x (y * trunc(x / y) would be inf * 0 = NaN); the sign fix-up below then follows numpy\n"
+            f"  let r = select(x - y * trunc(x / y), x, {isinf('y', t)} & !{isinf('x', t)});\n"
             f"  return select(r, r + y, (r != {t}(0.0)) & ((r < {t}(0.0)) != (y < {t}(0.0))));\n}}"
         )
     if op is Op.POW:
@@ -159,7 +195,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let odd = is_int & (abs(y - {t}(2.0) * floor(y * {t}(0.5))) == {t}(1.0));\n"
             f"  let neg = select(m, -m, odd);\n"
             f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
-            f"  let nan = {t}(bitcast<f32>(nan_bits));\n"
+            f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));  // via the scalar type: f16 has no f32 vector ctor\n"
             f"  return select(m, select(nan, neg, is_int), x < {t}(0.0));\n}}"
         )
     if op in (Op.MAXIMUM, Op.MINIMUM):
@@ -167,7 +203,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         out[f"wg_{fn}_{s}"] = (
             f"fn wg_{fn}_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  // numpy propagates NaN; WGSL's {fn} may not\n"
-            f"  let xn: {b} = x != x;\n  let yn: {b} = y != y;\n"
+            f"  let xn: {b} = {isnan('x', t)};\n  let yn: {b} = {isnan('y', t)};\n"
             f"  return select(select({fn}(x, y), y, yn), x, xn);\n}}"
         )
     return out
