@@ -135,7 +135,7 @@ class Device:
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
         self.check_alive()
-        size = max(4, (nbytes + 3) & ~3)
+        size = max(16, (nbytes + 3) & ~3)  # 16: a vec4 binding of an empty tensor must still validate
         if nbytes > self.caps.max_storage_binding:
             raise DeviceError(
                 f"buffer of {nbytes} bytes exceeds the device's max storage binding of {self.caps.max_storage_binding} bytes"

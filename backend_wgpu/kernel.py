@@ -93,7 +93,8 @@ class Kernel:
         wg = "x".join(map(str, self.choice.workgroup))
         # which operands are read through `out` changes the bindings (x + x in place binds none)
         ip = "".join(str(i) for i in range(len(self.operands)) if self.reads_output(i)) if self.inplace else ""
-        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)}{ip} m[{meta}]"
+        params = "".join(f" {k}={v}" for k, v in self.choice.params)  # tile sizes are baked into the WGSL
+        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)}{ip}{params} m[{meta}]"
 
     def operand_type(self, i: int) -> str:
         """Storage element type of operand i's binding (vector or scalar)."""

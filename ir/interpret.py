@@ -169,7 +169,9 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
         elif op is Op.EXPAND:
             result = np.broadcast_to(args[0], arg)
         elif op is Op.SLICE:
-            result = args[0][tuple(slice(a, b if b >= 0 else None, c) for a, b, c in arg)]
+            # index lists from range(): a normalized stop of -1 means "before index 0", which a
+            # python slice would read as "the last element"
+            result = args[0][np.ix_(*(np.arange(a, b, c) for a, b, c in arg))] if arg else args[0]
         elif op is Op.VIEW:
             result = view_of(args[0], arg)
         else:

@@ -133,7 +133,9 @@ class OpSpec:
              {name} (parameters), or a function (srcs, params) -> str;
     ref      numpy's meaning: ref(*operands, **params) -> ndarray | Result;
     exact    "always", "representable", "accumulate" (decided inside ref) or "never";
-    eps      the op's own relative error bound on float32 results.
+    eps      the op's own relative error bound on float32 results;
+    noise    where the noisy runs put that error: on the result ("output") or, for ops that
+             round before a discontinuity (x // y, x % y on floats), on the operands ("input").
     """
 
     name: str
@@ -142,6 +144,7 @@ class OpSpec:
     ref: Callable[..., np.ndarray | Result]
     exact: str = "never"
     eps: float = 1e-5
+    noise: str = "output"  # "input": perturb the operands instead (a rounding before a jump: floor(x / y))
 
     def render(self, srcs: list[str], params: dict[str, Any]) -> str:
         if callable(self.code):
@@ -278,7 +281,9 @@ class Builder:
         a = self._data(shape, dt)
         self.inputs.append(a)
         realized = self.draw(st.integers(0, 3)) == 0
-        return self.add("input", (), (("index", len(self.inputs) - 1), ("realized", realized)))
+        ref = self.add("input", (), (("index", len(self.inputs) - 1), ("realized", realized)))
+        assert ref is not None
+        return ref
 
     def _data(self, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
         r = self.rng
@@ -304,7 +309,7 @@ class Builder:
             res = run_step(step, [self.value(a) for a in args], self.inputs)
         except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError):
             return None
-        if res.value.size > MAX_SIZE * 4:
+        if res.value.size > MAX_SIZE * 4 and op != "input":
             return None
         self.steps.append(step)
         self.values.append(res.value)
@@ -352,10 +357,14 @@ def evaluate(program: Program) -> Reference:
         sign = (1.0, -1.0)[run] if run < 2 else None  # two runs push every error the same way
         vals: list[np.ndarray] = []
         for i, step in enumerate(program.steps):
-            res = run_step(step, [vals[a.index] if isinstance(a, Ref) else a for a in step.args], program.inputs)
+            spec = OPS[step.op]
+            args = [vals[a.index] if isinstance(a, Ref) else a for a in step.args]
+            if not exact[i] and spec.noise == "input":
+                args = [_perturb(a, spec.eps, None, rng, sign) if isinstance(a, np.ndarray) and a.dtype in FLOATS and a.size else a for a in args]
+            res = run_step(step, args, program.inputs)
             v = res.value
-            if not exact[i] and v.dtype in FLOATS and v.size:
-                v = _perturb(v, OPS[step.op].eps, res.mag, rng, sign)
+            if not exact[i] and spec.noise == "output" and v.dtype in FLOATS and v.size:
+                v = _perturb(v, spec.eps, res.mag, rng, sign)
             vals.append(v)
         ref.noisy.append(vals)
     return ref
@@ -486,9 +495,12 @@ def _elementwise(core: Callable[..., np.ndarray], exact: str, mag: Callable[...,
         if cmp:
             return Result(core(a, c), True)
         r = core(_up(a), _up(c)).astype(dt)
-        if exact == "always":
+        if exact == "always" or dt.kind != "f":
             return Result(r, True)
-        ok = exact == "representable" and dt.kind == "f" and representable(core(a.astype(F64), c.astype(F64)), r)
+        if exact == "quotient":  # floor(x / y): exact when the rounded quotient is the true one
+            ok = representable(a.astype(F64) / c.astype(F64), (_up(a) / _up(c)).astype(F32))
+        else:
+            ok = exact == "representable" and representable(core(a.astype(F64), c.astype(F64)), r)
         return Result(r, ok or dt.kind != "f", None if mag is None else mag(np.abs(_up(a)), np.abs(_up(c))))
 
     return ref
@@ -914,8 +926,8 @@ OPS: dict[str, OpSpec] = {
         OpSpec("sub", d_binary(_NUM + (BOOL,)), "{0} - {1}", _elementwise(np.subtract, "representable", _ADD_MAG), eps=1e-6),
         OpSpec("mul", d_binary(_NUM + (BOOL,)), "{0} * {1}", _elementwise(np.multiply, "representable"), eps=1e-6),
         OpSpec("truediv", d_binary(_ANY, no_bool_result=False), "{0} / {1}", _elementwise(np.true_divide, "never", float_out=True)),
-        OpSpec("floordiv", d_binary(_NUM), "{0} // {1}", _elementwise(np.floor_divide, "always")),
-        OpSpec("mod", d_binary(_NUM), "{0} % {1}", _elementwise(np.mod, "always")),
+        OpSpec("floordiv", d_binary(_NUM), "{0} // {1}", _elementwise(np.floor_divide, "quotient"), noise="input", eps=1e-6),
+        OpSpec("mod", d_binary(_NUM), "{0} % {1}", _elementwise(np.mod, "quotient"), noise="input", eps=1e-6),
         OpSpec("pow", d_pow, "{0} ** {1}", _pow),
         OpSpec("maximum", d_binary(_ANY, no_bool_result=False), "tr.maximum({0}, {1})", _elementwise(np.maximum, "always")),
         OpSpec("minimum", d_binary(_ANY, no_bool_result=False), "tr.minimum({0}, {1})", _elementwise(np.minimum, "always")),

@@ -454,6 +454,12 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     if not isinstance(cond, Tensor):
         cond = tensor(cond)
     cond = cond if cond.dtype is DType.bool else cond != 0
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        # two python scalars (np.where(c, 1, 0)): they take numpy's dtype, narrowed as usual
+        both = (a, b)
+        kind = DType.float32 if any(isinstance(v, float) for v in both) else DType.bool
+        kind = DType.int32 if kind is DType.bool and not all(isinstance(v, bool) for v in both) else kind
+        a, b = _scalar_operand("where", a, kind), _scalar_operand("where", b, kind)
     a, b = as_tensors("where", a, b)
     dt = promote(a.dtype, b.dtype, "where")
     shape = shapes.broadcast_shapes("where", cond.shape, a.shape, b.shape)

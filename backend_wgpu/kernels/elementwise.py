@@ -10,6 +10,7 @@ operand is read in the cheapest way its view allows:
 
 from __future__ import annotations
 
+from ir.dtypes import DType
 from ir.ops import Op
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.kernels import expr
@@ -94,6 +95,14 @@ class ElementwiseKernel(Kernel):
             return f"{vtype(node.dtype, w)}({args[0]})"
         # comparisons and where compute in the operands' type; everything else in the output's
         math_dtype = self.operands[-1].dtype if node.op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.WHERE) else node.dtype
+        if math_dtype is DType.float16 and node.op not in expr.COMMON_EXPR:
+            # float16 math happens in float32, rounded once when stored (as ir.interpret and the
+            # other kernels do): native f16 tanh/gelu/pow lose whole digits near cancellations
+            f32 = vtype(DType.float32, w)
+            args = [f"{f32}({a})" for a in args]
+            for name, code in expr.helpers(node.op, f32, DType.float32).items():
+                b.helper(name, code)
+            return f"{vtype(DType.float16, w)}({expr.expression(node.op, args, f32, DType.float32)})"
         t = vtype(math_dtype, w)
         for name, code in expr.helpers(node.op, t, math_dtype).items():
             b.helper(name, code)

@@ -77,7 +77,7 @@ FLOAT_EXPR: dict[Op, Expr] = {
     Op.SUB: lambda a, t: f"({a[0]} - {a[1]})",
     Op.MUL: lambda a, t: f"({a[0]} * {a[1]})",
     Op.DIV: lambda a, t: f"({a[0]} / {a[1]})",
-    Op.FLOORDIV: lambda a, t: f"floor({a[0]} / {a[1]})",
+    Op.FLOORDIV: lambda a, t: f"wg_ffloordiv_{_suffix(t)}({a[0]}, {a[1]})",
     Op.MOD: lambda a, t: f"wg_fmod_{_suffix(t)}({a[0]}, {a[1]})",
     Op.POW: lambda a, t: f"wg_pow_{_suffix(t)}({a[0]}, {a[1]})",
     Op.MAXIMUM: lambda a, t: f"wg_max_{_suffix(t)}({a[0]}, {a[1]})",
@@ -162,7 +162,8 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
                 f"fn wg_ipow_{s}(x: {t}, y: {t}) -> {t} {{\n"
                 f"  let fx = {ft}(x);\n  let fy = {ft}(y);\n  let m = pow(abs(fx), fy);\n"
                 f"  let odd = abs(fy - {ft}(2.0) * floor(fy * {ft}(0.5))) == {ft}(1.0);\n"
-                f"  return {t}(round(select(m, -m, (fx < {ft}(0.0)) & odd)));\n}}"
+                f"  // x ** 0 is 1 for every x (pow(0, 0) is undefined in WGSL)\n"
+                f"  return select({t}(round(select(m, -m, (fx < {ft}(0.0)) & odd))), {t}(1), y == {t}(0));\n}}"
             )
         return out
     if op is Op.TANH or op is Op.GELU_TANH:
@@ -170,7 +171,8 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         out[f"wg_tanh_{s}"] = (
             f"fn wg_tanh_{s}(x: {t}) -> {t} {{\n"
             f"  let y = {t}(1.0) - {t}(2.0) / (exp(min(abs(x), {t}(20.0)) * {t}(2.0)) + {t}(1.0));\n"
-            f"  return select(sign(x) * y, x, abs(x) < {t}(0.0005));\n}}"
+            f"  // NaN stays NaN (min() may drop it, sign(NaN) may be 0)\n"
+            f"  return select(sign(x) * y, x, (abs(x) < {t}(0.0005)) | {isnan('x', t)});\n}}"
         )
     if op is Op.GELU:
         # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), evaluated in f32 even for f16
@@ -180,6 +182,18 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let x = {f}(x_in);\n  let a = abs(x);\n  let k = {f}(1.0) / ({f}(1.0) + {f}(0.3275911) * a);\n"
             f"  let p = k * ({f}(0.254829592) + k * ({f}(-0.284496736) + k * ({f}(1.421413741) + k * ({f}(-1.453152027) + k * {f}(1.061405429)))));\n"
             f"  return {t}(sign(x) * ({f}(1.0) - p * exp(-a * a)));\n}}"
+        )
+    if op is Op.FLOORDIV:
+        finite_x = f"!({isinf('x', t)} | {isnan('x', t)})"
+        out[f"wg_ffloordiv_{s}"] = (
+            f"fn wg_ffloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
+            f"  // finite x // +-inf: numpy gives 0, or -1 when x is nonzero with the other sign\n"
+            f"  let by_inf = select({t}(0.0), {t}(-1.0), (x != {t}(0.0)) & ((x < {t}(0.0)) != (y < {t}(0.0))));\n"
+            f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
+            f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));\n"
+            f"  // +-inf // y is NaN in numpy (its quotient comes from fmod, NaN there), but x // 0 is x / 0\n"
+            f"  let q = select(floor(x / y), nan, {isinf('x', t)} & (y != {t}(0.0)));\n"
+            f"  return select(q, by_inf, {isinf('y', t)} & {finite_x});\n}}"
         )
     if op is Op.MOD:
         out[f"wg_fmod_{s}"] = (
@@ -191,12 +205,21 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
     if op is Op.POW:
         out[f"wg_pow_{s}"] = (
             f"fn wg_pow_{s}(x: {t}, y: {t}) -> {t} {{\n"
-            f"  let m = pow(abs(x), y);\n  let is_int = floor(y) == y;\n"
+            f"  var inf_bits = 0x7f800000u;  // a var: an infinite constant is a WGSL compile error\n"
+            f"  let inf = {t}({_scalar_of(t)}(bitcast<f32>(inf_bits)));\n"
+            f"  // |x| == 0 explicitly: lavapipe's pow(0, -0.5) gives 0, numpy inf\n"
+            f"  let m = select(pow(abs(x), y), select({t}(0.0), inf, y < {t}(0.0)), x == {t}(0.0));\n"
+            f"  let is_int = floor(y) == y;\n"
             f"  let odd = is_int & (abs(y - {t}(2.0) * floor(y * {t}(0.5))) == {t}(1.0));\n"
             f"  let neg = select(m, -m, odd);\n"
             f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
             f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));  // via the scalar type: f16 has no f32 vector ctor\n"
-            f"  return select(m, select(nan, neg, is_int), x < {t}(0.0));\n}}"
+            f"  // a negative base needs an integer exponent, except -inf (C's pow: (-inf) ** -0.5 is 0)\n"
+            f"  let neg_base = select(select(nan, m, {isinf('x', t)}), neg, is_int);\n"
+            f"  let r = select(select(m, neg_base, x < {t}(0.0)), nan, {isnan('x', t)} | {isnan('y', t)});\n"
+            f"  // as numpy: x ** 0, 1 ** y and (-1) ** +-inf are 1, even for NaN (pow(0, 0) is undefined in WGSL)\n"
+            f"  let one = (y == {t}(0.0)) | (x == {t}(1.0)) | ((x == {t}(-1.0)) & {isinf('y', t)});\n"
+            f"  return select(r, {t}(1.0), one);\n}}"
         )
     if op in (Op.MAXIMUM, Op.MINIMUM):
         fn = "max" if op is Op.MAXIMUM else "min"
