@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from ir.errors import DeviceError, KernelCompileError
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences Mesa's warning on headless machines
 
+MAX_CACHED_PIPELINES = 512
 _USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _NO_ADAPTER_HELP = (
     "no WebGPU adapter found. On a machine without a GPU install Mesa's software Vulkan driver "
@@ -123,7 +124,10 @@ class Device:
             uniform_align=int(dl["min-uniform-buffer-offset-alignment"]),
             max_workgroups_per_dim=int(dl["max-compute-workgroups-per-dimension"]),
         )
-        self.pipelines: dict[str, tuple[Any, Any]] = {}
+        # kernel key -> (pipeline, bind-group layout), least recently used first; bounded because
+        # every distinct shape class/dtype/width is a key and lavapipe keeps ~0.2 MB per pipeline.
+        # Evicting never breaks a cached Program: it holds its own pipeline objects.
+        self.pipelines: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
         self.stats: Counter[str] = Counter()
         self.lock = threading.RLock()
         self.lost = False
@@ -170,6 +174,7 @@ class Device:
         """The compute pipeline and bind-group layout for a kernel key, compiled once."""
         hit = self.pipelines.get(key)
         if hit is not None:
+            self.pipelines.move_to_end(key)
             self.stats["pipeline_cache_hits"] += 1
             return hit
         try:
@@ -181,6 +186,9 @@ class Device:
             raise KernelCompileError(f"kernel {key} failed to compile: {e}\n--- WGSL ---\n{code}", key, code) from e
         self.stats["pipelines_compiled"] += 1
         self.pipelines[key] = (pipeline, bgl)
+        if len(self.pipelines) > MAX_CACHED_PIPELINES:
+            self.pipelines.popitem(last=False)
+            self.stats["pipelines_evicted"] += 1
         return pipeline, bgl
 
 

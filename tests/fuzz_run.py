@@ -25,6 +25,24 @@ from tests.strategies import Program, programs  # noqa: E402
 from tests.test_fuzz import _has_f16, check_program  # noqa: E402
 
 
+def _resources() -> str:
+    """Host RSS and the sizes of everything wgjit caches (to watch for growth)."""
+    import resource
+
+    import wgpu
+
+    from backend_wgpu.device import device_if_created
+    realize = sys.modules["tracer.realize"]  # the package exports a function of that name
+    from tracer import factories
+
+    dev = device_if_created()
+    counts = wgpu.diagnostics.object_counts.get_dict()
+    live = {k: v["count"] for k, v in counts.items() if k in ("Buffer", "BindGroup", "ComputePipeline", "ShaderModule")}
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    pipes = len(dev.pipelines) if dev else 0
+    return f"maxrss {rss} MiB, programs {len(realize._PROGRAMS)}, pipelines {pipes}, constants {len(factories._CONSTANTS)}, wgpu {live}"
+
+
 def main() -> None:
     if sys.argv[1:2] == ["replay"]:
         with open(sys.argv[2], "rb") as f:
@@ -57,7 +75,7 @@ def main() -> None:
             with open(os.path.join(logdir, f"fail_{name}.py"), "w") as f:
                 f.write(program.source() + "\n\n'''\n" + "".join(traceback.format_exception(e))[-4000:] + "\n'''\n")
         if counts["run"] % 500 == 0:
-            print(f"{counts['run']} programs, {counts['failed']} failed, {time.time() - t0:.0f}s", flush=True)
+            print(f"{counts['run']} programs, {counts['failed']} failed, {time.time() - t0:.0f}s, {_resources()}", flush=True)
 
     run()
     print(f"done: {counts['run']} programs, {counts['failed']} failed, {time.time() - t0:.0f}s")

@@ -184,22 +184,25 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  return {t}(sign(x) * ({f}(1.0) - p * exp(-a * a)));\n}}"
         )
     if op is Op.FLOORDIV:
-        finite_x = f"!({isinf('x', t)} | {isnan('x', t)})"
+        # numpy's algorithm (npy_divmod), not floor(x / y): the quotient comes from the
+        # remainder, so -1e-30 // 1e30 is -1 (the rounded quotient -0.0 would give 0), an
+        # infinite x gives NaN, a finite x // +-inf gives 0 or -1, and x // 0 is x / 0
+        z, one = f"{t}(0.0)", f"{t}(1.0)"
         out[f"wg_ffloordiv_{s}"] = (
             f"fn wg_ffloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
-            f"  // finite x // +-inf: numpy gives 0, or -1 when x is nonzero with the other sign\n"
-            f"  let by_inf = select({t}(0.0), {t}(-1.0), (x != {t}(0.0)) & ((x < {t}(0.0)) != (y < {t}(0.0))));\n"
-            f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
-            f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));\n"
-            f"  // +-inf // y is NaN in numpy (its quotient comes from fmod, NaN there), but x // 0 is x / 0\n"
-            f"  let q = select(floor(x / y), nan, {isinf('x', t)} & (y != {t}(0.0)));\n"
-            f"  return select(q, by_inf, {isinf('y', t)} & {finite_x});\n}}"
+            f"  let q = x / y;\n"
+            f"  let m = select(fma(-y, trunc(q), x), x, {isinf('y', t)} & !{isinf('x', t)});  // fmod; fma: one rounding\n"
+            f"  let div = (x - m) / y - select({z}, {one}, (m != {z}) & ((y < {z}) != (m < {z})));\n"
+            f"  var f = floor(div);\n"
+            f"  f += select({z}, {one}, div - f > {t}(0.5));\n"
+            f"  f = select(f, q * {z}, div == {z});  // a zero quotient keeps the sign of x / y\n"
+            f"  return select(f, q, y == {z});\n}}"
         )
     if op is Op.MOD:
         out[f"wg_fmod_{s}"] = (
             f"fn wg_fmod_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  // x mod +-inf is x (y * trunc(x / y) would be inf * 0 = NaN); the sign fix-up below then follows numpy\n"
-            f"  let r = select(x - y * trunc(x / y), x, {isinf('y', t)} & !{isinf('x', t)});\n"
+            f"  let r = select(fma(-y, trunc(x / y), x), x, {isinf('y', t)} & !{isinf('x', t)});  // fma: one rounding, as fmod\n"
             f"  return select(r, r + y, (r != {t}(0.0)) & ((r < {t}(0.0)) != (y < {t}(0.0))));\n}}"
         )
     if op is Op.POW:
