@@ -92,7 +92,15 @@ class ElementwiseKernel(Kernel):
         node = self.node
         w = self.kernel_element()
         if node.op is Op.CAST:
-            return f"{vtype(node.dtype, w)}({args[0]})"
+            src = self.operands[0].dtype
+            out_t = vtype(node.dtype, w)
+            if src.is_float and node.dtype.is_int:
+                # WGSL saturates out-of-range values but leaves NaN to the driver (lavapipe:
+                # INT_MIN); the documented rule is NaN -> 0
+                # float16 goes via float32: i32(f16) clamps to the f16 range, so inf gave 65504
+                x = f"{vtype(DType.float32, w)}({args[0]})" if src is DType.float16 else args[0]
+                return f"select({out_t}({x}), {out_t}(0), {expr.isnan(x, vtype(DType.float32, w))})"
+            return f"{out_t}({args[0]})"
         # comparisons and where compute in the operands' type; everything else in the output's
         math_dtype = self.operands[-1].dtype if node.op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.WHERE) else node.dtype
         if math_dtype is DType.float16 and node.op not in expr.COMMON_EXPR:
