@@ -172,6 +172,11 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
             result = args[0][tuple(slice(a, b if b >= 0 else None, c) for a, b, c in arg)]
         elif op is Op.VIEW:
             result = view_of(args[0], arg)
+        elif op is Op.FUSED:  # a fused group: evaluate the nodes it holds, one by one
+            values = dict(zip(arg.leaves, args))
+            for term in arg.terms:
+                values[term.id] = eval_node(term, [values[s] for s in term.srcs])
+            result = values[arg.root.id]
         else:
             raise NotImplementedError(f"reference interpreter: no rule for {op}")
     return np.ascontiguousarray(np.asarray(result).astype(out_np).reshape(node.shape))

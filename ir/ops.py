@@ -70,6 +70,8 @@ class Op(enum.Enum):
     # contractions and joins
     MATMUL = "matmul"  # (..., M, K) @ (..., K, N), batch dims already broadcast
     CONCAT = "concat"  # arg: axis
+    # a fused group of the nodes above, from passes.fuse; arg: ir.fusion.FusedArg
+    FUSED = "fused"
 
 
 UNARY = frozenset(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from ir.graph import Graph
 from ir.verify import verify
 from passes.dce import dce
 from passes.fold_views import fold_views
+from passes.fuse import fuse
 from passes.inplace import inplace
 from passes.plan_memory import plan_memory
 from passes.schedule import schedule
@@ -20,7 +22,21 @@ from passes.vectorize import vectorize
 
 Pass = Callable[[Graph, DeviceCaps], Graph]
 
-PIPELINE: list[Pass] = [dce, fold_views, select_kernels, vectorize, inplace, plan_memory, schedule]
+# fuse comes after select_kernels (legality asks which kernel each reduction/matmul got) and
+# before vectorize, inplace and plan_memory (which then see one node per kernel)
+PIPELINE: list[Pass] = [dce, fold_views, select_kernels, fuse, vectorize, inplace, plan_memory, schedule]
+
+
+def fusion_enabled() -> bool:
+    """WGJIT_FUSION=0 turns the fuse pass off (to compare fused and unfused runs)."""
+    return os.environ.get("WGJIT_FUSION", "1").strip() not in ("0", "false", "off", "no")
+
+
+def default_pipeline(fusion: bool | None = None) -> list[Pass]:
+    """PIPELINE, without fuse when `fusion` is False (None: as WGJIT_FUSION says)."""
+    if fusion is None:
+        fusion = fusion_enabled()
+    return list(PIPELINE) if fusion else [p for p in PIPELINE if p is not fuse]
 
 
 class PassFailure(WgjitError, RuntimeError):
@@ -44,7 +60,7 @@ def run_pipeline(graph: Graph, caps: DeviceCaps, passes: list[Pass] | None = Non
     run = PipelineRun(graph)
     if keep:
         run.stages.append(("traced", graph))
-    for p in PIPELINE if passes is None else passes:
+    for p in default_pipeline() if passes is None else passes:
         t0 = time.perf_counter()
         try:
             graph = p(graph, caps)

@@ -12,6 +12,7 @@ import math
 from dataclasses import replace
 
 from ir.caps import DeviceCaps
+from ir.fusion import FusedArg
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
@@ -46,30 +47,58 @@ def vector_readable(view: View, width: int) -> bool:
 
 
 def _widest(graph: Graph, node: Node) -> int:
-    name = node.kernel.name
     if node.size == 0:
         return 1
+    if node.op is Op.FUSED:
+        return _widest_fused(graph, node)
+    return _widest_for(node, [view_of_operand(graph, s)[1] for s in node.srcs])
+
+
+def _widest_for(node: Node, views: list[View]) -> int:
+    """The widest element `node`'s kernel can use when its operands are read through `views`."""
+    name = node.kernel.name
     if name == "elementwise":
-        views = [view_of_operand(graph, s)[1] for s in node.srcs]
         for w in WIDTHS:
             if node.shape and node.shape[-1] % w == 0 and all(vector_readable(v, w) for v in views):
                 return w
         return 1
     if name == "softmax":
-        view = view_of_operand(graph, node.srcs[0])[1]
-        return next(w for w in WIDTHS if node.shape[-1] % w == 0 and _row_vector(view, 1, w))
+        return next(w for w in WIDTHS if node.shape[-1] % w == 0 and _row_vector(views[0], 1, w))
     if name == "reduce" and node.op in (Op.SUM, Op.MAX, Op.MIN) and node.kernel.variant.endswith("_rows"):
-        view = view_of_operand(graph, node.srcs[0])[1]
-        return next(w for w in WIDTHS if _row_vector(view, node.arg, w))
+        return next(w for w in WIDTHS if _row_vector(views[0], node.arg, w))
     if name == "gemv":
-        a_view = view_of_operand(graph, node.srcs[0])[1]
-        b_view = view_of_operand(graph, node.srcs[1])[1]
+        a_view, b_view = views
         if node.kernel.variant == "k_contig":
             k = a_view.shape[-1]
             return next(w for w in WIDTHS if k % w == 0 and _row_vector(a_view, 1, w) and _k_contig(b_view, w))
         n = node.shape[-1]
         return next(w for w in WIDTHS if n % w == 0 and vector_readable(b_view, w))
     return 1
+
+
+# kernels whose output (and so their fused epilogue) is written KernelElement lanes at a time
+_VECTOR_OUTPUT = frozenset({("softmax", ""), ("gemv", "n_contig")})
+
+
+def _widest_fused(graph: Graph, node: Node) -> int:
+    """One width for a whole group: its core's rule, and every term and leaf read at that width."""
+    arg: FusedArg = node.arg
+    leaf_views = [view_of_operand(graph, s)[1] for s in node.srcs]
+
+    def fits(w: int, site: str) -> bool:
+        terms = arg.site_terms(site)
+        if any(w > 1 and (not t.shape or t.shape[-1] % w) for t in terms):
+            return False
+        return all(vector_readable(leaf_views[i], w) for i in arg.site_leaves(site))
+
+    core = arg.core
+    if core is None:
+        return next(w for w in WIDTHS if fits(w, "out"))
+    core_views = [leaf_views[arg.leaf_index(s)] if not arg.is_term(s) else View.contiguous(arg.term(s).shape) for s in core.srcs]
+    core_width = _widest_for(replace(core, kernel=node.kernel), core_views)
+    kind = node.kernel.name, "" if node.kernel.name == "softmax" else node.kernel.variant
+    vector_out = kind in _VECTOR_OUTPUT
+    return next(w for w in WIDTHS if w <= core_width and fits(w, "in") and (not vector_out or fits(w, "out")))
 
 
 def _row_vector(view: View, k: int, width: int) -> bool:
