@@ -38,6 +38,7 @@ class Dispatch:
     key: str
     uniform_offset: int
     metadata: tuple[tuple[str, float | int], ...]
+    group: tuple[int, ...] = ()  # ids of the nodes a fused kernel holds (ir.fusion.FusedArg.holds)
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Program:
                     key=key,
                     uniform_offset=offset,
                     metadata=tuple((n, v) for n, _, v in kernel.metadata()),
+                    group=node.arg.holds if node.op is Op.FUSED else (),
                 )
             )
         dev = self.device.device

@@ -20,6 +20,7 @@ from ir.dtypes import DType
 from ir.errors import DeviceError, DTypeError
 from ir.graph import Graph
 from passes import run_pipeline
+from passes.pipeline import fusion_enabled
 from tracer.graph_builder import BuiltGraph, build_graph
 from tracer.lazy import Lazy
 from tracer.tensor import Tensor
@@ -55,7 +56,7 @@ def _check_features(graph: Graph) -> None:
 def program_for(graph: Graph) -> Program:
     """The compiled program for a graph, from the cache when its structure was seen before."""
     device = get_device()
-    key = graph.structural_key()
+    key = graph.structural_key() + ("" if fusion_enabled() else ":unfused")
     program = _PROGRAMS.get(key)
     if program is not None:
         _PROGRAMS.move_to_end(key)
