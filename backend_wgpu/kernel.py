@@ -91,7 +91,9 @@ class Kernel:
         dtypes = ",".join(o.dtype.value for o in self.operands)
         meta = ",".join(n for n, _, _ in self.metadata())
         wg = "x".join(map(str, self.choice.workgroup))
-        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)} m[{meta}]"
+        # which operands are read through `out` changes the WGSL, not just whether any is
+        ip = ",".join(str(i) for i in range(len(self.operands)) if self.reads_output(i)) if self.inplace else ""
+        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)}{ip and f'({ip})'} m[{meta}]"
 
     def operand_type(self, i: int) -> str:
         """Storage element type of operand i's binding (vector or scalar)."""

@@ -59,6 +59,8 @@ class Program:
         self.device = device
         self.slots = graph.schedule.slots
         self.outputs = [graph[o].slot for o in graph.outputs]
+        # an output slot may be larger than its tensor (it hosted temporaries first)
+        self.output_nbytes = [graph[o].nbytes for o in graph.outputs]
         self.dispatches: list[Dispatch] = []
         self.sources: dict[str, str] = {}  # kernel key -> WGSL
         self._launches: list[_Launch] = []
@@ -155,7 +157,7 @@ class Program:
             dev.stats["submits"] += 1
             dev.stats["dispatches"] += len(self._launches)
         self.runs += 1
-        return [buffers[s] for s in self.outputs]
+        return [DeviceBuffer(buffers[s].buffer, n, dev) for s, n in zip(self.outputs, self.output_nbytes, strict=True)]
 
     def summary(self) -> str:
         lines = [f"Program: {len(self.dispatches)} dispatches, {len(self.slots)} buffer slots, peak {self.peak_bytes} bytes"]
