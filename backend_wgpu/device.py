@@ -77,6 +77,7 @@ class DeviceBuffer:
 
     def release(self) -> None:
         if self.buffer is not None:
+            self.buffer._wgjit_destroyed = True  # a program keeping it as a spare output must not reuse it
             self.buffer.destroy()
             self.buffer = None
 

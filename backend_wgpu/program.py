@@ -2,14 +2,25 @@
 
 Compiling builds (or fetches from the device's cache) one pipeline per kernel key, packs
 every dispatch's metadata into one uniform buffer, and allocates the temporary pool the
-memory plan asked for. Running binds the caller's input buffers and fresh output buffers,
+memory plan asked for. Running binds the caller's input buffers and output buffers,
 records every dispatch into one compute pass of one command encoder, and submits once.
+
+Replaying is cheap: pipelines, the uniform and the temporaries never change, so the bind
+groups of dispatches that touch only temporaries are built once; the others are cached
+by the identity of the input/output buffers they bind (a run on the same buffers builds
+none). The output buffers of the last SPARE_OUTPUTS runs are reused once nothing holds
+the DeviceBuffer a run returned for them, so outputs the caller holds are never
+overwritten; programs keep one DeviceBuffer object per GPU buffer so the test is exact.
+`trim()` drops what a program keeps for replays (its last bind groups and spare outputs).
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import time
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +31,9 @@ from ir.ops import Op
 from backend_wgpu.device import Device, DeviceBuffer
 from backend_wgpu.kernel import Kernel, Workload
 from backend_wgpu.kernels import KERNELS
+
+
+SPARE_OUTPUTS = 4  # per output slot, how many recent runs' buffers a program may reuse
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,9 @@ class _Launch:
     uniform_size: int
     count: tuple[int, int, int]
     static_group: Any = None  # bind group when every slot is a temp (reused on every run)
+    io_key: Callable[[list[Any]], Any] | None = None  # picks the input/output GPU buffers it binds from a run's list
+    cached_key: Any = None  # the GPU buffers its cached group binds (held, so their ids stay unique)
+    cached_group: Any = None
 
 
 class Program:
@@ -60,7 +77,7 @@ class Program:
         self.slots = graph.schedule.slots
         self.outputs = [graph[o].slot for o in graph.outputs]
         # an output slot may be larger than its tensor (it hosted temporaries first)
-        self.output_nbytes = [graph[o].nbytes for o in graph.outputs]
+        self._output_bytes = {graph[o].slot: graph[o].nbytes for o in graph.outputs}
         self.dispatches: list[Dispatch] = []
         self.sources: dict[str, str] = {}  # kernel key -> WGSL
         self._launches: list[_Launch] = []
@@ -111,18 +128,35 @@ class Program:
         self._uniform = dev.create_buffer_with_data(data=bytes(uniform) or b"\0" * 16, usage=wgpu.BufferUsage.UNIFORM)
         self._temps = {i: self.device.alloc(s.nbytes) for i, s in enumerate(self.slots) if s.kind == "temp"}
         for launch in self._launches:
-            if all(s is None or self.slots[s].kind == "temp" for s in launch.slots):
+            io_slots = tuple(dict.fromkeys(s for s in launch.slots if s is not None and self.slots[s].kind != "temp"))
+            if not io_slots:
                 launch.static_group = self._bind_group(launch, self._temps)
+            else:
+                launch.io_key = operator.itemgetter(*io_slots)
+        # for run(): every slot's GPU buffer, temporaries filled in; inputs and outputs per run
+        self._raw_template: list[Any] = [self._temps[i].buffer if i in self._temps else None for i in range(len(self.slots))]
+        self._input_slots = [(i, s.index) for i, s in enumerate(self.slots) if s.kind == "input"]
+        self._output_slots = [i for i, s in enumerate(self.slots) if s.kind == "output"]
+        self._io_slots = [i for i, s in enumerate(self.slots) if s.kind != "temp"]
+        # output slot -> the last runs' (DeviceBuffer, its GPU buffer), most recent last
+        self._spare: dict[int, list[tuple[weakref.ref, Any]]] = {}
+        self._last_io: tuple[Any, ...] | None = None
+        self._last_groups: list[Any] = []
+        self._run_pipelines = [launch.pipeline for launch in self._launches]
+        self._run_counts = [launch.count for launch in self._launches]
 
-    def _bind_group(self, launch: _Launch, buffers: dict[int, DeviceBuffer]) -> Any:
+    def _bind_group(self, launch: _Launch, buffers: dict[int, DeviceBuffer] | list[Any]) -> Any:
+        """A bind group for `launch`; `buffers` maps slots to DeviceBuffers, or (a list) to GPU buffers."""
         entries = []
         for i, slot in enumerate(launch.slots):
             if slot is None:
                 res = {"buffer": self._uniform, "offset": launch.uniform_offset, "size": launch.uniform_size}
             else:
                 buf = buffers[slot]
-                res = {"buffer": buf.buffer, "offset": 0, "size": buf.buffer.size}
+                raw = buf if isinstance(buffers, list) else buf.buffer
+                res = {"buffer": raw, "offset": 0, "size": raw.size}
             entries.append({"binding": i, "resource": res})
+        self.device.stats["bind_groups_created"] += 1
         return self.device.device.create_bind_group(layout=launch.layout, entries=entries)
 
     @property
@@ -134,30 +168,80 @@ class Program:
         """Bytes this program allocates: its temporary pool plus its outputs."""
         return sum(s.nbytes for s in self.slots if s.kind != "input")
 
-    def run(self, inputs: list[DeviceBuffer]) -> list[DeviceBuffer]:
-        """Run on these input buffers (by input index); returns one buffer per output."""
+    def run(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None = None) -> list[DeviceBuffer]:
+        """Run on these input buffers (by input index); returns one buffer per output.
+
+        `timestamp_writes` (a wgpu ComputePassTimestampWrites dict) brackets the one compute
+        pass with GPU timestamps, for tools that time programs.
+        """
         dev = self.device
         dev.check_alive()
-        buffers: dict[int, DeviceBuffer] = dict(self._temps)
-        for i, s in enumerate(self.slots):
-            if s.kind == "input":
-                buffers[i] = inputs[s.index]
-            elif s.kind == "output":
-                buffers[i] = dev.alloc(s.nbytes)
+        raw = list(self._raw_template)
+        for slot, index in self._input_slots:
+            raw[slot] = inputs[index].buffer
+        outs: dict[int, DeviceBuffer] = {}
+        for slot in self._output_slots:
+            buf = outs[slot] = self._output_buffer(slot)
+            raw[slot] = buf.buffer
         if self._launches:
+            groups = self._groups(raw)
             encoder = dev.device.create_command_encoder()
-            cpass = encoder.begin_compute_pass()
-            for launch in self._launches:
-                group = launch.static_group or self._bind_group(launch, buffers)
-                cpass.set_pipeline(launch.pipeline)
-                cpass.set_bind_group(0, group)
-                cpass.dispatch_workgroups(*launch.count)
+            cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
+            set_pipeline, set_bind_group, dispatch = cpass.set_pipeline, cpass.set_bind_group, cpass.dispatch_workgroups
+            last = None
+            for pipeline, group, (x, y, z) in zip(self._run_pipelines, groups, self._run_counts, strict=True):
+                if pipeline is not last:  # consecutive dispatches of one kernel keep it bound
+                    set_pipeline(pipeline)
+                    last = pipeline
+                set_bind_group(0, group)
+                dispatch(x, y, z)
             cpass.end()
             dev.queue.submit([encoder.finish()])
             dev.stats["submits"] += 1
             dev.stats["dispatches"] += len(self._launches)
         self.runs += 1
-        return [DeviceBuffer(buffers[s].buffer, n, dev) for s, n in zip(self.outputs, self.output_nbytes, strict=True)]
+        # an output in an input slot (an in-place chain over a donated input) keeps that input's DeviceBuffer
+        return [outs[s] if s in outs else inputs[self.slots[s].index] for s in self.outputs]
+
+    def _output_buffer(self, slot: int) -> DeviceBuffer:
+        """The buffer for an output slot: a recent run's that nothing holds any more, else a new one."""
+        recent = self._spare.setdefault(slot, [])
+        nbytes = self._output_bytes[slot]
+        free = next((k for k, (ref, raw) in enumerate(recent) if ref() is None and not getattr(raw, "_wgjit_destroyed", False)), None)
+        if free is not None:
+            buf = DeviceBuffer(recent.pop(free)[1], nbytes, self.device)
+            self.device.stats["outputs_reused"] += 1
+        else:
+            buf = self.device.alloc(self.slots[slot].nbytes)
+            buf.nbytes = nbytes  # the slot may be larger than the tensor (it hosted temporaries)
+        recent.append((weakref.ref(buf), buf.buffer))
+        del recent[:-SPARE_OUTPUTS]
+        return buf
+
+    def _groups(self, raw: list[Any]) -> list[Any]:
+        """Every launch's bind group for these buffers, built only where the bound buffers changed."""
+        io = tuple(raw[s] for s in self._io_slots)
+        if io == self._last_io:
+            return self._last_groups
+        groups = []
+        for launch in self._launches:
+            if launch.static_group is not None:
+                groups.append(launch.static_group)
+                continue
+            key = launch.io_key(raw)
+            if launch.cached_group is None or key != launch.cached_key:
+                launch.cached_group = self._bind_group(launch, raw)
+                launch.cached_key = key
+            groups.append(launch.cached_group)
+        self._last_io, self._last_groups = io, groups
+        return groups
+
+    def trim(self) -> None:
+        """Forget the buffers kept for replays (cached bind groups, spare outputs)."""
+        self._spare.clear()
+        self._last_io, self._last_groups = None, []
+        for launch in self._launches:
+            launch.cached_key = launch.cached_group = None
 
     def summary(self) -> str:
         lines = [f"Program: {len(self.dispatches)} dispatches, {len(self.slots)} buffer slots, peak {self.peak_bytes} bytes"]

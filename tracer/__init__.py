@@ -20,6 +20,7 @@ from tracer.factories import (
     zeros,
     zeros_like,
 )
+from tracer.jit import jit
 from tracer.realize import compile, realize
 from tracer.tensor import Tensor, concat, matmul, maximum, minimum, stack, where
 
@@ -77,7 +78,7 @@ __all__ = [
     "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "KernelCompileError", "ShapeError",
     "Tensor", "WgjitError", "abs", "arange", "argmax", "argmin", "astype", "bool", "bool_",
     "broadcast_to", "ceil", "compile", "concat", "cos", "exp", "expand", "flatten", "float16",
-    "float32", "floor", "full", "full_like", "gelu", "int32", "log", "log_softmax", "matmul", "max",
+    "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log", "log_softmax", "matmul", "max",
     "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
     "reciprocal", "relu", "reshape", "rsqrt", "sigmoid", "silu", "sin", "softmax", "sqrt", "square",
     "squeeze", "stack", "sum", "tanh", "tensor", "transpose", "uint32", "unsqueeze", "where", "zeros",

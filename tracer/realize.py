@@ -21,6 +21,7 @@ from ir.errors import DeviceError, DTypeError
 from ir.graph import Graph
 from passes import run_pipeline
 from passes.pipeline import fusion_enabled
+from passes.plan_memory import memory_report
 from tracer.graph_builder import BuiltGraph, build_graph
 from tracer.lazy import Lazy
 from tracer.tensor import Tensor
@@ -28,6 +29,10 @@ from tracer.tensor import Tensor
 _LOCK = threading.RLock()  # one realization at a time: the runtime is thread-safe by serializing
 _PROGRAMS: OrderedDict[str, Program] = OrderedDict()
 MAX_CACHED_PROGRAMS = 256
+# Programs keep their last run's bind groups and output buffers for cheap replays (that
+# holds those buffers); only the most recently run few keep them.
+MAX_WARM_PROGRAMS = 8
+_WARM: OrderedDict[int, Program] = OrderedDict()
 stats = {"programs_compiled": 0, "program_cache_hits": 0, "realizations": 0}
 
 
@@ -71,9 +76,20 @@ def program_for(graph: Graph) -> Program:
     stats["programs_compiled"] += 1
     _PROGRAMS[key] = program
     if len(_PROGRAMS) > MAX_CACHED_PROGRAMS:
-        _PROGRAMS.popitem(last=False)
+        _PROGRAMS.popitem(last=False)[1].trim()
     _debug_report(program, run.seconds, time.perf_counter() - t0)
     return program
+
+
+def note_run(program: Program) -> None:
+    """Record that `program` ran; the least recently run beyond MAX_WARM_PROGRAMS drop their replay state."""
+    key = id(program)
+    if key in _WARM:
+        _WARM.move_to_end(key)
+        return
+    _WARM[key] = program
+    if len(_WARM) > MAX_WARM_PROGRAMS:
+        _WARM.popitem(last=False)[1].trim()
 
 
 def _debug_report(program: Program, seconds: dict[str, float], total: float) -> None:
@@ -82,6 +98,7 @@ def _debug_report(program: Program, seconds: dict[str, float], total: float) -> 
         return
     timing = ", ".join(f"{k} {v * 1e3:.2f}ms" for k, v in seconds.items())
     print(f"[wgjit] compiled {len(program.dispatches)} dispatches in {total * 1e3:.1f} ms ({timing})", file=sys.stderr)
+    print(f"[wgjit] memory: {memory_report(program.graph)}", file=sys.stderr)
     if level >= 2:
         for name, g in program.stages:  # type: ignore[attr-defined]
             print(f"[wgjit] --- after {name} ---\n{g}", file=sys.stderr)
@@ -120,6 +137,7 @@ def realize(*tensors: Tensor) -> None:
         program = program_for(built.graph)
         inputs = [_input_buffer(lz) for lz in built.inputs]
         outputs = program.run(inputs)
+        note_run(program)
         for lz, buf in zip(built.outputs, outputs):
             lz.mark_realized(buf)
         stats["realizations"] += 1
