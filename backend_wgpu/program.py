@@ -134,7 +134,9 @@ class Program:
             else:
                 launch.io_key = operator.itemgetter(*io_slots)
         # for run(): every slot's GPU buffer, temporaries filled in; inputs and outputs per run
-        self._raw_template: list[Any] = [self._temps[i].buffer if i in self._temps else None for i in range(len(self.slots))]
+        self._raw_template: list[Any] = [
+            self._temps[i].buffer if i in self._temps else None for i in range(len(self.slots))
+        ]
         self._input_slots = [(i, s.index) for i, s in enumerate(self.slots) if s.kind == "input"]
         self._output_slots = [i for i, s in enumerate(self.slots) if s.kind == "output"]
         self._io_slots = [i for i, s in enumerate(self.slots) if s.kind != "temp"]
@@ -207,7 +209,10 @@ class Program:
         """The buffer for an output slot: a recent run's that nothing holds any more, else a new one."""
         recent = self._spare.setdefault(slot, [])
         nbytes = self._output_bytes[slot]
-        free = next((k for k, (ref, raw) in enumerate(recent) if ref() is None and not getattr(raw, "_wgjit_destroyed", False)), None)
+        free = next(
+            (k for k, (ref, raw) in enumerate(recent) if ref() is None and not getattr(raw, "_wgjit_destroyed", False)),
+            None,
+        )
         if free is not None:
             buf = DeviceBuffer(recent.pop(free)[1], nbytes, self.device)
             self.device.stats["outputs_reused"] += 1
@@ -244,7 +249,9 @@ class Program:
             launch.cached_key = launch.cached_group = None
 
     def summary(self) -> str:
-        lines = [f"Program: {len(self.dispatches)} dispatches, {len(self.slots)} buffer slots, peak {self.peak_bytes} bytes"]
+        lines = [
+            f"Program: {len(self.dispatches)} dispatches, {len(self.slots)} buffer slots, peak {self.peak_bytes} bytes"
+        ]
         for d in self.dispatches:
             ip = " inplace" if d.inplace else ""
             lines.append(

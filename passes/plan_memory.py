@@ -98,9 +98,15 @@ def _pack(temps: list[_Group], outputs: list[_Buffer]) -> tuple[list[_Buffer], d
         free = [k for k, buf in enumerate(pool) if buf.free_during(g.first, g.last)]
         # the free buffer big enough that wastes least, else the free one that needs to grow
         # least; among equals the one whose users end or start nearest (packs chains tightly)
-        best = min((k for k in free if pool[k].size >= g.nbytes), key=lambda k: (pool[k].size, pool[k].gap(g.first, g.last), k), default=None)
+        best = min(
+            (k for k in free if pool[k].size >= g.nbytes),
+            key=lambda k: (pool[k].size, pool[k].gap(g.first, g.last), k),
+            default=None,
+        )
         if best is None:
-            growable = [k for k in free if pool[k].output_slot is None or g.nbytes <= OUTPUT_GROWTH * pool[k].tensor_bytes]
+            growable = [
+                k for k in free if pool[k].output_slot is None or g.nbytes <= OUTPUT_GROWTH * pool[k].tensor_bytes
+            ]
             best = min(growable, key=lambda k: (g.nbytes - pool[k].size, pool[k].gap(g.first, g.last), k), default=None)
             if best is not None:
                 pool[best].size = g.nbytes

@@ -94,7 +94,9 @@ def _widest_fused(graph: Graph, node: Node) -> int:
     core = arg.core
     if core is None:
         return next(w for w in WIDTHS if fits(w, "out"))
-    core_views = [leaf_views[arg.leaf_index(s)] if not arg.is_term(s) else View.contiguous(arg.term(s).shape) for s in core.srcs]
+    core_views = [
+        leaf_views[arg.leaf_index(s)] if not arg.is_term(s) else View.contiguous(arg.term(s).shape) for s in core.srcs
+    ]
     core_width = _widest_for(replace(core, kernel=node.kernel), core_views)
     kind = node.kernel.name, "" if node.kernel.name == "softmax" else node.kernel.variant
     vector_out = kind in _VECTOR_OUTPUT
@@ -121,4 +123,8 @@ def _k_contig(b_view: View, width: int) -> bool:
     """B of a k-contiguous GEMV: each column (fixed n) is a contiguous run along k."""
     if b_view.strides[-2] != 1 or b_view.offset % width:
         return False
-    return all(s % width == 0 for i, (d, s) in enumerate(zip(b_view.shape, b_view.strides)) if d > 1 and i != len(b_view.shape) - 2)
+    return all(
+        s % width == 0
+        for i, (d, s) in enumerate(zip(b_view.shape, b_view.strides))
+        if d > 1 and i != len(b_view.shape) - 2
+    )

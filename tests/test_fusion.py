@@ -176,7 +176,10 @@ def test_mixed_dtypes_where_and_compare(monkeypatch):
     got_f, got_u, nf, nu = both(monkeypatch, build)
     assert nf == 1 and nu > 5
     an, bn = a.numpy(), b.numpy()
-    want = np.where((an > 0) & (bn < 3), an.astype(np.float16) * np.float16(2), bn.astype(np.float16)).astype(np.float32) + 1
+    want = (
+        np.where((an > 0) & (bn < 3), an.astype(np.float16) * np.float16(2), bn.astype(np.float16)).astype(np.float32)
+        + 1
+    )
     assert_close(got_f, want, rtol=2e-3, atol=2e-3)
     assert_close(got_u, got_f)
 
@@ -295,7 +298,9 @@ def _apply(op: str, args: list, lib) -> object:  # noqa: ANN001
 
 
 @st.composite
-def dags(draw: st.DrawFn) -> tuple[tuple[int, ...], list[tuple[int, ...]], list[tuple[str, tuple[int, ...]]], list[int]]:
+def dags(
+    draw: st.DrawFn,
+) -> tuple[tuple[int, ...], list[tuple[int, ...]], list[tuple[str, tuple[int, ...]]], list[int]]:
     shape = draw(st.sampled_from([(3, 4), (2, 5), (6,), (2, 3, 2)]))
     # inputs: the full shape, or broadcastable ones (a row, a column)
     choices = [shape, shape[-1:], shape[:-1] + (1,)] if len(shape) > 1 else [shape, (1,)]
@@ -311,7 +316,9 @@ def dags(draw: st.DrawFn) -> tuple[tuple[int, ...], list[tuple[int, ...]], list[
     return shape, in_shapes, steps, sorted(set(extra)) + [n - 1]
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(dags(), st.integers(0, 2**31 - 1))
 def test_random_elementwise_dags_fused_vs_unfused(monkeypatch, dag, seed):
     shape, in_shapes, steps, outs = dag

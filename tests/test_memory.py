@@ -82,7 +82,10 @@ def test_fusion_stores_fewer_bytes():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not (Path(__file__).resolve().parent.parent / "examples" / "minilm.py").exists(), reason="examples/minilm.py not on this branch")
+@pytest.mark.skipif(
+    not (Path(__file__).resolve().parent.parent / "examples" / "minilm.py").exists(),
+    reason="examples/minilm.py not on this branch",
+)
 def test_minilm_peak_near_lower_bound():
     build = _minilm_builder()
     assert build is not None, "examples/minilm.py has no trace_forward/build_forward/example_forward"

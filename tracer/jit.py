@@ -82,8 +82,25 @@ def _leaf_key(leaf: Any, seen: dict[int, int], path: str) -> Hashable:
     try:
         hash(leaf)
     except TypeError:
-        raise TypeError(f"jit: argument {path} ({type(leaf).__name__}) is neither a Tensor nor hashable; pass it as a Tensor or a static value") from None
+        raise TypeError(
+            f"jit: argument {path} ({type(leaf).__name__}) is neither a Tensor nor hashable; pass it as a Tensor or a static value"
+        ) from None
     return ("static", type(leaf).__name__, leaf)
+
+
+def _fast_key(args: tuple) -> Hashable | None:
+    """A signature for calls with positional tensors and plain scalars only (None otherwise)."""
+    key: list[Hashable] = []
+    seen: dict[int, int] = {}
+    for a in args:
+        if isinstance(a, Tensor):
+            lz = a._lazy
+            key.append((lz.shape, lz.dtype, seen.setdefault(id(lz), len(seen))))
+        elif a is None or type(a) in (int, float, bool, str):
+            key.append((type(a), a))
+        else:
+            return None
+    return tuple(key)
 
 
 def _describe(key: Hashable) -> str:
@@ -99,7 +116,9 @@ def _describe(key: Hashable) -> str:
 class _Trace:
     program: Program
     inputs: list[tuple[str, Any]]  # per program input: ("arg", leaf position) or ("const", DeviceBuffer)
-    outputs: list[tuple[str, Any]]  # per returned leaf: ("out", program output) / ("arg", pos) / ("const", Lazy) / ("py", value)
+    outputs: list[
+        tuple[str, Any]
+    ]  # per returned leaf: ("out", program output) / ("arg", pos) / ("const", Lazy) / ("py", value)
     out_structure: Hashable
 
     def replay(self, leaves: list[Any]) -> Any:
@@ -177,7 +196,9 @@ def _depends_on(lz: Lazy, args: set[int], memo: dict[int, bool]) -> bool:
     return memo[id(lz)]
 
 
-def _trace(fn: Callable[..., Any], call: Callable[[list[Any]], tuple[tuple, dict]], leaves: list[Any]) -> tuple[_Trace | _NoProgram, Any]:
+def _trace(
+    fn: Callable[..., Any], call: Callable[[list[Any]], tuple[tuple, dict]], leaves: list[Any]
+) -> tuple[_Trace | _NoProgram, Any]:
     # arguments become leaves of the graph: compute pending ones, upload host data
     tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
     pending = [t for t in tensors if not t.is_realized]
@@ -206,14 +227,18 @@ def _trace(fn: Callable[..., Any], call: Callable[[list[Any]], tuple[tuple, dict
         order.append(lz)
         stack.extend(lz.srcs)
     target_ids = {id(lz) for lz in targets}
-    captured = [lz for lz in order if list(lz.handles) and id(lz) not in target_ids and not _depends_on(lz, set(arg_pos), memo)]
+    captured = [
+        lz for lz in order if list(lz.handles) and id(lz) not in target_ids and not _depends_on(lz, set(arg_pos), memo)
+    ]
     if captured:
         realize(*[Tensor(lz) for lz in captured])
 
     with _LOCK:
         if targets:
             built = build_graph(targets)
-            nodes = [replace(n, arg=InputArg(n.arg.index, donatable=False)) if n.op is Op.INPUT else n for n in built.graph]
+            nodes = [
+                replace(n, arg=InputArg(n.arg.index, donatable=False)) if n.op is Op.INPUT else n for n in built.graph
+            ]
             graph = built.graph.with_nodes(nodes)
             program = program_for(graph)
             inputs: list[tuple[str, Any]] = []
@@ -243,7 +268,11 @@ def _trace(fn: Callable[..., Any], call: Callable[[list[Any]], tuple[tuple, dict
         else:
             v._lazy.pinned = True
             outputs.append(("const", v._lazy))
-    trace = _Trace(program, inputs, outputs, out_structure) if program is not None else _NoProgram(inputs, outputs, out_structure)
+    trace = (
+        _Trace(program, inputs, outputs, out_structure)
+        if program is not None
+        else _NoProgram(inputs, outputs, out_structure)
+    )
     return trace, result
 
 
@@ -274,11 +303,21 @@ class JitFunction:
         except (TypeError, ValueError):  # some builtins have none: arguments are then positional paths
             self._signature = None
         self.traces: OrderedDict[Hashable, _Trace | _NoProgram] = OrderedDict()
+        # positional tensors and scalars only: their key, straight to (trace, where each leaf comes from)
+        self._fast: dict[Hashable, tuple[_Trace | _NoProgram, list[tuple[bool, Any]]]] = {}
         self.trace_count = 0  # how many times fn ran (once per new signature)
         self.replay_count = 0
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fast = None if kwargs else _fast_key(args)
+        if fast is not None:
+            hit = self._fast.get(fast)
+            if hit is not None:  # the replay path: no binding, no flattening
+                trace, plan = hit
+                self.replay_count += 1
+                with _LOCK:
+                    return trace.replay([args[v] if from_args else v for from_args, v in plan])
         leaves_with_paths: list[tuple[str, Any]] = []
         if self._signature is not None:  # by parameter name, defaults filled in: f(x) and f(x, s=default) agree
             bound = self._signature.bind(*args, **kwargs)
@@ -287,13 +326,20 @@ class JitFunction:
             structure = (names, tuple(_flatten(v, k, leaves_with_paths) for k, v in bound.arguments.items()))
         else:
             names = None
-            structure = (None, (_flatten(args, "args", leaves_with_paths), _flatten(kwargs, "kwargs", leaves_with_paths)))
+            structure = (
+                None,
+                (_flatten(args, "args", leaves_with_paths), _flatten(kwargs, "kwargs", leaves_with_paths)),
+            )
         leaves = [_as_tensor(leaf) for _, leaf in leaves_with_paths]  # numpy arrays become tensors
         seen: dict[int, int] = {}
-        signature = (structure, tuple(_leaf_key(leaf, seen, path) for (path, _), leaf in zip(leaves_with_paths, leaves, strict=True)))
+        signature = (
+            structure,
+            tuple(_leaf_key(leaf, seen, path) for (path, _), leaf in zip(leaves_with_paths, leaves, strict=True)),
+        )
         trace = self.traces.get(signature)
         if trace is not None:
             self.traces.move_to_end(signature)
+            self._remember(fast, trace, args, leaves)
             self.replay_count += 1
             with _LOCK:
                 return trace.replay(leaves)
@@ -304,7 +350,16 @@ class JitFunction:
         self.traces[signature] = trace
         if len(self.traces) > MAX_SIGNATURES:
             self.traces.popitem(last=False)
+            self._fast.clear()
+        self._remember(fast, trace, args, leaves)
         return result
+
+    def _remember(self, fast: Hashable | None, trace: _Trace | _NoProgram, args: tuple, leaves: list[Any]) -> None:
+        """Let later calls with this fast key skip binding: each leaf is an argument (by index) or a default."""
+        if fast is None:
+            return
+        index = {id(a): i for i, a in reversed(list(enumerate(args)))}
+        self._fast[fast] = (trace, [(True, index[id(leaf)]) if id(leaf) in index else (False, leaf) for leaf in leaves])
 
     def _call_args(self, structure: Hashable, leaves: list[Any]) -> tuple[tuple, dict]:
         """Positional and keyword arguments for fn from (possibly converted) leaves."""
@@ -334,6 +389,7 @@ class JitFunction:
 
     def cache_clear(self) -> None:
         self.traces.clear()
+        self._fast.clear()
 
 
 def jit(fn: Callable[..., Any]) -> JitFunction:

@@ -81,7 +81,9 @@ class FusedCode:
         return meta
 
     def key(self) -> str:
-        modes = ",".join(f"{i}{self.modes[i]}" + (f"@{self.domain[i]}" if i in self.domain else "") for i in sorted(self.modes))
+        modes = ",".join(
+            f"{i}{self.modes[i]}" + (f"@{self.domain[i]}" if i in self.domain else "") for i in sorted(self.modes)
+        )
         return f"{modes}" if len(self.arg.terms) == 1 else f"{self.arg.short_key()}:{modes}"
 
     def describe(self, b: WgslBuilder) -> None:
@@ -89,13 +91,19 @@ class FusedCode:
         if len(self.arg.terms) == 1:
             return
         core = self.arg.core
-        parts = [("prologue", self.arg.site_terms("in")), ("core", [core] if core else []), ("epilogue" if core else "fused", self.arg.site_terms("out"))]
+        parts = [
+            ("prologue", self.arg.site_terms("in")),
+            ("core", [core] if core else []),
+            ("epilogue" if core else "fused", self.arg.site_terms("out")),
+        ]
         for name, terms in parts:
             if terms:
                 b.line(f"// {name}: " + ", ".join(f"%{t.id} {t.op.value}" for t in terms))
 
     # --- code --------------------------------------------------------------------------
-    def emit(self, b: WgslBuilder, site: str, tag: str, elem: str, vidx: str, acc: str | None = None, indent: str = "") -> str:
+    def emit(
+        self, b: WgslBuilder, site: str, tag: str, elem: str, vidx: str, acc: str | None = None, indent: str = ""
+    ) -> str:
         """Emit the terms of `site` evaluated at linear element `elem` (vector index `vidx`).
 
         Returns the WGSL name of the site's result: the core's input for "in", the group's
@@ -113,7 +121,9 @@ class FusedCode:
                 values[t.id] = (args[0], t.dtype)
                 continue
             name = f"{tag}t{t.id}"
-            b.line(f"{indent}let {name} = {self._expression(b, t, args, [values[s][1] for s in t.srcs], width)};  // %{t.id} {t.op.value}")
+            b.line(
+                f"{indent}let {name} = {self._expression(b, t, args, [values[s][1] for s in t.srcs], width)};  // %{t.id} {t.op.value}"
+            )
             values[t.id] = (name, t.dtype)
         result = core.srcs[0] if site == "in" else self.arg.root.id
         return self._value(b, result, values, coords, tag, elem, vidx, indent)
@@ -143,7 +153,9 @@ class FusedCode:
                 for line in index_to_coords(elem, [f"sh{j}_{d}" for d in range(rank)], f"{tag}d{j}_"):
                     b.line(indent + line)
                 coords[j] = [f"{tag}d{j}_{d}" for d in range(rank)]
-            b.line(f"{indent}let {tag}a{i} = {address(f'off{i}', [f'st{i}_{d}' for d in range(len(coords[j]))], coords[j])};")
+            b.line(
+                f"{indent}let {tag}a{i} = {address(f'off{i}', [f'st{i}_{d}' for d in range(len(coords[j]))], coords[j])};"
+            )
             if mode == "vector":
                 raw = f"{name}[u32({tag}a{i}) / {width}u]"
             elif mode == "splat":
