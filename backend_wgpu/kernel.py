@@ -14,11 +14,11 @@ from typing import ClassVar
 
 import numpy as np
 
+from backend_wgpu.wgsl import KernelSource, WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import Op
 from ir.view import View
-from backend_wgpu.wgsl import KernelSource, WgslBuilder, vtype
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from typing import Any
 
 import wgpu
 
-from ir.graph import Graph
-from ir.ops import Op
 from backend_wgpu.device import Device, DeviceBuffer
 from backend_wgpu.kernel import Kernel, Workload
 from backend_wgpu.kernels import KERNELS
+from ir.graph import Graph
+from ir.ops import Op
 
 
 @dataclass(frozen=True)

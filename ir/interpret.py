@@ -174,7 +174,7 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
             result = view_of(args[0], arg)
         else:
             raise NotImplementedError(f"reference interpreter: no rule for {op}")
-    return np.ascontiguousarray(np.asarray(result).astype(out_np).reshape(node.shape))
+    return np.array(np.asarray(result).astype(out_np).reshape(node.shape), order="C")
 
 
 def interpret(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

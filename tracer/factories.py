@@ -39,7 +39,7 @@ def _host_array(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
         target = DType.int32
     else:
         target = from_numpy(arr.dtype)
-    return np.ascontiguousarray(arr.astype(target.np)), target
+    return np.array(arr, dtype=target.np, order="C", copy=True), target
 
 
 def tensor(data: Any, dtype: DType | str | None = None) -> Tensor:

@@ -27,6 +27,13 @@ def _suffix(t: str) -> str:
     return t.replace("<", "_").replace(">", "")
 
 
+def isnan(x: str, t: str) -> str:
+    """A NaN test by bit pattern: compilers may fold `x != x` to false under fast math."""
+    f32 = t.replace(_scalar_of(t), "f32")
+    u32 = t.replace(_scalar_of(t), "u32")
+    return f"((bitcast<{u32}>({f32}({x})) & {u32}(0x7fffffffu)) > {u32}(0x7f800000u))"
+
+
 FLOAT_EXPR: dict[Op, Expr] = {
     Op.NEG: lambda a, t: f"(-{a[0]})",
     Op.ABS: lambda a, t: f"abs({a[0]})",
@@ -135,7 +142,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         out[f"wg_tanh_{s}"] = (
             f"fn wg_tanh_{s}(x: {t}) -> {t} {{\n"
             f"  let y = {t}(1.0) - {t}(2.0) / (exp(min(abs(x), {t}(20.0)) * {t}(2.0)) + {t}(1.0));\n"
-            f"  return select(sign(x) * y, x, abs(x) < {t}(0.0005));\n}}"
+            f"  return select(sign(x) * y, x, (abs(x) < {t}(0.0005)) | {isnan('x', t)});\n}}"
         )
     if op is Op.GELU:
         # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), evaluated in f32 even for f16
@@ -167,7 +174,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         out[f"wg_{fn}_{s}"] = (
             f"fn wg_{fn}_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  // numpy propagates NaN; WGSL's {fn} may not\n"
-            f"  let xn: {b} = x != x;\n  let yn: {b} = y != y;\n"
+            f"  let xn: {b} = {isnan('x', t)};\n  let yn: {b} = {isnan('y', t)};\n"
             f"  return select(select({fn}(x, y), y, yn), x, xn);\n}}"
         )
     return out

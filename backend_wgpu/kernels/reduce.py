@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 
+from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
+from backend_wgpu.kernels.expr import isnan
+from backend_wgpu.wgsl import WgslBuilder, load_cast, vtype
 from ir.dtypes import DType
 from ir.ops import Op
-from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
-from backend_wgpu.wgsl import WgslBuilder, load_cast, vtype
 
 
 class ReduceKernel(Kernel):
@@ -80,13 +81,13 @@ class ReduceKernel(Kernel):
         op = self.node.op
         if op in (Op.MAX, Op.MIN):
             fn = "max" if op is Op.MAX else "min"
-            nan = "let an = a != a; let bn = b != b; " if acc == "f32" else "let an = false; let bn = false; "
+            nan = f"let an = {isnan('a', 'f32')}; let bn = {isnan('b', 'f32')}; " if acc == "f32" else "let an = false; let bn = false; "
             b.helper("combine", f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ {nan}return select(select({fn}(a, b), b, bn), a, an); }}")
         elif op is Op.SUM:
             b.helper("combine", f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ return a + b; }}")
         else:
             cmp = ">" if op is Op.ARGMAX else "<"
-            nan = "let an = a != a; let bn = b != b;" if acc == "f32" else "let an = false; let bn = false;"
+            nan = f"let an = {isnan('a', 'f32')}; let bn = {isnan('b', 'f32')};" if acc == "f32" else "let an = false; let bn = false;"
             # true when candidate (a, ia) should replace the best so far (b, ib)
             b.helper(
                 "better",

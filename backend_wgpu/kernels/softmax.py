@@ -7,9 +7,9 @@ written once; math in f32 for f16 data too.
 
 from __future__ import annotations
 
-from ir.ops import Op
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.ops import Op
 
 
 class SoftmaxKernel(Kernel):
