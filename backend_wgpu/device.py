@@ -167,8 +167,12 @@ class Device:
 
     # --- pipelines -----------------------------------------------------------------
     def pipeline(self, key: str, code: str, layout_entries: list[dict]) -> tuple[Any, Any]:
-        """The compute pipeline and bind-group layout for a kernel key, compiled once."""
-        hit = self.pipelines.get(key)
+        """The compute pipeline and bind-group layout for a kernel, compiled once.
+
+        Cached by the WGSL text itself: the kernel key names the kernel for people, the
+        source decides what runs, so a key that forgot a specialization cannot alias.
+        """
+        hit = self.pipelines.get(code)
         if hit is not None:
             self.stats["pipeline_cache_hits"] += 1
             return hit
@@ -180,7 +184,7 @@ class Device:
         except Exception as e:  # noqa: BLE001  wgpu raises its own validation errors
             raise KernelCompileError(f"kernel {key} failed to compile: {e}\n--- WGSL ---\n{code}", key, code) from e
         self.stats["pipelines_compiled"] += 1
-        self.pipelines[key] = (pipeline, bgl)
+        self.pipelines[code] = (pipeline, bgl)
         return pipeline, bgl
 
 
