@@ -88,7 +88,9 @@ class Graph:
         pos = {nid: i for i, nid in enumerate(self.nodes)}
         h = hashlib.sha256()
         for n in self.nodes.values():
-            h.update(repr((n.op.value, tuple(pos[s] for s in n.srcs), n.shape, n.dtype.value, _arg_key(n.arg))).encode())
+            h.update(
+                repr((n.op.value, tuple(pos[s] for s in n.srcs), n.shape, n.dtype.value, _arg_key(n.arg))).encode()
+            )
         h.update(repr(tuple(pos[o] for o in self.outputs)).encode())
         return h.hexdigest()[:24]
 

@@ -114,7 +114,11 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
     if not dtype.is_float:
         if op is Op.FLOORDIV:
             zero = f"{t}(0)"
-            fix = f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))" if dtype is DType.int32 else zero
+            fix = (
+                f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))"
+                if dtype is DType.int32
+                else zero
+            )
             out[f"wg_ifloordiv_{s}"] = (
                 f"fn wg_ifloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
                 f"  let z = y == {zero};\n  let d = select(y, {t}(1), z);\n  let q = x / d;\n  let r = x - q * d;\n"
@@ -166,7 +170,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let odd = is_int & (abs(y - {t}(2.0) * floor(y * {t}(0.5))) == {t}(1.0));\n"
             f"  let neg = select(m, -m, odd);\n"
             f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
-            f"  let nan = {t}(bitcast<f32>(nan_bits));\n"
+            f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));\n"
             f"  return select(m, select(nan, neg, is_int), x < {t}(0.0));\n}}"
         )
     if op in (Op.MAXIMUM, Op.MINIMUM):
