@@ -157,3 +157,13 @@ def test_one_submission_per_realization(device) -> None:
     submits = device.stats["submits"]
     y.numpy()
     assert device.stats["submits"] == submits + 1
+
+
+def test_no_adapter_gives_a_device_error_saying_how_to_get_one(monkeypatch) -> None:
+    import wgpu
+
+    from backend_wgpu.device import _choose_adapter
+
+    monkeypatch.setattr(wgpu.gpu, "enumerate_adapters_sync", lambda: [])
+    with pytest.raises(tr.DeviceError, match="mesa-vulkan-drivers"):
+        _choose_adapter()
