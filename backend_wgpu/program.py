@@ -159,7 +159,9 @@ class Program:
         return [buffers[s] for s in self.outputs]
 
     def summary(self) -> str:
-        lines = [f"Program: {len(self.dispatches)} dispatches, {len(self.slots)} buffer slots, peak {self.peak_bytes} bytes"]
+        lines = [
+            f"Program: {len(self.dispatches)} dispatches, {len(self.slots)} buffer slots, peak {self.peak_bytes} bytes"
+        ]
         for d in self.dispatches:
             ip = " inplace" if d.inplace else ""
             lines.append(

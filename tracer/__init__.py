@@ -1,9 +1,9 @@
 """wgjit's user API: lazy tensors whose ops are traced into an IR graph and run on WebGPU.
 
-    import tracer as tr
-    x = tr.randn(256, 512, seed=0)
-    y = (x @ x.T).softmax(axis=-1)   # nothing has run yet
-    y.numpy()                        # compile, run in one submission, read back
+import tracer as tr
+x = tr.randn(256, 512, seed=0)
+y = (x @ x.T).softmax(axis=-1)   # nothing has run yet
+y.numpy()                        # compile, run in one submission, read back
 """
 
 from ir.dtypes import DType, bool_, float16, float32, int32, uint32
