@@ -124,9 +124,11 @@ class Profile:
         lines = [
             f"Profile on {self.device} ({self.clock}, median of {self.repeats}): total {self.total_seconds * 1e6:.1f} us"
         ]
+        width = max((len(f"{k.kernel}[{k.variant}]") for k in self.kernels), default=0)
         for k in self.kernels:
+            label = f"{k.kernel}[{k.variant}]".ljust(width)
             lines.append(
-                f"  %{k.node:<4} {k.op:<12} {k.kernel}[{k.variant}] {k.seconds * 1e6:10.1f} us {k.gbps:8.2f} GB/s {k.gflops:8.2f} GFLOP/s"
+                f"  %{k.node:<4} {k.op:<12} {label} {k.seconds * 1e6:10.1f} us {k.gbps:8.2f} GB/s {k.gflops:8.2f} GFLOP/s"
             )
         for op, s, share in self.by_op():
             lines.append(f"  {op:<12} {s * 1e6:10.1f} us {share * 100:5.1f}%")

@@ -94,6 +94,9 @@ class Graph:
         h.update(repr(tuple(pos[o] for o in self.outputs)).encode())
         return h.hexdigest()[:24]
 
+    def __repr__(self) -> str:
+        return f"<Graph {len(self.nodes)} nodes, outputs {', '.join(f'%{o}' for o in self.outputs)}>"
+
     def __str__(self) -> str:
         from ir.printer import format_graph
 
