@@ -39,15 +39,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "dump",
         help="run a script and dump every program it compiles (IR per pass, schedule, WGSL, JSON, DOT/SVG, HTML)",
     )
-    p.add_argument("script", help="the Python script to run")
-    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    # one REMAINDER positional keeps the script's arguments (and any `--`) as they were typed
+    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS]", help="the script and its arguments")
     _add_options(p, None)
     p.set_defaults(func=run)
 
 
-def split_script_args(args: argparse.Namespace, add_options: object = _add_options) -> None:
-    """Move wgjit's own options out of the script's arguments (those before any `--`)."""
-    rest = list(args.script_args)
+def split_script_args(args: argparse.Namespace, add_options: object = _add_options) -> bool:
+    """Set args.script and move wgjit's own options out of the script's arguments (those before
+    any `--`); False when no script was given."""
+    if not args.script_args:
+        return False
+    args.script, rest = args.script_args[0], list(args.script_args[1:])
     cut = rest.index("--") if "--" in rest else len(rest)
     mine = argparse.ArgumentParser(add_help=False)
     add_options(mine, argparse.SUPPRESS)  # type: ignore[operator]
@@ -55,6 +58,7 @@ def split_script_args(args: argparse.Namespace, add_options: object = _add_optio
     for k, v in vars(ours).items():
         setattr(args, k, v)
     args.script_args = theirs + rest[cut + 1 :]
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     from tracer.inspect.profiling import profile_programs, stderr_progress
     from tracer.inspect.record import Recorder, run_script
 
-    split_script_args(args)
+    if not split_script_args(args):
+        print("wgjit dump: name the script to run: wgjit dump SCRIPT.py [ARGS] -o DIR", file=sys.stderr)
+        return 2
     if not args.out:
         print("wgjit dump: say where to write with -o DIR", file=sys.stderr)
         return 2

@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "explain", help="run a script and show the dispatches of every program it compiled (--profile: GPU time)"
     )
-    p.add_argument("script", help="the Python script to run")
-    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    # one REMAINDER positional keeps the script's arguments (and any `--`) as they were typed
+    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS]", help="the script and its arguments")
     _add_options(p, None)
     p.set_defaults(func=run)
 
@@ -39,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
     from tracer.inspect.profiling import profile_programs
     from tracer.inspect.record import Recorder, run_script
 
-    split_script_args(args, _add_options)
+    if not split_script_args(args, _add_options):
+        print("wgjit explain: name the script to run: wgjit explain SCRIPT.py [ARGS] [--profile]", file=sys.stderr)
+        return 2
     recorder = Recorder()
     status = 0
     try:

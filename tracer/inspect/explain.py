@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import io
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,6 +109,7 @@ def print_explain(programs: list[RecordedProgram], file: Any = None, use_rich: b
         try:
             from rich.console import Console
             from rich.table import Table
+            from rich.text import Text
 
             console_cls = Console
         except ImportError:
@@ -115,14 +117,16 @@ def print_explain(programs: list[RecordedProgram], file: Any = None, use_rich: b
     if console_cls is None:
         print(explain_text(programs), file=file)
         return
-    console = console_cls(file=file, width=200) if file is not None else console_cls()
+    out = file if file is not None else sys.stdout
+    # a pipe or file has no width: do not squeeze the table into 80 columns there
+    console = console_cls(file=out, width=None if out.isatty() else 240)
     for rec in programs:
         headers, rows = dispatch_table(rec.program, rec.profile)
-        table = Table(title=program_title(rec), title_justify="left")
+        table = Table(title=Text(program_title(rec)), title_justify="left")
         for h in headers:
             table.add_column(h, justify="right" if h in RIGHT else "left", no_wrap=True)
         for r in rows:
-            table.add_row(*r)
+            table.add_row(*(Text(c) for c in r))  # Text: "gemm[tiled]" is not rich markup
         console.print(table)
         if rec.profile is not None:
             console.print("\n".join(profile_footer(rec.profile)), highlight=False)
