@@ -9,8 +9,8 @@ import re
 import shutil
 
 import pytest
-
 from inspect_common import parse_dot
+
 from tracer.cli import main
 from tracer.inspect.schema import validate
 
@@ -89,19 +89,44 @@ def test_dump_writes_every_stage_in_every_format(script, tmp_path, capsys):
 
 def test_dump_stage_and_format_filters(script, tmp_path):
     out = tmp_path / "traced"
-    assert main(["dump", script, "1", str(tmp_path / "a.json"), "-o", str(out), "--stage", "traced", "--format", "text"]) == 0
+    assert (
+        main(["dump", script, "1", str(tmp_path / "a.json"), "-o", str(out), "--stage", "traced", "--format", "text"])
+        == 0
+    )
     assert sorted(os.listdir(out)) == ["program_000"]
     assert os.listdir(out / "program_000") == ["00_traced.txt"]
 
     out = tmp_path / "sched"
-    assert main(["dump", "--stage", "scheduled", "--format", "json", "-o", str(out), script, "1", str(tmp_path / "b.json")]) == 0
+    assert (
+        main(
+            ["dump", "--stage", "scheduled", "--format", "json", "-o", str(out), script, "1", str(tmp_path / "b.json")]
+        )
+        == 0
+    )
     assert os.listdir(out) == ["dump.json"]
     doc = json.load(open(out / "dump.json"))
     validate(doc)
     assert doc["stages"] == ["schedule"] and [s["name"] for s in doc["programs"][0]["stages"]] == ["schedule"]
 
     out = tmp_path / "opt"
-    assert main(["dump", script, "1", str(tmp_path / "c.json"), "-o", str(out), "--stage", "optimized", "--format", "text", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "dump",
+                script,
+                "1",
+                str(tmp_path / "c.json"),
+                "-o",
+                str(out),
+                "--stage",
+                "optimized",
+                "--format",
+                "text",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     files = sorted(os.listdir(out / "program_000"))
     assert files[0] == "01_dce.txt" and not any("traced" in f or "schedule" in f for f in files)
 

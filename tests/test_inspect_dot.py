@@ -7,8 +7,8 @@ import shutil
 from dataclasses import replace
 
 import pytest
-
 from inspect_common import graphviz_plain, parse_dot, recorded_tiny, tiny
+
 from ir.dot import to_dot
 from ir.ops import NO_KERNEL
 from tracer.inspect.dot import GraphvizMissing, dispatch_labels, program_dot, svg_of

@@ -6,8 +6,8 @@ import copy
 import json
 
 import pytest
-
 from inspect_common import recorded_tiny
+
 from ir.printer import format_graph
 from passes.pipeline import PIPELINE
 from tracer.inspect.schema import SCHEMA, SCHEMA_VERSION, SchemaError, dump_document, validate
@@ -29,7 +29,9 @@ def test_document_validates_and_names_its_version(doc_and_rec):
 
 
 def test_schema_is_real_json_schema(doc_and_rec):
-    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (comes with the notebook extra) checks SCHEMA independently")
+    jsonschema = pytest.importorskip(
+        "jsonschema", reason="jsonschema (comes with the notebook extra) checks SCHEMA independently"
+    )
     doc, _ = doc_and_rec
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     jsonschema.Draft202012Validator(SCHEMA).validate(doc)
@@ -45,7 +47,9 @@ def test_program_fields_match_the_program(doc_and_rec):
     assert set(prog["compile_seconds"]["passes"]) == {f.__name__ for f in PIPELINE}
     assert all(v >= 0 for v in prog["compile_seconds"]["passes"].values())
     assert prog["compile_seconds"]["backend"] == p.compile_seconds
-    assert prog["slots"] == [{"index": i, "kind": s.kind, "nbytes": s.nbytes, "kind_index": s.index} for i, s in enumerate(p.slots)]
+    assert prog["slots"] == [
+        {"index": i, "kind": s.kind, "nbytes": s.nbytes, "kind_index": s.index} for i, s in enumerate(p.slots)
+    ]
     assert prog["outputs"] == list(p.graph.outputs)
     assert [k["key"] for k in prog["kernels"]] == list(dict.fromkeys(d.key for d in p.dispatches))
     for k in prog["kernels"]:
@@ -70,7 +74,11 @@ def test_every_node_record_matches_the_ir_and_its_dispatch(doc_and_rec):
         assert rec_node["op"] == n.op.value and rec_node["inputs"] == list(n.srcs)
         assert rec_node["shape"] == list(n.shape) and rec_node["dtype"] == n.dtype.value
         buf = rec_node["buffer"]
-        assert buf["slot"] == n.slot and buf["kind"] == p.slots[n.slot].kind and buf["slot_nbytes"] == p.slots[n.slot].nbytes
+        assert (
+            buf["slot"] == n.slot
+            and buf["kind"] == p.slots[n.slot].kind
+            and buf["slot_nbytes"] == p.slots[n.slot].nbytes
+        )
         assert 0 <= buf["offset"] and buf["offset"] + buf["nbytes"] <= buf["slot_nbytes"]
         if n.op.value != "view":
             assert buf["nbytes"] == n.nbytes and buf["offset"] == 0
@@ -80,7 +88,12 @@ def test_every_node_record_matches_the_ir_and_its_dispatch(doc_and_rec):
         i, d = dispatch_of[nid]
         got = rec_node["dispatch"]
         assert got["index"] == i
-        assert (got["kernel"], got["variant"], got["element"], got["inplace"]) == (d.kernel, d.variant, d.element, d.inplace)
+        assert (got["kernel"], got["variant"], got["element"], got["inplace"]) == (
+            d.kernel,
+            d.variant,
+            d.element,
+            d.inplace,
+        )
         assert tuple(got["workgroup_size"]) == d.workgroup_size and tuple(got["workgroup_count"]) == d.workgroup_count
         assert tuple(got["slots"]) == d.slots and got["key"] == d.key and got["uniform_offset"] == d.uniform_offset
         assert got["metadata"] == dict(d.metadata)
@@ -88,7 +101,9 @@ def test_every_node_record_matches_the_ir_and_its_dispatch(doc_and_rec):
     # the in-place chain: add writes over the matmul's buffer, relu over add's: same slot
     inplace = {nid: r["inplace"] for nid, r in nodes.items() if r["inplace"] is not None}
     assert inplace == {
-        n.id: {"operand": n.inplace, "overwrites": n.srcs[n.inplace], "slot": n.slot} for n in graph if n.inplace is not None
+        n.id: {"operand": n.inplace, "overwrites": n.srcs[n.inplace], "slot": n.slot}
+        for n in graph
+        if n.inplace is not None
     }
     assert len(inplace) == 2
     for nid, ip in inplace.items():

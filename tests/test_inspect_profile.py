@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from inspect_common import tiny, tiny_reference
 
 import tracer as tr
 from backend_wgpu import get_device
 from backend_wgpu.profile import ROW_FLOPS_PER_ELEMENT, dispatch_bytes, dispatch_flops
-from inspect_common import tiny, tiny_reference
 from tracer.inspect.profiling import op_shares
 
 
@@ -21,7 +21,9 @@ def _check(profile, program):
     assert profile.total_seconds == pytest.approx(sum(k.seconds for k in profile.kernels))
     shares = profile.by_op()
     assert sum(s for _, _, s in shares) == pytest.approx(1.0)
-    assert [op for op, _, _ in shares] == sorted({k.op for k in profile.kernels}, key=lambda op: -sum(k.seconds for k in profile.kernels if k.op == op))
+    assert [op for op, _, _ in shares] == sorted(
+        {k.op for k in profile.kernels}, key=lambda op: -sum(k.seconds for k in profile.kernels if k.op == op)
+    )
     for k in profile.kernels:
         assert k.gbps == pytest.approx(k.bytes / k.seconds / 1e9)
         assert k.gflops == pytest.approx(k.flops / k.seconds / 1e9)
