@@ -41,11 +41,20 @@ def test_explain_lists_every_dispatch_and_does_not_run():
     text = str(exp)
     lines = text.splitlines()
     assert lines[0].startswith("program 0 (") and "6 dispatches" in lines[0]
-    assert lines[1].split() == list(BASE_COLUMNS)
+    assert lines[1].split() == [*BASE_COLUMNS, "why"]
     rows = [line.split() for line in lines[3:]]
     assert [(r[1], r[2], r[5], r[6]) for r in rows] == [
         (f"%{d.node}", d.op, f"{d.kernel}[{d.variant}]", str(d.element)) for d in program.dispatches
     ]
+    col = lines[1].index("why")
+    why = {r[1]: line[col:] for r, line in zip(rows, lines[3:], strict=True)}
+    by_op = {d.op: f"%{d.node}" for d in program.dispatches}
+    # the reasons name the rule: width bounded by the last dim 3, the in-place reuse, the reduce strategy
+    assert why[by_op["add"]] == (
+        "one thread per element; last dim 3 not divisible by 2; overwrites %2 in slot4: nothing reads it afterwards"
+    )
+    assert why[by_op["sum"]] == "4 rows of 3: one thread walks each row; reduce reads scalars"
+    assert why[by_op["matmul"]].startswith("general matmul: workgroup tiles 64x64x16")
     inplace = [r[7:9] for r in rows if r[7].startswith("%")]
     assert len(inplace) == 2 and all(slot.startswith("slot") for _, slot in inplace)
     again = str(tr.explain(y)).splitlines()

@@ -98,6 +98,7 @@ def test_every_node_record_matches_the_ir_and_its_dispatch(doc_and_rec):
         assert tuple(got["slots"]) == d.slots and got["key"] == d.key and got["uniform_offset"] == d.uniform_offset
         assert got["metadata"] == dict(d.metadata)
         assert rec_node["kernel"]["name"] == n.kernel.name and rec_node["kernel"]["element"] == n.kernel.element
+        assert rec_node["why"].startswith(("one thread", "general matmul", "a workgroup", "4 rows of 3"))
     # the in-place chain: add writes over the matmul's buffer, relu over add's: same slot
     inplace = {nid: r["inplace"] for nid, r in nodes.items() if r["inplace"] is not None}
     assert inplace == {

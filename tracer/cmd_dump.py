@@ -40,7 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run a script and dump every program it compiles (IR per pass, schedule, WGSL, JSON, DOT/SVG, HTML)",
     )
     # one REMAINDER positional keeps the script's arguments (and any `--`) as they were typed
-    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS]", help="the script and its arguments")
+    p.add_argument(
+        "script_args", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS]", help="the script and its arguments"
+    )
     _add_options(p, None)
     p.set_defaults(func=run)
 

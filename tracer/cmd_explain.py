@@ -28,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "explain", help="run a script and show the dispatches of every program it compiled (--profile: GPU time)"
     )
     # one REMAINDER positional keeps the script's arguments (and any `--`) as they were typed
-    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS]", help="the script and its arguments")
+    p.add_argument(
+        "script_args", nargs=argparse.REMAINDER, metavar="SCRIPT.py [ARGS]", help="the script and its arguments"
+    )
     _add_options(p, None)
     p.set_defaults(func=run)
 

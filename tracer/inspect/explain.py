@@ -18,15 +18,17 @@ from backend_wgpu.profile import Profile, dispatch_bytes
 from backend_wgpu.program import Program
 from tracer.inspect.profiling import op_shares
 from tracer.inspect.record import RecordedProgram
+from tracer.inspect.why import why
 
 BASE_COLUMNS = ("#", "node", "op", "shape", "dtype", "kernel", "x", "in-place", "workgroup", "count", "slots", "bytes")
+WHY_COLUMN = "why"
 PROFILE_COLUMNS = ("us", "GB/s", "GFLOP/s", "share")
 RIGHT = frozenset({"#", "x", "bytes", "us", "GB/s", "GFLOP/s", "share"})
 
 
 def dispatch_table(program: Program, profile: Profile | None = None) -> tuple[list[str], list[list[str]]]:
     """Headers and rows (as text) of the dispatch table of one program."""
-    headers = list(BASE_COLUMNS) + (list(PROFILE_COLUMNS) if profile is not None else [])
+    headers = list(BASE_COLUMNS) + (list(PROFILE_COLUMNS) if profile is not None else []) + [WHY_COLUMN]
     graph = program.graph
     timing = {k.node: k for k in profile.kernels} if profile is not None else {}
     total = profile.total_seconds if profile is not None else 0.0
@@ -52,7 +54,7 @@ def dispatch_table(program: Program, profile: Profile | None = None) -> tuple[li
             k = timing[d.node]
             share = k.seconds / total if total else 0.0
             row += [f"{k.seconds * 1e6:.1f}", f"{k.gbps:.2f}", f"{k.gflops:.2f}", f"{share * 100:.1f}%"]
-        rows.append(row)
+        rows.append(row + [why(graph, node)])
     return headers, rows
 
 
@@ -124,7 +126,7 @@ def print_explain(programs: list[RecordedProgram], file: Any = None, use_rich: b
         headers, rows = dispatch_table(rec.program, rec.profile)
         table = Table(title=Text(program_title(rec)), title_justify="left")
         for h in headers:
-            table.add_column(h, justify="right" if h in RIGHT else "left", no_wrap=True)
+            table.add_column(h, justify="right" if h in RIGHT else "left", no_wrap=h != WHY_COLUMN)
         for r in rows:
             table.add_row(*(Text(c) for c in r))  # Text: "gemm[tiled]" is not rich markup
         console.print(table)

@@ -18,10 +18,11 @@ from ir.graph import Graph
 from ir.printer import format_graph
 from tracer.inspect.dot import program_dot
 from tracer.inspect.record import RecordedProgram
+from tracer.inspect.why import why
 
 NODE_COLUMNS = (
     "id", "op", "inputs", "shape", "dtype", "kernel", "variant", "width", "in-place on", "slot",
-    "offset", "bytes", "workgroup", "count", "dispatch", "time (us)",
+    "offset", "bytes", "workgroup", "count", "dispatch", "time (us)", "why",
 )  # fmt: skip
 
 _CSS = """
@@ -30,6 +31,7 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.2em; border-bottom: 1px solid #ccd1d1
 h3 { font-size: 1.05em; margin-top: 1.4em; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.4em 0; }
 th, td { border: 1px solid #d5d8dc; padding: 2px 6px; text-align: left; white-space: nowrap; }
+td:last-child { white-space: normal; min-width: 18em; }
 th { background: #eaeded; }
 table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th[aria-sort=ascending]::after { content: " \\25B2"; }
@@ -126,6 +128,7 @@ def node_rows(rec: RecordedProgram) -> list[list[Any]]:
                 "x".join(map(str, d.workgroup_count)) if d else "",
                 "" if i is None else i,
                 f"{times[n.id] * 1e6:.1f}" if n.id in times else "",
+                why(graph, n),
             ]
         )
     return rows

@@ -20,6 +20,7 @@ from ir.node import Node
 from ir.ops import Op
 from ir.printer import format_arg, format_graph
 from tracer.inspect.record import RecordedProgram
+from tracer.inspect.why import why
 
 SCHEMA_VERSION = 1
 
@@ -90,6 +91,7 @@ NODE = _obj(
         "inplace": INPLACE,
         "buffer": BUFFER,
         "dispatch": DISPATCH,
+        "why": _STR,
     }
 )
 STAGE = _obj({"name": _STR, "text": _STR, "nodes": {"type": "array", "items": NODE}})
@@ -186,6 +188,7 @@ def node_record(graph: Graph, node: Node, dispatch: Dispatch | None = None, disp
         "inplace": None,
         "buffer": None,
         "dispatch": None,
+        "why": why(graph, node),
     }
     k = node.kernel
     if k is not None:
