@@ -164,3 +164,12 @@ def test_report_opens_in_chromium_with_graph_and_sortable_table(rec, tmp_path):
         assert picture.lstrip().startswith("<svg") and picture.count('class="node"') >= len(rec.program.graph)
     else:
         assert '<pre class="dot">' in dom
+
+
+def test_huge_graphs_are_not_drawn(rec, monkeypatch):
+    import tracer.inspect.dot as dot_module
+
+    monkeypatch.setattr(dot_module, "MAX_DRAWN_NODES", 3)
+    page = report([rec], "tiny.py")
+    assert "<svg" not in page and f"a graph of {len(rec.program.graph)} nodes is not drawn (over 3)" in page
+    assert len(tables_of(page)["nodes-0"]["rows"]) == len(rec.program.graph)

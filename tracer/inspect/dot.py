@@ -40,6 +40,17 @@ def program_dot(
     return to_dot(program.graph, title=title, clusters=clusters, extra=dispatch_labels(program, profile))
 
 
+# Graphviz takes minutes on graphs of many thousand nodes: past this, keep the DOT and say so
+MAX_DRAWN_NODES = 2000
+
+
+def too_big_to_draw(node_count: int) -> str:
+    """'' when a graph of this size is drawn, else the message saying why it is not."""
+    if node_count <= MAX_DRAWN_NODES:
+        return ""
+    return f"a graph of {node_count} nodes is not drawn (over {MAX_DRAWN_NODES}); render its DOT file with `dot -Tsvg`"
+
+
 class GraphvizMissing(RuntimeError):
     """Graphviz's `dot` is not installed."""
 

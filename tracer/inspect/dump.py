@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from ir.display import GRAPHVIZ_HELP, dot_available
 from ir.printer import format_graph
-from tracer.inspect.dot import graph_dot, program_dot, write_svg
+from tracer.inspect.dot import graph_dot, program_dot, too_big_to_draw, write_svg
 from tracer.inspect.html import report
 from tracer.inspect.record import RecordedProgram
 from tracer.inspect.schema import dump_document
@@ -124,7 +124,10 @@ def write_dump(
                 dot = program_dot(rec.program, title, rec.profile) if name == final else graph_dot(graph, title)
                 if "dot" in formats:
                     _write(stem + ".dot", dot, result)
-                if svg and write_svg(dot, stem + ".svg"):
+                big = too_big_to_draw(len(graph))
+                if svg and big:
+                    result.messages.append(f"program {rec.index}, {name}: {big}")
+                elif svg and write_svg(dot, stem + ".svg"):
                     result.files.append(stem + ".svg")
         if final in stages and "text" in formats:
             _write(os.path.join(base, "schedule.txt"), schedule_text(rec), result)

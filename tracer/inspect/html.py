@@ -16,7 +16,7 @@ from typing import Any
 from ir.display import GRAPHVIZ_HELP, inline_svg, render_svg
 from ir.graph import Graph
 from ir.printer import format_graph
-from tracer.inspect.dot import program_dot
+from tracer.inspect.dot import program_dot, too_big_to_draw
 from tracer.inspect.record import RecordedProgram
 from tracer.inspect.why import why
 
@@ -156,6 +156,9 @@ def stage_diff(before: Graph, after: Graph) -> str:
 
 def _picture(rec: RecordedProgram) -> str:
     dot = program_dot(rec.program, title=f"program {rec.index}", profile=rec.profile)
+    big = too_big_to_draw(len(rec.program.graph))
+    if big:
+        return f'<p class="note">{_esc(big)}</p><details><summary>DOT</summary><pre class="dot">{_esc(dot)}</pre></details>'
     svg = render_svg(dot)
     if svg is None:
         return f'<p class="note">{_esc(GRAPHVIZ_HELP)}</p><pre class="dot">{_esc(dot)}</pre>'
