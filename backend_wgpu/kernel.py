@@ -14,11 +14,11 @@ from typing import ClassVar
 
 import numpy as np
 
+from backend_wgpu.wgsl import KernelSource, WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import Op
 from ir.view import View
-from backend_wgpu.wgsl import KernelSource, WgslBuilder, vtype
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,9 @@ class Kernel:
         wg = "x".join(map(str, self.choice.workgroup))
         # which operands are read through `out` changes the WGSL, not just whether any is
         ip = ",".join(str(i) for i in range(len(self.operands)) if self.reads_output(i)) if self.inplace else ""
-        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)}{ip and f'({ip})'} m[{meta}]"
+        # a fused group's node ids (the "group" param) name it for tools; they change no code
+        extra = "".join(f" {k}={v}" for k, v in self.choice.params if k != "group")
+        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)}{ip and f'({ip})'}{extra} m[{meta}]"
 
     def operand_type(self, i: int) -> str:
         """Storage element type of operand i's binding (vector or scalar)."""

@@ -38,11 +38,13 @@ member of A, that member would reach A's root through B, a cycle in the original
 `check_acyclic` verifies this on every result, and the graph verifier checks that every
 FUSED node comes after its leaves.
 
-Set WGJIT_FUSION=0 (or run a pipeline without this pass) to compare against unfused runs.
+Set WGJIT_FUSION=0 (the pass then returns its graph unchanged), or run a pipeline without
+this pass (passes.pipeline.default_pipeline(fusion=False)), to compare with unfused runs.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
@@ -52,6 +54,11 @@ from ir.fusion import CORE_OPS, FusedArg, linear_identity
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import ELEMENTWISE, Op
+
+
+def fusion_enabled() -> bool:
+    """WGJIT_FUSION=0 turns fusion off (to compare fused and unfused runs)."""
+    return os.environ.get("WGJIT_FUSION", "1").strip().lower() not in ("0", "false", "off", "no")
 
 PROLOGUE_KERNELS = frozenset({"reduce", "softmax"})
 EPILOGUE_KERNELS = frozenset({"reduce", "softmax", "gemm", "gemv"})
@@ -66,6 +73,8 @@ class _Group:
 
 
 def fuse(graph: Graph, caps: DeviceCaps) -> Graph:
+    if not fusion_enabled():
+        return graph  # WGJIT_FUSION=0: every node keeps its own kernel
     readers = _readers(graph)
     position = {nid: i for i, nid in enumerate(graph.nodes)}
     outputs = set(graph.outputs)
@@ -144,6 +153,8 @@ def _join(
     if len(groups) != 1:
         return None  # stored: read by several kernels
     group = group_of[reads[0][0]]
+    if group.core is None and graph[group.root].op not in ELEMENTWISE:
+        return None  # a group of one kernel that renders no fused code (concat, arange...)
     if is_core:
         if group.core is not None:
             return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,15 +26,8 @@ Pass = Callable[[Graph, DeviceCaps], Graph]
 PIPELINE: list[Pass] = [dce, fold_views, select_kernels, fuse, vectorize, inplace, plan_memory, schedule]
 
 
-def fusion_enabled() -> bool:
-    """WGJIT_FUSION=0 turns the fuse pass off (to compare fused and unfused runs)."""
-    return os.environ.get("WGJIT_FUSION", "1").strip() not in ("0", "false", "off", "no")
-
-
-def default_pipeline(fusion: bool | None = None) -> list[Pass]:
-    """PIPELINE, without fuse when `fusion` is False (None: as WGJIT_FUSION says)."""
-    if fusion is None:
-        fusion = fusion_enabled()
+def default_pipeline(fusion: bool = True) -> list[Pass]:
+    """PIPELINE, or PIPELINE without fuse (WGJIT_FUSION=0 instead keeps fuse as a no-op stage)."""
     return list(PIPELINE) if fusion else [p for p in PIPELINE if p is not fuse]
 
 
@@ -60,7 +52,7 @@ def run_pipeline(graph: Graph, caps: DeviceCaps, passes: list[Pass] | None = Non
     run = PipelineRun(graph)
     if keep:
         run.stages.append(("traced", graph))
-    for p in default_pipeline() if passes is None else passes:
+    for p in PIPELINE if passes is None else passes:
         t0 = time.perf_counter()
         try:
             graph = p(graph, caps)

@@ -9,9 +9,9 @@ the caller's buffers, output groups get fresh buffers every run and live to the 
 Temporary groups are packed greedily into shared buffers (Pisarchyk and Lee, arXiv
 2001.03288, as ratchet does), each into the buffer whose users' live intervals do not
 overlap its own and that wastes least: big enough and smallest, else the one that must
-grow least, else a new pool buffer. Two orders are tried, largest first ("greedy by
-size") and earliest first (which keeps a chain's alternation between two buffers), and
-the plan with fewer bytes is kept. The output buffers take part: each is fresh for its
+grow least, else a new pool buffer. Three orders are tried, largest first ("greedy by
+size"), earliest first and latest first (these keep a chain alternating between two
+buffers, from either end), and the plan with fewer bytes is kept. The output buffers take part: each is fresh for its
 run, so before its output is written it can hold temporaries, and it may be allocated
 larger for them, up to OUTPUT_GROWTH times its tensor (which uses a prefix). Buffers cannot be carved into offsets of one arena: WebGPU forbids binding one buffer
 both read-only and writable in a dispatch, whatever the ranges.
@@ -140,7 +140,8 @@ def plan_memory(graph: Graph, caps: DeviceCaps) -> Graph:
     temps = [g for g in groups.values() if g.input_index is None and g.output_index is None]
     by_size = _pack(sorted(temps, key=lambda g: (-g.nbytes, g.first)), outputs)
     by_time = _pack(sorted(temps, key=lambda g: (g.first, -g.nbytes)), outputs)
-    pool, pool_index = min(by_size, by_time, key=lambda plan: sum(buf.size for buf in plan[0]))
+    by_end = _pack(sorted(temps, key=lambda g: (-g.last, -g.nbytes)), outputs)
+    pool, pool_index = min(by_size, by_time, by_end, key=lambda plan: sum(buf.size for buf in plan[0]))
     pool_slot = []
     temp_count = 0
     for buf in pool:

@@ -20,3 +20,9 @@ def device():  # noqa: ANN201
     from backend_wgpu import get_device
 
     return get_device()
+
+
+@pytest.fixture
+def no_fusion(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run with the fuse pass off (WGJIT_FUSION=0): for tests written about one node per kernel."""
+    monkeypatch.setenv("WGJIT_FUSION", "0")

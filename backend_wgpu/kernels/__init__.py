@@ -9,7 +9,8 @@ from backend_wgpu.kernels.reduce import ReduceKernel
 from backend_wgpu.kernels.softmax import SoftmaxKernel
 
 KERNELS: dict[str, type[Kernel]] = {
-    k.name: k for k in (ElementwiseKernel, ReduceKernel, SoftmaxKernel, GemmKernel, GemvKernel, ConcatKernel, ArangeKernel)
+    k.name: k
+    for k in (ElementwiseKernel, ReduceKernel, SoftmaxKernel, GemmKernel, GemvKernel, ConcatKernel, ArangeKernel)
 }
 
 __all__ = ["KERNELS"]

@@ -27,6 +27,13 @@ def _suffix(t: str) -> str:
     return t.replace("<", "_").replace(">", "")
 
 
+def isnan(x: str, t: str) -> str:
+    """A NaN test by bit pattern: compilers may fold `x != x` to false under fast math."""
+    f32 = t.replace(_scalar_of(t), "f32")
+    u32 = t.replace(_scalar_of(t), "u32")
+    return f"((bitcast<{u32}>({f32}({x})) & {u32}(0x7fffffffu)) > {u32}(0x7f800000u))"
+
+
 FLOAT_EXPR: dict[Op, Expr] = {
     Op.NEG: lambda a, t: f"(-{a[0]})",
     Op.ABS: lambda a, t: f"abs({a[0]})",
@@ -107,7 +114,11 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
     if not dtype.is_float:
         if op is Op.FLOORDIV:
             zero = f"{t}(0)"
-            fix = f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))" if dtype is DType.int32 else zero
+            fix = (
+                f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))"
+                if dtype is DType.int32
+                else zero
+            )
             out[f"wg_ifloordiv_{s}"] = (
                 f"fn wg_ifloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
                 f"  let z = y == {zero};\n  let d = select(y, {t}(1), z);\n  let q = x / d;\n  let r = x - q * d;\n"
@@ -135,7 +146,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         out[f"wg_tanh_{s}"] = (
             f"fn wg_tanh_{s}(x: {t}) -> {t} {{\n"
             f"  let y = {t}(1.0) - {t}(2.0) / (exp(min(abs(x), {t}(20.0)) * {t}(2.0)) + {t}(1.0));\n"
-            f"  return select(sign(x) * y, x, abs(x) < {t}(0.0005));\n}}"
+            f"  return select(sign(x) * y, x, (abs(x) < {t}(0.0005)) | {isnan('x', t)});\n}}"
         )
     if op is Op.GELU:
         # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), evaluated in f32 even for f16
@@ -159,7 +170,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let odd = is_int & (abs(y - {t}(2.0) * floor(y * {t}(0.5))) == {t}(1.0));\n"
             f"  let neg = select(m, -m, odd);\n"
             f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
-            f"  let nan = {t}(bitcast<f32>(nan_bits));\n"
+            f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));\n"
             f"  return select(m, select(nan, neg, is_int), x < {t}(0.0));\n}}"
         )
     if op in (Op.MAXIMUM, Op.MINIMUM):
@@ -167,7 +178,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         out[f"wg_{fn}_{s}"] = (
             f"fn wg_{fn}_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  // numpy propagates NaN; WGSL's {fn} may not\n"
-            f"  let xn: {b} = x != x;\n  let yn: {b} = y != y;\n"
+            f"  let xn: {b} = {isnan('x', t)};\n  let yn: {b} = {isnan('y', t)};\n"
             f"  return select(select({fn}(x, y), y, yn), x, xn);\n}}"
         )
     return out

@@ -169,7 +169,10 @@ class FusedCode:
     @staticmethod
     def _expression(b: WgslBuilder, t: Node, args: list[str], arg_dtypes: list[DType], width: int) -> str:
         if t.op is Op.CAST:
-            return f"{vtype(t.dtype, width)}({args[0]})"
+            to, src = vtype(t.dtype, width), arg_dtypes[0]
+            if src.is_float and t.dtype.is_int:  # saturating (WGSL) and NaN -> 0 (documented)
+                return f"select({to}({args[0]}), {to}(0), {expr.isnan(args[0], vtype(src, width))})"
+            return f"{to}({args[0]})"
         # comparisons and where compute in their operands' type; everything else in the result's
         math_dtype = arg_dtypes[-1] if t.op in COMPARISON or t.op is Op.WHERE else t.dtype
         wt = vtype(math_dtype, width)

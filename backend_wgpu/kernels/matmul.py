@@ -179,7 +179,9 @@ class GemvKernel(_MatmulBase):
         if self.k_contig:
             return Workload.for_workgroups(batch * n, self.choice.workgroup, self.max_workgroups)
         cols = n // self.kernel_element()
-        return Workload.for_workgroups(batch * -(-cols // self.choice.workgroup[0]), self.choice.workgroup, self.max_workgroups)
+        return Workload.for_workgroups(
+            batch * -(-cols // self.choice.workgroup[0]), self.choice.workgroup, self.max_workgroups
+        )
 
     def render(self, b: WgslBuilder) -> None:
         (self._render_k if self.k_contig else self._render_n)(b)
