@@ -60,6 +60,7 @@ def fusion_enabled() -> bool:
     """WGJIT_FUSION=0 turns fusion off (to compare fused and unfused runs)."""
     return os.environ.get("WGJIT_FUSION", "1").strip().lower() not in ("0", "false", "off", "no")
 
+
 PROLOGUE_KERNELS = frozenset({"reduce", "softmax"})
 EPILOGUE_KERNELS = frozenset({"reduce", "softmax", "gemm", "gemv"})
 

@@ -353,3 +353,78 @@ def test_random_elementwise_dags_fused_vs_unfused(monkeypatch, dag, seed):
         fused = run_pipeline(built.graph, get_device().caps).graph
         for a, b in zip(interpret(fused, arrays), interpret(built.graph, arrays), strict=True):
             assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+CORE_STEPS = (
+    ["matmul", "softmax", "log_softmax", "sum", "max", "mean", "argmax_eq"] + UNARY + ["add_row", "mul_col", "sub_x"]
+)
+
+
+def _core_step(op: str, h, x, row, col, w, lib):  # noqa: ANN001, ANN202
+    """One step on an (R, C) value; every result is (R, C) again (reductions keep dims, then broadcast)."""
+    if op == "matmul":
+        return h @ w
+    if op in ("softmax", "log_softmax"):
+        if lib is np:
+            z = h - h.max(-1, keepdims=True)
+            s = np.log(np.exp(z).sum(-1, keepdims=True))
+            return np.exp(z - s) if op == "softmax" else z - s
+        return getattr(h, op)(-1)
+    if op in ("sum", "max", "mean"):
+        return getattr(h, op)(-1, keepdims=True) * 0.25 + h
+    if op == "argmax_eq":  # an int reduction feeding a compare and a cast
+        idx = h.argmax(-1, keepdims=True)
+        return (idx == 1).astype(np.float32 if lib is np else tr.float32) + h
+    if op == "add_row":
+        return h + row
+    if op == "mul_col":
+        return h * col
+    if op == "sub_x":
+        return h - x
+    return _apply(op, [h], lib)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.sampled_from(CORE_STEPS), min_size=2, max_size=7),
+    st.sampled_from([(3, 4), (5, 6), (2, 8)]),
+    st.integers(0, 2**31 - 1),
+)
+def test_random_chains_around_cores_fused_vs_unfused(monkeypatch, steps, shape, seed):
+    r, c = shape
+    rng = np.random.default_rng(seed)
+    host = [rng.uniform(-1, 1, s).astype(np.float32) for s in [(r, c), (c,), (r, 1), (c, c)]]
+
+    def build(lib):  # noqa: ANN001, ANN202
+        x, row, col, w = host if lib is np else [tr.tensor(a) for a in host]
+        h = x
+        for op in steps:
+            h = _core_step(op, h, x, row, col, w, lib)
+        return h
+
+    want = build(np)
+    got = {}
+    for fusion in (True, False):
+        monkeypatch.setenv("WGJIT_FUSION", "1" if fusion else "0")
+        got[fusion] = build(tr).numpy()
+    assert_close(got[True], want.astype(np.float32), rtol=1e-4, atol=1e-4)
+    assert_close(got[True], got[False], rtol=1e-5, atol=1e-5)
+
+
+def test_dot_draws_a_fused_group_as_a_cluster_of_its_nodes():
+    from ir.dot import to_dot
+
+    x = tr.randn(4, 8, seed=23)
+    y = ((x * 2).exp() + 1).sum(-1)
+    graph = tr.compile(y).graph
+    (node,) = [n for n in graph if n.op is Op.FUSED]
+    text = to_dot(graph)
+    block = text.split("subgraph cluster_0 {")[1].split("}")[0]
+    assert f"fused %{node.id}: {len(node.arg.terms)} nodes, one reduce kernel" in block
+    drawn = [int(i) for i in __import__("re").findall(r"^\s*n(\d+) \[", block, __import__("re").M)]
+    assert drawn == list(node.arg.holds)
+    for t in node.arg.terms:
+        for s in t.srcs:
+            assert f"n{s} -> n{t.id}" in text

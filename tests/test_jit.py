@@ -9,8 +9,8 @@ import pytest
 
 import tracer as tr
 from backend_wgpu import get_device
-from tracer.realize import stats as realize_stats
 from tests.helpers import assert_close
+from tracer.realize import stats as realize_stats
 
 pytestmark = pytest.mark.gpu
 

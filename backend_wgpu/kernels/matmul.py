@@ -67,7 +67,9 @@ class _MatmulBase(Kernel):
         meta += [("a_off", "u32", a.offset), ("a_sm", "i32", a.strides[-2]), ("a_sk", "i32", a.strides[-1])]
         meta += [("b_off", "u32", b.offset), ("b_sk", "i32", b.strides[-2]), ("b_sn", "i32", b.strides[-1])]
         meta += [(f"bs{d}", "u32", self.core.shape[d]) for d in range(nb)]
-        meta += [(f"ab{d}", "i32", a.strides[d]) for d in range(nb)] + [(f"bb{d}", "i32", b.strides[d]) for d in range(nb)]
+        meta += [(f"ab{d}", "i32", a.strides[d]) for d in range(nb)] + [
+            (f"bb{d}", "i32", b.strides[d]) for d in range(nb)
+        ]
         return meta + (self.code.metadata() if self.code else [])
 
     def _batch_offsets(self, b: WgslBuilder, bt: str) -> None:
@@ -119,7 +121,9 @@ class GemmKernel(_MatmulBase):
         b.line(f"    let mm = e / {tk}u; let kk = e % {tk}u;")
         b.line("    let gm = tm0 + mm; let gk = k0 + kk;")
         b.line("    var v = 0.0;")
-        b.line(f"    if (gm < params.m && gk < params.k) {{ v = f32({in_a}[u32(a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk)]); }}")
+        b.line(
+            f"    if (gm < params.m && gk < params.k) {{ v = f32({in_a}[u32(a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk)]); }}"
+        )
         b.line(f"    tile_a[kk * {tm}u + mm] = v;")
         b.line("  }")
         b.line(f"  for (var l = 0u; l < {tk * tn // threads}u; l++) {{")
@@ -127,7 +131,9 @@ class GemmKernel(_MatmulBase):
         b.line(f"    let kk = e / {tn}u; let nn = e % {tn}u;")
         b.line("    let gk = k0 + kk; let gn = tn0 + nn;")
         b.line("    var v = 0.0;")
-        b.line(f"    if (gk < params.k && gn < params.n) {{ v = f32({in_b}[u32(b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn)]); }}")
+        b.line(
+            f"    if (gk < params.k && gn < params.n) {{ v = f32({in_b}[u32(b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn)]); }}"
+        )
         b.line(f"    tile_b[kk * {tn}u + nn] = v;")
         b.line("  }")
         b.line("  workgroupBarrier();")
@@ -207,7 +213,9 @@ class GemvKernel(_MatmulBase):
             b.line(f"sh[lidx] = dot(acc, {vt}(1.0));")
         else:
             b.line(f"for (var j = lidx; j < params.k; j += {wgx}u) {{")
-            b.line(f"  acc = fma(f32({in_a}[u32(a_base + i32(j) * params.a_sk)]), f32({in_b}[u32(b_col + i32(j) * params.b_sk)]), acc);")
+            b.line(
+                f"  acc = fma(f32({in_a}[u32(a_base + i32(j) * params.a_sk)]), f32({in_b}[u32(b_col + i32(j) * params.b_sk)]), acc);"
+            )
             b.line("}")
             b.line("sh[lidx] = acc;")
         b.line("workgroupBarrier();")

@@ -82,10 +82,18 @@ class ReduceKernel(Kernel):
     def metadata(self) -> Meta:
         kshape, kstrides, rshape, rstrides = self._split()
         w = self.kernel_element()
-        meta: Meta = [("rows", "u32", self.node.size), ("rlen", "u32", math.prod(rshape)), ("offset", "u32", self.in_view.offset)]
-        meta += [(f"ks{d}", "u32", n) for d, n in enumerate(kshape)] + [(f"kt{d}", "i32", s) for d, s in enumerate(kstrides)]
+        meta: Meta = [
+            ("rows", "u32", self.node.size),
+            ("rlen", "u32", math.prod(rshape)),
+            ("offset", "u32", self.in_view.offset),
+        ]
+        meta += [(f"ks{d}", "u32", n) for d, n in enumerate(kshape)] + [
+            (f"kt{d}", "i32", s) for d, s in enumerate(kstrides)
+        ]
         if w == 1 and self.src is not None:
-            meta += [(f"rs{d}", "u32", n) for d, n in enumerate(rshape)] + [(f"rt{d}", "i32", s) for d, s in enumerate(rstrides)]
+            meta += [(f"rs{d}", "u32", n) for d, n in enumerate(rshape)] + [
+                (f"rt{d}", "i32", s) for d, s in enumerate(rstrides)
+            ]
         return meta + (self.code.metadata() if self.code else [])
 
     def calculate_dispatch(self) -> Workload:
@@ -156,7 +164,9 @@ class ReduceKernel(Kernel):
         for line in index_to_coords(j, [f"rs{d}" for d in range(r)], "r"):
             b.line("  " + line)
         addr = " + ".join(["base"] + [f"i32(r{d}) * params.rt{d}" for d in range(r)])
-        b.line(f"  let {var} = {self.acc_type()}({load_cast(f'{self.in_name(self.src)}[u32({addr})]', self.in_dtype, 1)});")
+        b.line(
+            f"  let {var} = {self.acc_type()}({load_cast(f'{self.in_name(self.src)}[u32({addr})]', self.in_dtype, 1)});"
+        )
 
     def render(self, b: WgslBuilder) -> None:
         self._combine_helpers(b)

@@ -52,8 +52,14 @@ class SoftmaxKernel(Kernel):
     def metadata(self) -> Meta:
         v = self.in_view
         r = len(v.shape)
-        meta: Meta = [("rows", "u32", self.core.size // max(self.core.shape[-1], 1)), ("n", "u32", v.shape[-1]), ("offset", "u32", v.offset)]
-        meta += [(f"ks{d}", "u32", v.shape[d]) for d in range(r - 1)] + [(f"kt{d}", "i32", v.strides[d]) for d in range(r - 1)]
+        meta: Meta = [
+            ("rows", "u32", self.core.size // max(self.core.shape[-1], 1)),
+            ("n", "u32", v.shape[-1]),
+            ("offset", "u32", v.offset),
+        ]
+        meta += [(f"ks{d}", "u32", v.shape[d]) for d in range(r - 1)] + [
+            (f"kt{d}", "i32", v.strides[d]) for d in range(r - 1)
+        ]
         meta.append(("inner", "i32", v.strides[-1]))
         return meta + (self.code.metadata() if self.code else [])
 
@@ -131,5 +137,7 @@ class SoftmaxKernel(Kernel):
             return load
         w = self.kernel_element()
         vt = f"vec{w}<f32>" if w > 1 else "f32"
-        elem, vidx = (f"(u32(base) + j * {w}u)", f"(u32(base) / {w}u + j)") if w > 1 else ("(u32(base) + j)", "(u32(base) + j)")
+        elem, vidx = (
+            (f"(u32(base) + j * {w}u)", f"(u32(base) / {w}u + j)") if w > 1 else ("(u32(base) + j)", "(u32(base) + j)")
+        )
         return f"{vt}({self.code.emit(b, 'in', tag, elem, vidx, indent='  ')})"
