@@ -20,8 +20,11 @@ from tracer.factories import (
     zeros,
     zeros_like,
 )
+from tracer import nn
+from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.realize import compile, realize
 from tracer.tensor import Tensor, concat, matmul, maximum, minimum, stack, where
+from tracer.weights import load_safetensors
 
 bool = bool_  # noqa: A001  tr.bool, as numpy spells it
 
@@ -49,6 +52,7 @@ sigmoid = _unary("sigmoid")
 relu = _unary("relu")
 gelu = _unary("gelu")
 silu = _unary("silu")
+erf = _unary("erf")
 floor = _unary("floor")
 ceil = _unary("ceil")
 sum = _unary("sum")  # noqa: A001
@@ -82,4 +86,6 @@ __all__ = [
     "reciprocal", "relu", "reshape", "rsqrt", "sigmoid", "silu", "sin", "softmax", "sqrt", "square",
     "squeeze", "stack", "sum", "tanh", "tensor", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
+    # transformer inference (tracer/nn.py, tracer/weights.py)
+    "clamp", "erf", "gather", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
 ]  # fmt: skip

@@ -53,6 +53,7 @@ FLOAT_EXPR: dict[Op, Expr] = {
         f"({t}(0.5) * {a[0]} * ({t}(1.0) + wg_tanh_{_suffix(t)}({t}(0.7978845608028654) * ({a[0]} + {t}(0.044715) * {a[0]} * {a[0]} * {a[0]}))))"
     ),
     Op.SILU: lambda a, t: f"({a[0]} / ({t}(1.0) + exp(-{a[0]})))",
+    Op.ERF: lambda a, t: f"wg_erf_{_suffix(t)}({a[0]})",
     Op.FLOOR: lambda a, t: f"floor({a[0]})",
     Op.CEIL: lambda a, t: f"ceil({a[0]})",
     Op.ADD: lambda a, t: f"({a[0]} + {a[1]})",
@@ -139,12 +140,15 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         return out
     if op is Op.TANH or op is Op.GELU_TANH:
         # tanh(x) = 1 - 2 / (exp(2x) + 1): exact at large |x| where exp overflows, keeps NaN
+        # evaluated in f32 even for f16: the subtraction cancels badly in f16 for small |x|
+        f = t.replace(_scalar_of(t), "f32")
         out[f"wg_tanh_{s}"] = (
-            f"fn wg_tanh_{s}(x: {t}) -> {t} {{\n"
-            f"  let y = {t}(1.0) - {t}(2.0) / (exp(min(abs(x), {t}(20.0)) * {t}(2.0)) + {t}(1.0));\n"
-            f"  return select(sign(x) * y, x, (abs(x) < {t}(0.0005)) | {isnan('x', t)});\n}}"
+            f"fn wg_tanh_{s}(x_in: {t}) -> {t} {{\n"
+            f"  let x = {f}(x_in);\n"
+            f"  let y = {f}(1.0) - {f}(2.0) / (exp(min(abs(x), {f}(20.0)) * {f}(2.0)) + {f}(1.0));\n"
+            f"  return {t}(select(sign(x) * y, x, (abs(x) < {f}(0.0005)) | {isnan('x', f)}));\n}}"
         )
-    if op is Op.GELU:
+    if op is Op.GELU or op is Op.ERF:
         # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), evaluated in f32 even for f16
         f = t.replace(_scalar_of(t), "f32")
         out[f"wg_erf_{s}"] = (
