@@ -150,13 +150,13 @@ def _ids(op: str, ids: Any, axis: int, x: Tensor) -> Tensor:
     return t if t is not None else tensor(host.astype(np.int32))
 
 
-def index_select(x: Any, ids: Any, axis: int = 0) -> Tensor:
+def index_select(x: Any, ids: Any, axis: int = 0, _op: str = "index_select") -> Tensor:
     """x's entries at `ids` along `axis` (np.take): shape x.shape[:axis] + ids.shape + x.shape[axis+1:]."""
-    x = _tensor(x, "index_select")
+    x = _tensor(x, _op)
     if x.ndim == 0:
-        raise ShapeError(f"index_select: x must have at least one dimension, got shape {x.shape}")
-    a = shapes.normalize_axis("index_select", axis, x.ndim, x.shape)
-    ids = _ids("index_select", ids, a, x)
+        raise ShapeError(f"{_op}: x must have at least one dimension, got shape {x.shape}")
+    a = shapes.normalize_axis(_op, axis, x.ndim, x.shape)
+    ids = _ids(_op, ids, a, x)
     flat = ids.reshape(-1)
     k = flat.shape[0]
     out_shape = x.shape[:a] + (k,) + x.shape[a + 1 :]
@@ -171,7 +171,7 @@ def embedding(ids: Any, table: Any) -> Tensor:
     table = _tensor(table, "embedding", "table")
     if table.ndim != 2:
         raise ShapeError(f"embedding: table must be (vocab, dim), got shape {table.shape}")
-    return index_select(table, ids, 0)
+    return index_select(table, ids, 0, _op="embedding")
 
 
 def gather(x: Any, ids: Any, axis: int) -> Tensor:
@@ -197,6 +197,13 @@ def gather(x: Any, ids: Any, axis: int) -> Tensor:
 # --- elementwise compositions --------------------------------------------------------
 
 
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """numpy's broadcast_to rule: `shape` stretches to `target` without changing it."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
 def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
     """Elementwise min(max(x, min), max), as np.clip (NaN stays NaN); bounds may be tensors."""
     x = _tensor(x, "clamp")
@@ -214,7 +221,7 @@ def masked_fill(x: Any, mask: Any, value: Any) -> Tensor:
     mask = _tensor(mask, "masked_fill", "mask")
     if mask.dtype is not DType.bool:
         raise DTypeError(f"masked_fill: mask must be bool, got {mask.dtype.value}")
-    if shapes.broadcast_shapes("masked_fill", x.shape, mask.shape) != x.shape:
+    if not _broadcasts_to(mask.shape, x.shape):
         raise ShapeError(f"masked_fill: mask shape {mask.shape} does not broadcast to x shape {x.shape}")
     if isinstance(value, Tensor):
         if value.size != 1:
@@ -348,7 +355,7 @@ def scaled_dot_product_attention(
     # the mask is written against (..., H, L, S); grouped scores split H as q did
     target = scores.shape[:-4] + (heads, q_len, kv_len) if grouped else scores.shape
     for m in masks:
-        if shapes.broadcast_shapes("scaled_dot_product_attention", target, m.shape) != target:
+        if not _broadcasts_to(m.shape, target):
             raise ShapeError(f"scaled_dot_product_attention: mask shape {m.shape} does not broadcast to the scores' shape {target}")
         if grouped:
             m = m.broadcast_to(target).reshape(scores.shape)
