@@ -97,10 +97,25 @@ COMMON_EXPR: dict[Op, Expr] = {
 }
 
 
+# float16 transcendental math is evaluated in f32 and rounded once at the end: lavapipe's f16
+# exp is off by ~9 ulp, and in f16 1 + erf(x) cancels to 0, so gelu(x < -3) would be 0
+F32_FOR_F16 = frozenset(
+    {Op.EXP, Op.LOG, Op.RSQRT, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID, Op.GELU, Op.GELU_TANH, Op.SILU, Op.ERF, Op.POW}
+)
+
+
+def _widened(op: Op, t: str, dtype: DType) -> str | None:
+    """The f32 type to compute `op` in when its data is f16 (None: compute in `t`)."""
+    return t.replace("f16", "f32") if dtype is DType.float16 and op in F32_FOR_F16 else None
+
+
 def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
     """The WGSL expression of `op` on `args`, computed in type `t` of element dtype `dtype`."""
     if op in COMMON_EXPR:
         return COMMON_EXPR[op](args, t)
+    wide = _widened(op, t, dtype)
+    if wide is not None:
+        return f"{t}({FLOAT_EXPR[op]([f'{wide}({a})' for a in args], wide)})"
     table = FLOAT_EXPR if dtype.is_float else INT_EXPR
     if op not in table:
         raise NotImplementedError(f"no WGSL expression for {op.value} on {dtype.value}")
@@ -109,6 +124,9 @@ def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
 
 def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
     """Helper functions the expression of `op` calls, keyed by name."""
+    wide = _widened(op, t, dtype)
+    if wide is not None:
+        return helpers(op, wide, DType.float32)
     s = _suffix(t)
     b = _bool_of(t)
     out: dict[str, str] = {}
@@ -170,7 +188,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let odd = is_int & (abs(y - {t}(2.0) * floor(y * {t}(0.5))) == {t}(1.0));\n"
             f"  let neg = select(m, -m, odd);\n"
             f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
-            f"  let nan = {t}(bitcast<f32>(nan_bits));\n"
+            f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));\n"
             f"  return select(m, select(nan, neg, is_int), x < {t}(0.0));\n}}"
         )
     if op in (Op.MAXIMUM, Op.MINIMUM):
