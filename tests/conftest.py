@@ -20,3 +20,16 @@ def device():  # noqa: ANN201
     from backend_wgpu import get_device
 
     return get_device()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--skip-model", action="store_true", help="skip the tests marked `model` (they load a real model)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--skip-model"):
+        return
+    skip = pytest.mark.skip(reason="--skip-model given")
+    for item in items:
+        if "model" in item.keywords:
+            item.add_marker(skip)
