@@ -87,7 +87,9 @@ class Device:
     def __init__(self) -> None:
         self.adapter = _choose_adapter()
         feats = self.adapter.features
-        wanted = [f for f in ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes") if f in feats]
+        wanted = [
+            f for f in ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes") if f in feats
+        ]
         lim = self.adapter.limits
         limits = {
             k: lim[k]
@@ -180,7 +182,9 @@ class Device:
             module = self.device.create_shader_module(code=code)
             bgl = self.device.create_bind_group_layout(entries=layout_entries)
             layout = self.device.create_pipeline_layout(bind_group_layouts=[bgl])
-            pipeline = self.device.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"})
+            pipeline = self.device.create_compute_pipeline(
+                layout=layout, compute={"module": module, "entry_point": "main"}
+            )
         except Exception as e:  # noqa: BLE001  wgpu raises its own validation errors
             raise KernelCompileError(f"kernel {key} failed to compile: {e}\n--- WGSL ---\n{code}", key, code) from e
         self.stats["pipelines_compiled"] += 1

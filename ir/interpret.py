@@ -44,7 +44,9 @@ UNARY_REF: dict[Op, Callable[[np.ndarray], np.ndarray]] = {
     Op.SIGMOID: _sigmoid,
     Op.RELU: lambda a: np.maximum(a, 0).astype(a.dtype),
     Op.GELU: lambda a: (0.5 * a * (1.0 + erf(a / math.sqrt(2.0)))).astype(a.dtype),
-    Op.GELU_TANH: lambda a: 0.5 * a * (1.0 + np.tanh(np.float32(math.sqrt(2.0 / math.pi)) * (a + np.float32(0.044715) * a**3))),
+    Op.GELU_TANH: lambda a: (
+        0.5 * a * (1.0 + np.tanh(np.float32(math.sqrt(2.0 / math.pi)) * (a + np.float32(0.044715) * a**3)))
+    ),
     Op.SILU: lambda a: a * _sigmoid(a),
     Op.FLOOR: np.floor,
     Op.CEIL: np.ceil,

@@ -123,4 +123,8 @@ def _k_contig(b_view: View, width: int) -> bool:
     """B of a k-contiguous GEMV: each column (fixed n) is a contiguous run along k."""
     if b_view.strides[-2] != 1 or b_view.offset % width:
         return False
-    return all(s % width == 0 for i, (d, s) in enumerate(zip(b_view.shape, b_view.strides)) if d > 1 and i != len(b_view.shape) - 2)
+    return all(
+        s % width == 0
+        for i, (d, s) in enumerate(zip(b_view.shape, b_view.strides))
+        if d > 1 and i != len(b_view.shape) - 2
+    )

@@ -204,3 +204,14 @@ def test_zero_d_and_empty() -> None:
     e = tr.zeros((0, 4))
     assert (e + 1).numpy().shape == (0, 4)
     assert (e.exp() * 2).numpy().size == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 9), min_size=0, max_size=4).map(tuple),
+    st.sampled_from(["exp", "tanh", "sigmoid", "relu", "abs", "floor", "neg", "silu"]),
+)
+def test_unary_any_shape(shape: tuple[int, ...], name: str) -> None:
+    fn, ref, (lo, hi), rtol, atol = UNARY[name]
+    x = np.random.default_rng(len(shape)).uniform(lo, hi, size=shape).astype(np.float32)
+    assert_close(fn(tr.tensor(x)).numpy(), ref(x).astype(np.float32), rtol=max(rtol, 1e-6), atol=max(atol, 1e-6))

@@ -30,7 +30,10 @@ MOVES = {
     "slice_then_reshape": (lambda t: t[:, 1:, ::2].reshape(-1), lambda x: x[:, 1:, ::2].reshape(-1)),
     "concat0": (lambda t: tr.concat([t, t * 2], axis=0), lambda x: np.concatenate([x, x * 2], 0)),
     "concat_neg": (lambda t: tr.concat([t, t[:, :, :1]], axis=-1), lambda x: np.concatenate([x, x[:, :, :1]], -1)),
-    "concat_many": (lambda t: tr.concat([t + i for i in range(9)], axis=1), lambda x: np.concatenate([x + i for i in range(9)], 1)),
+    "concat_many": (
+        lambda t: tr.concat([t + i for i in range(9)], axis=1),
+        lambda x: np.concatenate([x + i for i in range(9)], 1),
+    ),
     "stack": (lambda t: tr.stack([t, -t], axis=1), lambda x: np.stack([x, -x], 1)),
 }
 

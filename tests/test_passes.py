@@ -51,7 +51,10 @@ return %12"""
 
 
 def _example() -> tuple[Graph, list[np.ndarray]]:
-    xs = [np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8), np.linspace(-2, 1, 48, dtype=np.float32).reshape(8, 6)]
+    xs = [
+        np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8),
+        np.linspace(-2, 1, 48, dtype=np.float32).reshape(8, 6),
+    ]
     x, w = tr.tensor(xs[0]), tr.tensor(xs[1])
     y = ((x @ w).T * 2 + 1).relu().sum(axis=0)
     return y.graph(), xs + [np.float32(2), np.float32(1)]

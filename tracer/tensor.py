@@ -471,6 +471,8 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     if not isinstance(cond, Tensor):
         cond = tensor(cond)
     cond = cond if cond.dtype is DType.bool else cond != 0
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        a = tensor(a)
     a, b = as_tensors("where", a, b)
     dt = promote(a.dtype, b.dtype, "where")
     shape = shapes.broadcast_shapes("where", cond.shape, a.shape, b.shape)
@@ -546,7 +548,9 @@ def matmul(a: Any, b: Any) -> Tensor:
         raise ShapeError(f"matmul: {a.shape} @ {b.shape}: operands must have at least 1 dimension")
     dt = promote(a.dtype, b.dtype, "matmul")
     if not dt.is_float:
-        raise DTypeError(f"matmul: {a.dtype.value} @ {b.dtype.value}: only float matmul is supported; cast with astype()")
+        raise DTypeError(
+            f"matmul: {a.dtype.value} @ {b.dtype.value}: only float matmul is supported; cast with astype()"
+        )
     a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
     b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:

@@ -13,7 +13,8 @@ from backend_wgpu.kernels.reduce import ReduceKernel
 from backend_wgpu.kernels.softmax import SoftmaxKernel
 
 KERNELS: dict[str, type[Kernel]] = {
-    k.name: k for k in (ElementwiseKernel, ReduceKernel, SoftmaxKernel, GemmKernel, GemvKernel, ConcatKernel, ArangeKernel)
+    k.name: k
+    for k in (ElementwiseKernel, ReduceKernel, SoftmaxKernel, GemmKernel, GemvKernel, ConcatKernel, ArangeKernel)
 }
 # transformer inference kernels (tracer/nn.py)
 KERNELS.update({k.name: k for k in (NormKernel, GatherKernel, Conv1dKernel, IndexWriteKernel)})

@@ -55,7 +55,9 @@ class ElementwiseKernel(Kernel):
 
     def calculate_dispatch(self) -> Workload:
         wg = self.choice.workgroup[0]
-        return Workload.for_workgroups(-(-(self.node.size // self.kernel_element()) // wg), self.choice.workgroup, self.max_workgroups)
+        return Workload.for_workgroups(
+            -(-(self.node.size // self.kernel_element()) // wg), self.choice.workgroup, self.max_workgroups
+        )
 
     def render(self, b: WgslBuilder) -> None:
         w = self.kernel_element()
@@ -97,7 +99,9 @@ class ElementwiseKernel(Kernel):
                 return f"select({to}({args[0]}), {to}(0), {expr.isnan(args[0], vtype(src, w))})"
             return f"{to}({args[0]})"
         # comparisons and where compute in the operands' type; everything else in the output's
-        math_dtype = self.operands[-1].dtype if node.op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.WHERE) else node.dtype
+        math_dtype = (
+            self.operands[-1].dtype if node.op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.WHERE) else node.dtype
+        )
         t = vtype(math_dtype, w)
         for name, code in expr.helpers(node.op, t, math_dtype).items():
             b.helper(name, code)

@@ -133,7 +133,11 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
     if not dtype.is_float:
         if op is Op.FLOORDIV:
             zero = f"{t}(0)"
-            fix = f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))" if dtype is DType.int32 else zero
+            fix = (
+                f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))"
+                if dtype is DType.int32
+                else zero
+            )
             out[f"wg_ifloordiv_{s}"] = (
                 f"fn wg_ifloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
                 f"  let z = y == {zero};\n  let d = select(y, {t}(1), z);\n  let q = x / d;\n  let r = x - q * d;\n"

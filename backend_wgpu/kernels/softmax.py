@@ -21,8 +21,14 @@ class SoftmaxKernel(Kernel):
     def metadata(self) -> Meta:
         v = self.operands[0].view
         r = len(v.shape)
-        meta: Meta = [("rows", "u32", self.node.size // max(self.node.shape[-1], 1)), ("n", "u32", v.shape[-1]), ("offset", "u32", v.offset)]
-        meta += [(f"ks{d}", "u32", v.shape[d]) for d in range(r - 1)] + [(f"kt{d}", "i32", v.strides[d]) for d in range(r - 1)]
+        meta: Meta = [
+            ("rows", "u32", self.node.size // max(self.node.shape[-1], 1)),
+            ("n", "u32", v.shape[-1]),
+            ("offset", "u32", v.offset),
+        ]
+        meta += [(f"ks{d}", "u32", v.shape[d]) for d in range(r - 1)] + [
+            (f"kt{d}", "i32", v.strides[d]) for d in range(r - 1)
+        ]
         meta.append(("inner", "i32", v.strides[-1]))
         return meta
 
