@@ -95,7 +95,11 @@ def _gather_width(graph: Graph, node: Node) -> int:
     ids_view = view_of_operand(graph, node.srcs[1])[1]
     if ids_view.strides[-1] != 0:
         return 1
-    return next(w for w in WIDTHS if node.shape[-1] % w == 0 and (w == 1 or x_view.strides[-1] == 1) and vector_readable(x_view, w))
+    return next(
+        w
+        for w in WIDTHS
+        if node.shape[-1] % w == 0 and (w == 1 or x_view.strides[-1] == 1) and vector_readable(x_view, w)
+    )
 
 
 def _contiguous_run(view: View, width: int) -> bool:

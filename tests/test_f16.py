@@ -137,7 +137,9 @@ def test_where_and_casts_f16(rng: np.random.Generator) -> None:
         np.testing.assert_array_equal(tr.tensor(x32).astype(tr.float16).numpy(), x32.astype(np.float16))
     np.testing.assert_array_equal(ta.astype(tr.float32).numpy(), a.astype(np.float32))
     np.testing.assert_array_equal(ta.astype(tr.int32).numpy(), a.astype(np.int32))
-    np.testing.assert_array_equal(tr.tensor(np.arange(-3, 5, dtype=np.int32)).astype(tr.float16).numpy(), np.arange(-3, 5).astype(np.float16))
+    np.testing.assert_array_equal(
+        tr.tensor(np.arange(-3, 5, dtype=np.int32)).astype(tr.float16).numpy(), np.arange(-3, 5).astype(np.float16)
+    )
     assert (ta + 1.0).dtype == tr.float16 and (ta + tr.ones(6)).dtype == tr.float32  # numpy's promotion
 
 
@@ -217,6 +219,8 @@ def test_f16_without_shader_f16_raises_a_clear_dtype_error(device, monkeypatch) 
     clear_program_cache()  # the check runs when a program is compiled
     monkeypatch.setattr(device, "caps", replace(device.caps, shader_f16=False))
     x = tr.tensor(np.ones((3, 5), np.float32)).astype(tr.float16) * 3
-    with pytest.raises(tr.DTypeError, match="float16 needs the adapter feature shader-f16, which .* lacks; use float32"):
+    with pytest.raises(
+        tr.DTypeError, match="float16 needs the adapter feature shader-f16, which .* lacks; use float32"
+    ):
         x.numpy()
     np.testing.assert_array_equal((tr.ones((2, 2)) * 3).numpy(), np.full((2, 2), 3, np.float32))  # float32 still runs

@@ -50,10 +50,13 @@ def on_interpreter(y: Tensor) -> np.ndarray:
 @pytest.mark.parametrize("n,width", WIDTHS, ids=["odd", "2mod4", "0mod4", "384"])
 @pytest.mark.parametrize("affine", ["none", "weight", "both"])
 def test_layer_norm(n: int, width: int, affine: str, rng: np.random.Generator) -> None:
-    x = (rng.standard_normal((5, n)) * 3 + 10).astype(np.float32)  # an offset mean: a one-pass variance would lose digits
+    # an offset mean: a one-pass E[x^2] - E[x]^2 variance would lose digits
+    x = (rng.standard_normal((5, n)) * 3 + 10).astype(np.float32)
     w = rng.standard_normal(n).astype(np.float32) if affine != "none" else None
     b = rng.standard_normal(n).astype(np.float32) if affine == "both" else None
-    y = tr.nn.layer_norm(tr.tensor(x), None if w is None else tr.tensor(w), None if b is None else tr.tensor(b), eps=1e-5)
+    y = tr.nn.layer_norm(
+        tr.tensor(x), None if w is None else tr.tensor(w), None if b is None else tr.tensor(b), eps=1e-5
+    )
     assert kernels_of(y) == [("norm", f"layer_norm,w{int(w is not None)},b{int(b is not None)}", width)]
     assert_close(y.numpy(), np_layer_norm(x, w, b, 1e-5).astype(np.float32), rtol=1e-5, atol=2e-5)
 
@@ -93,11 +96,15 @@ def test_group_norm(rng: np.random.Generator) -> None:
 
 def test_norm_errors_name_the_op_and_shapes() -> None:
     x = tr.zeros((4, 8))
-    with pytest.raises(tr.ShapeError, match=r"layer_norm: weight has shape \(7,\), expected \(8,\) for x of shape \(4, 8\)"):
+    with pytest.raises(
+        tr.ShapeError, match=r"layer_norm: weight has shape \(7,\), expected \(8,\) for x of shape \(4, 8\)"
+    ):
         tr.nn.layer_norm(x, tr.ones(7))
     with pytest.raises(tr.ShapeError, match=r"rms_norm: x must have at least one dimension"):
         tr.nn.rms_norm(tr.tensor(1.0))
-    with pytest.raises(tr.ShapeError, match=r"group_norm: 8 channels of x shape \(2, 8, 3\) do not split into 3 groups"):
+    with pytest.raises(
+        tr.ShapeError, match=r"group_norm: 8 channels of x shape \(2, 8, 3\) do not split into 3 groups"
+    ):
         tr.nn.group_norm(tr.zeros((2, 8, 3)), 3)
 
 
@@ -322,7 +329,9 @@ def test_scaled_dot_product_attention(case: str, rng: np.random.Generator) -> No
     assert y.shape == q.shape[:-1] + (v.shape[-1],)
     # composed: no attention kernel of its own
     assert {name for name, _, _ in kernels_of(y)} <= {"gemm", "gemv", "elementwise", "softmax", "arange"}
-    assert_close(y.numpy(), np_sdpa(q, k, v, mask, c.get("causal", False), c.get("scale")).astype(np.float32), atol=2e-6)
+    assert_close(
+        y.numpy(), np_sdpa(q, k, v, mask, c.get("causal", False), c.get("scale")).astype(np.float32), atol=2e-6
+    )
 
 
 def test_gqa_kv_heads_are_broadcast_not_copied(rng: np.random.Generator) -> None:
@@ -396,7 +405,9 @@ def test_conv1d_unbatched_strided_input_and_errors(rng: np.random.Generator) -> 
     y = tr.nn.conv1d(tr.tensor(x).T, tr.tensor(w))
     assert y.shape == (2, 8)
     assert_close(y.numpy(), np_conv1d(x.T[None], w, 1, 0, 1, 1)[0].astype(np.float32), atol=1e-5)
-    with pytest.raises(tr.ShapeError, match=r"conv1d: x shape \(1, 4, 9\) and weight shape \(6, 3, 3\) do not fit 1 groups"):
+    with pytest.raises(
+        tr.ShapeError, match=r"conv1d: x shape \(1, 4, 9\) and weight shape \(6, 3, 3\) do not fit 1 groups"
+    ):
         tr.nn.conv1d(tr.zeros((1, 4, 9)), tr.zeros((6, 3, 3)))
     with pytest.raises(tr.ShapeError, match="input length 2 with padding 0 is shorter than the kernel's reach 3"):
         tr.nn.conv1d(tr.zeros((1, 1, 2)), tr.zeros((1, 1, 3)))
@@ -462,7 +473,11 @@ def test_kv_cache_decode_loop_matches_numpy(rng: np.random.Generator) -> None:
         out = tr.nn.scaled_dot_product_attention(tr.tensor(q), seen, seen)
         assert ("index_write", "inplace", 1) in kernels_of(out, k_cache)
         tr.realize(out, k_cache)
-        assert_close(out.numpy(), np_sdpa(q, ref_cache[:, :, : pos + 1], ref_cache[:, :, : pos + 1]).astype(np.float32), atol=2e-6)
+        assert_close(
+            out.numpy(),
+            np_sdpa(q, ref_cache[:, :, : pos + 1], ref_cache[:, :, : pos + 1]).astype(np.float32),
+            atol=2e-6,
+        )
     np.testing.assert_array_equal(k_cache.numpy(), ref_cache)
 
 
@@ -477,7 +492,10 @@ def test_index_write_of_a_pending_tensor_and_chained_writes() -> None:
 
 def test_index_write_errors() -> None:
     x = tr.zeros((4, 4))
-    with pytest.raises(tr.IndexOutOfRangeError, match=r"index_write: src shape \(2, 2\) at offsets \(3, 0\) reaches outside x shape \(4, 4\)"):
+    with pytest.raises(
+        tr.IndexOutOfRangeError,
+        match=r"index_write: src shape \(2, 2\) at offsets \(3, 0\) reaches outside x shape \(4, 4\)",
+    ):
         x.index_write(tr.ones((2, 2)), (3, 0))
     with pytest.raises(tr.ShapeError, match="must have one entry per axis"):
         x.index_write(tr.ones(4), (0,))
@@ -500,7 +518,9 @@ def _new_op_cases(rng: np.random.Generator) -> dict[str, Tensor]:
         "gather": tr.gather(x, rng.integers(0, 8, (3, 2)), 1),
         "embedding": tr.nn.embedding([[2, 0]], x),
         "erf": tr.erf(x),
-        "conv1d": tr.nn.conv1d(x.reshape(1, 3, 8), tr.tensor(rng.standard_normal((2, 3, 3)).astype(np.float32)), padding=1, stride=2),
+        "conv1d": tr.nn.conv1d(
+            x.reshape(1, 3, 8), tr.tensor(rng.standard_normal((2, 3, 3)).astype(np.float32)), padding=1, stride=2
+        ),
         "index_write": tr.tensor(np.zeros((3, 8), np.float32)).index_write(x[:2, :3], (1, 4)),
     }
 

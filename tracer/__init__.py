@@ -8,6 +8,7 @@ y.numpy()                        # compile, run in one submission, read back
 
 from ir.dtypes import DType, bool_, float16, float32, int32, uint32
 from ir.errors import DeviceError, DTypeError, IndexOutOfRangeError, KernelCompileError, ShapeError, WgjitError
+from tracer import nn
 from tracer.factories import (
     arange,
     full,
@@ -20,7 +21,6 @@ from tracer.factories import (
     zeros,
     zeros_like,
 )
-from tracer import nn
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.realize import compile, realize
 from tracer.tensor import Tensor, concat, matmul, maximum, minimum, stack, where

@@ -356,7 +356,9 @@ def scaled_dot_product_attention(
     target = scores.shape[:-4] + (heads, q_len, kv_len) if grouped else scores.shape
     for m in masks:
         if not _broadcasts_to(m.shape, target):
-            raise ShapeError(f"scaled_dot_product_attention: mask shape {m.shape} does not broadcast to the scores' shape {target}")
+            raise ShapeError(
+                f"scaled_dot_product_attention: mask shape {m.shape} does not broadcast to the scores' shape {target}"
+            )
         if grouped:
             m = m.broadcast_to(target).reshape(scores.shape)
         scores = where(m, scores, float("-inf")) if m.dtype is DType.bool else scores + m.astype(scores.dtype)
@@ -375,14 +377,21 @@ def conv1d(
     """1-D cross-correlation as torch.nn.functional.conv1d: x (N, Cin, L) or (Cin, L), weight (Cout, Cin/groups, K)."""
     x = _float(_tensor(x, "conv1d"))
     weight = _float(_tensor(weight, "conv1d", "weight"))
-    for name, value, low in (("stride", stride, 1), ("padding", padding, 0), ("dilation", dilation, 1), ("groups", groups, 1)):
+    for name, value, low in (
+        ("stride", stride, 1),
+        ("padding", padding, 0),
+        ("dilation", dilation, 1),
+        ("groups", groups, 1),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f"conv1d: {name} must be an int >= {low}, got {value!r}")
     unbatched = x.ndim == 2
     if unbatched:
         x = x.unsqueeze(0)
     if x.ndim != 3 or weight.ndim != 3:
-        raise ShapeError(f"conv1d: x must be (N, Cin, L) and weight (Cout, Cin/groups, K), got {x.shape} and {weight.shape}")
+        raise ShapeError(
+            f"conv1d: x must be (N, Cin, L) and weight (Cout, Cin/groups, K), got {x.shape} and {weight.shape}"
+        )
     n, cin, length = x.shape
     cout, cin_g, taps = weight.shape
     if cin % groups or cout % groups or cin // groups != cin_g:
@@ -397,7 +406,9 @@ def conv1d(
             f"{dilation * (taps - 1) + 1} (x {x.shape}, weight {weight.shape})"
         )
     dt = promote(x.dtype, weight.dtype, "conv1d")
-    out = make(Op.CONV1D, (x.astype(dt), weight.astype(dt)), (n, cout, lout), dt, Conv1dArg(stride, padding, dilation, groups))
+    out = make(
+        Op.CONV1D, (x.astype(dt), weight.astype(dt)), (n, cout, lout), dt, Conv1dArg(stride, padding, dilation, groups)
+    )
     if bias is not None:
         bias = _float(_tensor(bias, "conv1d", "bias"))
         if bias.shape != (cout,):
@@ -427,7 +438,9 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
     src = _tensor(src, "index_write", "src")
     offsets = tuple(offsets)
     if src.ndim != x.ndim or len(offsets) != x.ndim:
-        raise ShapeError(f"index_write: x shape {x.shape}, src shape {src.shape} and offsets {offsets} must have one entry per axis")
+        raise ShapeError(
+            f"index_write: x shape {x.shape}, src shape {src.shape} and offsets {offsets} must have one entry per axis"
+        )
     for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
         if not isinstance(o, int | np.integer) or isinstance(o, bool):
             raise ShapeError(f"index_write: offsets must be ints, got {offsets}")
@@ -438,7 +451,9 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
     if x.dtype is not src.dtype:
         lossy = (src.dtype.is_float and not x.dtype.is_float) or (x.dtype is DType.bool)
         if lossy:
-            raise DTypeError(f"index_write: cannot write {src.dtype.value} into {x.dtype.value} without a cast; use astype()")
+            raise DTypeError(
+                f"index_write: cannot write {src.dtype.value} into {x.dtype.value} without a cast; use astype()"
+            )
         src = src.astype(x.dtype)
     if src.size == 0:
         return x

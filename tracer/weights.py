@@ -47,7 +47,9 @@ def load_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
             elif kind in _DIRECT:
                 out[name] = tensor(f.get_tensor(name))
             else:
-                raise DTypeError(f"load_safetensors: tensor {name!r} in {path} has dtype {kind}, which wgjit cannot hold")
+                raise DTypeError(
+                    f"load_safetensors: tensor {name!r} in {path} has dtype {kind}, which wgjit cannot hold"
+                )
     if bf16:
         # the numpy API cannot return bfloat16; the package's deserialize gives the raw bytes
         wanted = set(bf16)
@@ -55,5 +57,7 @@ def load_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
             raw = {name: spec for name, spec in safetensors.deserialize(fh.read()) if name in wanted}
         for name in bf16:
             out[name] = tensor(_bf16_to_f32(bytes(raw[name]["data"]), raw[name]["shape"]))
-        log.info("load_safetensors: %d bfloat16 tensors in %s were converted to float32 (%s...)", len(bf16), path, bf16[0])
+        log.info(
+            "load_safetensors: %d bfloat16 tensors in %s were converted to float32 (%s...)", len(bf16), path, bf16[0]
+        )
     return {name: out[name] for name in order}  # the file's order

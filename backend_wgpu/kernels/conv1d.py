@@ -21,9 +21,19 @@ class Conv1dKernel(Kernel):
         arg: Conv1dArg = self.node.arg
         x, w = self.operands[0].view, self.operands[1].view
         n, cout, lout = self.node.shape
-        meta: Meta = [("numel", "u32", self.node.size), ("batch", "u32", n), ("cout", "u32", cout), ("lout", "u32", lout)]
+        meta: Meta = [
+            ("numel", "u32", self.node.size),
+            ("batch", "u32", n),
+            ("cout", "u32", cout),
+            ("lout", "u32", lout),
+        ]
         meta += [("cin_g", "u32", w.shape[1]), ("cout_g", "u32", cout // arg.groups), ("taps", "u32", w.shape[2])]
-        meta += [("length", "i32", x.shape[2]), ("stride", "i32", arg.stride), ("pad", "i32", arg.padding), ("dil", "i32", arg.dilation)]
+        meta += [
+            ("length", "i32", x.shape[2]),
+            ("stride", "i32", arg.stride),
+            ("pad", "i32", arg.padding),
+            ("dil", "i32", arg.dilation),
+        ]
         meta += [("x_off", "u32", x.offset)] + [(f"xs{d}", "i32", s) for d, s in enumerate(x.strides)]
         meta += [("w_off", "u32", w.offset)] + [(f"ws{d}", "i32", s) for d, s in enumerate(w.strides)]
         return meta

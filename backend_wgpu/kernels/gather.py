@@ -38,7 +38,9 @@ class GatherKernel(Kernel):
 
     def calculate_dispatch(self) -> Workload:
         wg = self.choice.workgroup[0]
-        return Workload.for_workgroups(-(-(self.node.size // self.kernel_element()) // wg), self.choice.workgroup, self.max_workgroups)
+        return Workload.for_workgroups(
+            -(-(self.node.size // self.kernel_element()) // wg), self.choice.workgroup, self.max_workgroups
+        )
 
     def render(self, b: WgslBuilder) -> None:
         w = self.kernel_element()

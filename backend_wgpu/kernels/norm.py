@@ -34,7 +34,9 @@ class NormKernel(Kernel):
         v = self.operands[0].view
         r = len(v.shape)
         meta: Meta = [("rows", "u32", self._rows()), ("n", "u32", v.shape[-1]), ("offset", "u32", v.offset)]
-        meta += [(f"ks{d}", "u32", v.shape[d]) for d in range(r - 1)] + [(f"kt{d}", "i32", v.strides[d]) for d in range(r - 1)]
+        meta += [(f"ks{d}", "u32", v.shape[d]) for d in range(r - 1)] + [
+            (f"kt{d}", "i32", v.strides[d]) for d in range(r - 1)
+        ]
         meta += [("inner", "i32", v.strides[-1]), ("eps", "f32", self.arg.eps)]
         for i, op in enumerate(self.operands[1:], start=1):
             meta += [(f"off{i}", "u32", op.view.offset), (f"st{i}", "i32", op.view.strides[-1])]
