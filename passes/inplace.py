@@ -20,6 +20,9 @@ from passes.fold_views import view_of_operand
 INPLACE_KERNELS = frozenset({"elementwise", "index_write"})
 # kernels that may overwrite only some operands (index_write: only the tensor written into)
 INPLACE_OPERANDS: dict[str, tuple[int, ...]] = {"index_write": (0,)}
+# kernels that move elements (index_write puts src[i] at x[i + offsets]): no other operand may
+# read the overwritten buffer at all, or threads would read what others already wrote
+INPLACE_EXCLUSIVE = frozenset({"index_write"})
 
 
 def buffer_owner(graph: Graph, node_id: int, owner_of: dict[int, int]) -> int:
@@ -82,8 +85,9 @@ def _pick_operand(
         if any(last_read.get(o, -1) > here for o in _sharing(owner, owner_of)):
             continue
         # every other operand on the same buffer must read it element for element too
+        exclusive = node.kernel.name in INPLACE_EXCLUSIVE
         if any(
-            buffer_owner(graph, t, owner_of) == owner and not view_of_operand(graph, t)[1].is_identity
+            buffer_owner(graph, t, owner_of) == owner and (exclusive or not view_of_operand(graph, t)[1].is_identity)
             for j, t in enumerate(node.srcs)
             if j != i
         ):

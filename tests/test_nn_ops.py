@@ -490,6 +490,20 @@ def test_index_write_of_a_pending_tensor_and_chained_writes() -> None:
     np.testing.assert_array_equal(x.numpy(), want)
 
 
+def test_index_write_from_its_own_buffer() -> None:
+    base = np.arange(20, dtype=np.float32).reshape(5, 4)
+    x = tr.tensor(base).realize()
+    x.index_write(x[0:3], (2, 0))  # src reads the buffer being written: in place would race
+    assert tr.compile(x).dispatches[0].variant == "copy"
+    want = base.copy()
+    want[2:5] = base[0:3]
+    np.testing.assert_array_equal(x.numpy(), want)
+    x.index_write(x[:2] + 100, (3, 0))  # src computed from x first, then written into it in place
+    assert tr.compile(x).dispatches[-1].variant == "inplace"
+    want[3:5] = want[:2] + 100
+    np.testing.assert_array_equal(x.numpy(), want)
+
+
 def test_index_write_errors() -> None:
     x = tr.zeros((4, 4))
     with pytest.raises(
@@ -565,3 +579,13 @@ def test_load_safetensors_f32_f16_bf16_int(tmp_path, caplog) -> None:  # noqa: A
 
 def _spec(safetensors, a: np.ndarray):  # noqa: ANN001, ANN202
     return safetensors.TensorSpec(dtype="float32", shape=list(a.shape), data_ptr=a.ctypes.data, data_len=a.nbytes)
+
+
+def test_profile_counts_the_new_kernels_work() -> None:
+    from backend_wgpu.profile import dispatch_flops
+
+    x, w = tr.zeros((2, 4, 10)), tr.zeros((6, 2, 3))
+    program = tr.compile(tr.nn.conv1d(x, w, groups=2), tr.nn.layer_norm(tr.ones((3, 8))))
+    flops = {d.op: dispatch_flops(program.graph, d.node) for d in program.dispatches}
+    assert flops["conv1d"] == 2 * (2 * 6 * 8) * 2 * 3  # 2 * outputs * (Cin/groups) * taps
+    assert flops["layer_norm"] > 0

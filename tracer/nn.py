@@ -150,13 +150,17 @@ def _ids(op: str, ids: Any, axis: int, x: Tensor) -> Tensor:
     return t if t is not None else tensor(host.astype(np.int32))
 
 
-def index_select(x: Any, ids: Any, axis: int = 0, _op: str = "index_select") -> Tensor:
+def index_select(x: Any, ids: Any, axis: int = 0) -> Tensor:
     """x's entries at `ids` along `axis` (np.take): shape x.shape[:axis] + ids.shape + x.shape[axis+1:]."""
-    x = _tensor(x, _op)
+    return _select("index_select", x, ids, axis)
+
+
+def _select(op: str, x: Any, ids: Any, axis: int) -> Tensor:
+    x = _tensor(x, op)
     if x.ndim == 0:
-        raise ShapeError(f"{_op}: x must have at least one dimension, got shape {x.shape}")
-    a = shapes.normalize_axis(_op, axis, x.ndim, x.shape)
-    ids = _ids(_op, ids, a, x)
+        raise ShapeError(f"{op}: x must have at least one dimension, got shape {x.shape}")
+    a = shapes.normalize_axis(op, axis, x.ndim, x.shape)
+    ids = _ids(op, ids, a, x)
     flat = ids.reshape(-1)
     k = flat.shape[0]
     out_shape = x.shape[:a] + (k,) + x.shape[a + 1 :]
@@ -171,7 +175,7 @@ def embedding(ids: Any, table: Any) -> Tensor:
     table = _tensor(table, "embedding", "table")
     if table.ndim != 2:
         raise ShapeError(f"embedding: table must be (vocab, dim), got shape {table.shape}")
-    return index_select(table, ids, 0, _op="embedding")
+    return _select("embedding", table, ids, 0)
 
 
 def gather(x: Any, ids: Any, axis: int) -> Tensor:
