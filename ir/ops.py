@@ -132,6 +132,8 @@ class NormArg:
 
 @dataclass(frozen=True)
 class Conv1dArg:
+    """A 1-D convolution's hyper-parameters, as torch.nn.functional.conv1d takes them."""
+
     stride: int = 1
     padding: int = 0
     dilation: int = 1

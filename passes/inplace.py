@@ -1,10 +1,11 @@
 """In-place execution: let an elementwise kernel write over one of its operands' buffers.
 
 DESIGN.md's rule. A node may overwrite operand i when: its kernel supports it
-(elementwise: any operand; index_write: only the tensor written into); the operand reads its buffer through the identity view; that buffer
-holds the same dtype and size; it is not a graph output, nor an input that anything
-outside the graph can still see (`InputArg.donatable`); and no node after this one
-reads that buffer, directly or through any view. Chains share one buffer.
+(elementwise: any operand; index_write: only the tensor written into, and no other
+operand may read that buffer); the operand reads its buffer through the identity view;
+that buffer holds the same dtype and size; it is not a graph output, nor an input that
+anything outside the graph can still see (`InputArg.donatable`); and no node after this
+one reads that buffer, directly or through any view. Chains share one buffer.
 """
 
 from __future__ import annotations
