@@ -75,6 +75,12 @@ class DeviceBuffer:
     buffer: Any
     nbytes: int
     device: Device
+    offset: int = 0  # where the tensor starts in `buffer` (a program's arena holds several)
+    size: int | None = None  # bytes a binding covers from `offset`; None: to the end of `buffer`
+
+    @property
+    def binding_size(self) -> int:
+        return self.size if self.size is not None else self.buffer.size - self.offset
 
     def release(self) -> None:
         if self.buffer is not None:
@@ -125,6 +131,7 @@ class Device:
             max_workgroup_storage=int(dl["max-compute-workgroup-storage-size"]),
             max_invocations=int(dl["max-compute-invocations-per-workgroup"]),
             uniform_align=int(dl["min-uniform-buffer-offset-alignment"]),
+            storage_align=int(dl["min-storage-buffer-offset-alignment"]),
             max_workgroups_per_dim=int(dl["max-compute-workgroups-per-dimension"]),
         )
         self.pipelines: dict[str, tuple[Any, Any]] = {}

@@ -21,7 +21,7 @@ import wgpu
 
 from backend_wgpu.device import DeviceBuffer
 from ir.graph import Graph
-from ir.ops import ELEMENTWISE, REDUCE, ROW, Op
+from ir.ops import ELEMENTWISE, NORM, REDUCE, ROW, Op
 
 if TYPE_CHECKING:
     from backend_wgpu.program import Program
@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 QUERIES_PER_SET = 4096  # WebGPU's limit on one query set
 # flops per element of a row op (max, subtract, exp, sum, divide): an estimate, said so in the docs
 ROW_FLOPS_PER_ELEMENT = 5
-MOVE_ONLY = frozenset({Op.COPY, Op.CAST, Op.CONCAT, Op.ARANGE})
+MOVE_ONLY = frozenset({Op.COPY, Op.CAST, Op.CONCAT, Op.ARANGE, Op.GATHER, Op.INDEX_WRITE})
+# flops per element of a norm (mean, centre, square, sum, scale, affine): an estimate, like ROW's
+NORM_FLOPS_PER_ELEMENT = 8
 
 
 def dispatch_bytes(graph: Graph, node_id: int) -> int:
@@ -62,6 +64,11 @@ def dispatch_flops(graph: Graph, node_id: int) -> int:
         return graph[node.srcs[0]].size
     if node.op in ROW:
         return ROW_FLOPS_PER_ELEMENT * node.size
+    if node.op in NORM:
+        return NORM_FLOPS_PER_ELEMENT * node.size
+    if node.op is Op.CONV1D:
+        cin_g, taps = graph[node.srcs[1]].shape[1:]
+        return 2 * node.size * cin_g * taps
     return 0
 
 

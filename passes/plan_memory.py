@@ -118,6 +118,29 @@ def _pack(temps: list[_Group], outputs: list[_Buffer]) -> tuple[list[_Buffer], d
     return pool, where
 
 
+def extent(nbytes: int) -> int:
+    """Bytes a buffer or arena range of `nbytes` takes (the backend rounds to 4, at least 4)."""
+    return max(4, (nbytes + 3) & ~3)
+
+
+def _arena(temps: list[_Group], align: int) -> tuple[dict[int, int], int]:
+    """Offsets of temporaries in one buffer: largest first, each at the lowest aligned gap
+    that no temporary live at the same time covers ("greedy by size for offset calculation")."""
+    placed: list[tuple[int, int, int, int]] = []  # first, last, offset, extent
+    offsets: dict[int, int] = {}
+    for g in sorted(temps, key=lambda g: (-g.nbytes, g.first)):
+        size = extent(g.nbytes)
+        busy = sorted((o, o + e) for a, b, o, e in placed if not (g.last < a or b < g.first))
+        off = 0
+        for lo, hi in busy:
+            if off + size <= lo:
+                break
+            off = max(off, -(-hi // align) * align)
+        placed.append((g.first, g.last, off, size))
+        offsets[g.root] = off
+    return offsets, max((o + e for _, _, o, e in placed), default=0)
+
+
 def plan_memory(graph: Graph, caps: DeviceCaps) -> Graph:
     root, groups = buffer_groups(graph)
     slots: list[SlotInfo] = []
@@ -142,6 +165,19 @@ def plan_memory(graph: Graph, caps: DeviceCaps) -> Graph:
     by_time = _pack(sorted(temps, key=lambda g: (g.first, -g.nbytes)), outputs)
     by_end = _pack(sorted(temps, key=lambda g: (-g.last, -g.nbytes)), outputs)
     pool, pool_index = min(by_size, by_time, by_end, key=lambda plan: sum(buf.size for buf in plan[0]))
+    # the arena: temporaries at offsets of one buffer, outputs exact; kept only when smaller,
+    # since dispatches writing into it bind their arena operands read_write
+    offsets, arena_bytes = _arena(temps, caps.storage_align)
+    whole = sum(buf.size for buf in pool)
+    arena_total = arena_bytes + sum(buf.tensor_bytes for buf in outputs)
+    if len(temps) > 1 and arena_total < whole and arena_bytes <= caps.max_storage_binding:
+        for k, g in enumerate(sorted(temps, key=lambda g: g.first)):
+            slot_of_group[g.root] = len(slots)
+            slots.append(SlotInfo("temp", g.nbytes, k, offset=offsets[g.root]))
+        nodes = [replace(n, slot=slot_of_group[root[n.id]]) for n in graph]
+        out = graph.with_nodes(nodes)
+        out.schedule = Schedule((), tuple(slots))
+        return out
     pool_slot = []
     temp_count = 0
     for buf in pool:
@@ -164,7 +200,13 @@ def plan_memory(graph: Graph, caps: DeviceCaps) -> Graph:
 def peak_bytes(graph: Graph) -> int:
     """Bytes of temporaries plus outputs a planned graph allocates (inputs belong to the caller)."""
     assert graph.schedule is not None
-    return sum(s.nbytes for s in graph.schedule.slots if s.kind != "input")
+    return slots_bytes(graph.schedule.slots)
+
+
+def slots_bytes(slots: tuple[SlotInfo, ...]) -> int:
+    """Output and temporary buffer bytes of a plan, its arena counted once."""
+    arena = max((s.offset + extent(s.nbytes) for s in slots if s.offset is not None), default=0)
+    return arena + sum(s.nbytes for s in slots if s.kind != "input" and s.offset is None)
 
 
 def lower_bound_bytes(graph: Graph) -> int:
@@ -193,7 +235,8 @@ class MemoryReport:
     peak: int  # bytes the plan allocates: temporary pool + outputs
     lower_bound: int  # largest sum of simultaneously live values
     no_reuse: int  # every value in a buffer of its own
-    buffers: int  # temporary pool buffers
+    buffers: int  # temporary buffers (the arena counts one)
+    arena: bool = False  # temporaries are ranges of one arena buffer
 
     @property
     def ratio(self) -> float:
@@ -203,12 +246,13 @@ class MemoryReport:
     def __str__(self) -> str:
         return (
             f"peak {self.peak} bytes = {self.ratio:.3f}x the lower bound {self.lower_bound} "
-            f"(no reuse: {self.no_reuse} bytes; {self.buffers} pooled buffers)"
+            f"(no reuse: {self.no_reuse} bytes; {'one arena' if self.arena else f'{self.buffers} pooled buffers'})"
         )
 
 
 def memory_report(graph: Graph) -> MemoryReport:
     """Peak, lower bound and no-reuse bytes of a planned graph."""
     assert graph.schedule is not None, "memory_report needs a graph after plan_memory"
-    temps = sum(1 for s in graph.schedule.slots if s.kind == "temp")
-    return MemoryReport(peak_bytes(graph), lower_bound_bytes(graph), no_reuse_bytes(graph), temps)
+    temps = sum(1 for s in graph.schedule.slots if s.kind == "temp" and s.offset is None)
+    arena = any(s.offset is not None for s in graph.schedule.slots)
+    return MemoryReport(peak_bytes(graph), lower_bound_bytes(graph), no_reuse_bytes(graph), temps + arena, arena)

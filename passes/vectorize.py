@@ -64,6 +64,10 @@ def _widest_for(node: Node, views: list[View]) -> int:
         return 1
     if name == "softmax":
         return next(w for w in WIDTHS if node.shape[-1] % w == 0 and _row_vector(views[0], 1, w))
+    if name == "norm":
+        return _norm_width(node, views)
+    if name == "gather":
+        return _gather_width(node, views)
     if name == "reduce" and node.op in (Op.SUM, Op.MAX, Op.MIN) and node.kernel.variant.endswith("_rows"):
         return next(w for w in WIDTHS if _row_vector(views[0], node.arg, w))
     if name == "gemv":
@@ -101,6 +105,35 @@ def _widest_fused(graph: Graph, node: Node) -> int:
     kind = node.kernel.name, "" if node.kernel.name == "softmax" else node.kernel.variant
     vector_out = kind in _VECTOR_OUTPUT
     return next(w for w in WIDTHS if w <= core_width and fits(w, "in") and (not vector_out or fits(w, "out")))
+
+
+def _norm_width(node: Node, views: list[View]) -> int:
+    """Norms walk each row of x and the weight/bias vectors contiguously: all must allow the width."""
+    x_view, affine = views[0], views[1:]
+    n = node.shape[-1]
+    for w in WIDTHS:
+        if n % w == 0 and _row_vector(x_view, 1, w) and all(_contiguous_run(v, w) for v in affine):
+            return w
+    return 1
+
+
+def _gather_width(node: Node, views: list[View]) -> int:
+    """Gathering along an outer axis (embedding rows): one id serves a whole vector of the last axis."""
+    if node.arg == len(node.shape) - 1:
+        return 1
+    x_view, ids_view = views
+    if ids_view.strides[-1] != 0:
+        return 1
+    return next(
+        w
+        for w in WIDTHS
+        if node.shape[-1] % w == 0 and (w == 1 or x_view.strides[-1] == 1) and vector_readable(x_view, w)
+    )
+
+
+def _contiguous_run(view: View, width: int) -> bool:
+    """A 1-D operand read as vectors: unit stride, starting on a multiple of the width."""
+    return width == 1 or (view.strides[-1] == 1 and view.offset % width == 0 and view.shape[-1] % width == 0)
 
 
 def _row_vector(view: View, k: int, width: int) -> bool:

@@ -8,6 +8,7 @@ y.numpy()                        # compile, run in one submission, read back
 
 from ir.dtypes import DType, bool_, float16, float32, int32, uint32
 from ir.errors import DeviceError, DTypeError, IndexOutOfRangeError, KernelCompileError, ShapeError, WgjitError
+from tracer import nn
 from tracer.factories import (
     arange,
     full,
@@ -21,8 +22,10 @@ from tracer.factories import (
     zeros_like,
 )
 from tracer.jit import jit
+from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.realize import compile, realize
 from tracer.tensor import Tensor, concat, matmul, maximum, minimum, stack, where
+from tracer.weights import load_safetensors
 
 bool = bool_  # noqa: A001  tr.bool, as numpy spells it
 
@@ -50,6 +53,7 @@ sigmoid = _unary("sigmoid")
 relu = _unary("relu")
 gelu = _unary("gelu")
 silu = _unary("silu")
+erf = _unary("erf")
 floor = _unary("floor")
 ceil = _unary("ceil")
 sum = _unary("sum")  # noqa: A001
@@ -105,4 +109,6 @@ __all__ = [
     "reciprocal", "record", "relu", "reshape", "rsqrt", "sigmoid", "silu", "sin", "softmax", "sqrt", "square",
     "squeeze", "stack", "sum", "tanh", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
+    # transformer inference (tracer/nn.py, tracer/weights.py)
+    "clamp", "erf", "gather", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
 ]  # fmt: skip

@@ -63,6 +63,11 @@ def check_binding_size(op: str, shape: tuple[int, ...], dtype: DType, nbytes: in
         )
 
 
+def max_storage_buffers() -> int:
+    """Storage buffers one kernel may bind on this device (WebGPU guarantees 8)."""
+    return get_device().caps.max_storage_buffers_per_stage
+
+
 def _check_features(graph: Graph) -> None:
     caps = get_device().caps
     if not caps.shader_f16 and any(n.dtype is DType.float16 for n in graph):

@@ -3,8 +3,12 @@
 from backend_wgpu.kernel import Kernel
 from backend_wgpu.kernels.arange import ArangeKernel
 from backend_wgpu.kernels.concat import ConcatKernel
+from backend_wgpu.kernels.conv1d import Conv1dKernel
 from backend_wgpu.kernels.elementwise import ElementwiseKernel
+from backend_wgpu.kernels.gather import GatherKernel
+from backend_wgpu.kernels.index_write import IndexWriteKernel
 from backend_wgpu.kernels.matmul import GemmKernel, GemvKernel
+from backend_wgpu.kernels.norm import NormKernel
 from backend_wgpu.kernels.reduce import ReduceKernel
 from backend_wgpu.kernels.softmax import SoftmaxKernel
 
@@ -12,5 +16,7 @@ KERNELS: dict[str, type[Kernel]] = {
     k.name: k
     for k in (ElementwiseKernel, ReduceKernel, SoftmaxKernel, GemmKernel, GemvKernel, ConcatKernel, ArangeKernel)
 }
+# transformer inference kernels (tracer/nn.py)
+KERNELS.update({k.name: k for k in (NormKernel, GatherKernel, Conv1dKernel, IndexWriteKernel)})
 
 __all__ = ["KERNELS"]

@@ -81,10 +81,13 @@ class FusedCode:
         return meta
 
     def key(self) -> str:
+        """Access mode per leaf: "contig,vector" for one op; with leaf index and shape domain for a group."""
+        if len(self.arg.terms) == 1:
+            return ",".join(self.modes[i] for i in sorted(self.modes))
         modes = ",".join(
             f"{i}{self.modes[i]}" + (f"@{self.domain[i]}" if i in self.domain else "") for i in sorted(self.modes)
         )
-        return f"{modes}" if len(self.arg.terms) == 1 else f"{self.arg.short_key()}:{modes}"
+        return f"{self.arg.short_key()}:{modes}"
 
     def describe(self, b: WgslBuilder) -> None:
         """Comment lines naming the nodes this kernel holds, by site."""

@@ -82,6 +82,8 @@ class SoftmaxKernel(Kernel):
             "  let m = max(m1, m2);\n"
             "  if (s1 == 0.0) { return vec2<f32>(m2, s2); }\n"
             "  if (s2 == 0.0) { return vec2<f32>(m1, s1); }\n"
+            "  // equal maxima (both -inf for masked-out entries) would make exp(-inf - -inf) a NaN\n"
+            "  if (m1 == m2) { return vec2<f32>(m1, s1 + s2); }\n"
             "  return vec2<f32>(m, s1 * exp(m1 - m) + s2 * exp(m2 - m));\n}",
         )
         b.line("let row = wg;")

@@ -33,6 +33,16 @@ def kernel_reason(graph: Graph, node: Node) -> str:
         return f"a workgroup of {k.workgroup[0]} threads per row of {node.shape[-1] if node.shape else 1}"
     if k.name == "elementwise":
         return "one thread per element (vector)" if k.element > 1 else "one thread per element"
+    if k.name == "norm":
+        return f"a workgroup of {k.workgroup[0]} threads per row of {node.shape[-1] if node.shape else 1}"
+    if k.name == "gather":
+        return f"one thread per output element, ids along axis {node.arg} (out-of-range ids clamped)"
+    if k.name == "conv1d":
+        return "direct convolution: one thread per output element"
+    if k.name == "index_write":
+        return (
+            "writes only src into the buffer it updates" if node.inplace is not None else "copies x, then src over it"
+        )
     return ""
 
 
