@@ -1,8 +1,8 @@
 """A compiled program: the dispatches of a scheduled graph, run in one submission.
 
 Compiling builds (or fetches from the device's cache) one pipeline per kernel key, packs
-every dispatch's metadata into one uniform buffer, and allocates the temporary pool the
-memory plan asked for. Running binds the caller's input buffers and output buffers,
+every dispatch's metadata into one uniform buffer, and allocates the temporaries the
+memory plan asked for (pool buffers, or one arena buffer whose ranges the slots are). Running binds the caller's input buffers and output buffers,
 records every dispatch into one compute pass of one command encoder, and submits once.
 
 Replaying is cheap: pipelines, the uniform and the temporaries never change, so the bind

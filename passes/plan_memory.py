@@ -6,19 +6,28 @@ inner values have no buffer at all (only the FUSED node's result does). A group 
 from the position of its first producer to that of its last reader. Input groups use
 the caller's buffers, output groups get fresh buffers every run and live to the end.
 
-Temporary groups are packed greedily into shared buffers (Pisarchyk and Lee, arXiv
-2001.03288, as ratchet does), each into the buffer whose users' live intervals do not
-overlap its own and that wastes least: big enough and smallest, else the one that must
-grow least, else a new pool buffer. Three orders are tried, largest first ("greedy by
-size"), earliest first and latest first (these keep a chain alternating between two
-buffers, from either end), and the plan with fewer bytes is kept. The output buffers take part: each is fresh for its
-run, so before its output is written it can hold temporaries, and it may be allocated
-larger for them, up to OUTPUT_GROWTH times its tensor (which uses a prefix). Buffers cannot be carved into offsets of one arena: WebGPU forbids binding one buffer
-both read-only and writable in a dispatch, whatever the ranges.
+Two plans are made and the one with fewer bytes is kept (whole buffers on a tie):
+
+- Whole buffers (Pisarchyk and Lee, arXiv 2001.03288, "shared objects", as ratchet does):
+  each temporary goes into the buffer whose users' live intervals do not overlap its own
+  and that wastes least: big enough and smallest, else the one that must grow least,
+  else a new pool buffer. Three orders are tried: largest first ("greedy by size"),
+  earliest first and latest first (these keep a chain alternating between two buffers,
+  from either end). The output buffers take part: each is fresh for its run, so before
+  its output is written it can hold temporaries, and it may be allocated larger for
+  them, up to OUTPUT_GROWTH times its tensor (which then uses a prefix of it).
+- An arena (the same paper's "offset calculation"): every temporary is a range of one
+  buffer, largest first, each at the lowest aligned offset that no temporary live at
+  the same time covers; outputs get buffers of their own. Whole buffers cannot hold two
+  live values at once, the arena can (attention keeps four same-size values live while a
+  wider one waits for its turn). WebGPU forbids one buffer bound read-only and writable
+  in one dispatch whatever the ranges, so a kernel that writes into the arena binds its
+  arena operands read_write (backend_wgpu.kernel.Kernel.writable_operand); writable
+  ranges that do not overlap are allowed, and values live at once never overlap.
 
 `memory_report` gives a planned graph's figures: `peak` (bytes of temporaries and
-outputs the program allocates), `lower_bound` (the largest sum of simultaneously live
-groups in the graph's order: no plan with these buffers can do better) and `no_reuse`
+outputs the program allocates, the arena counted once), `lower_bound` (the largest sum of
+simultaneously live groups in the graph's order: no plan can do better) and `no_reuse`
 (every group its own buffer).
 """
 
