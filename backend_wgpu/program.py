@@ -130,8 +130,12 @@ class Program:
         """Bytes this program allocates: its temporary pool plus its outputs."""
         return sum(s.nbytes for s in self.slots if s.kind != "input")
 
-    def run(self, inputs: list[DeviceBuffer]) -> list[DeviceBuffer]:
-        """Run on these input buffers (by input index); returns one buffer per output."""
+    def run(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None = None) -> list[DeviceBuffer]:
+        """Run on these input buffers (by input index); returns one buffer per output.
+
+        `timestamp_writes` (a wgpu ComputePassTimestampWrites dict) brackets the one compute
+        pass with GPU timestamps: the benchmark harness times programs with it.
+        """
         dev = self.device
         dev.check_alive()
         buffers: dict[int, DeviceBuffer] = dict(self._temps)
@@ -142,7 +146,7 @@ class Program:
                 buffers[i] = dev.alloc(s.nbytes)
         if self._launches:
             encoder = dev.device.create_command_encoder()
-            cpass = encoder.begin_compute_pass()
+            cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
             for launch in self._launches:
                 group = launch.static_group or self._bind_group(launch, buffers)
                 cpass.set_pipeline(launch.pipeline)

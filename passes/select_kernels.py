@@ -14,6 +14,7 @@ from ir.caps import DeviceCaps
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import ELEMENTWISE, NO_KERNEL, REDUCE, ROW, Op
+from ir.view import View
 from passes.fold_views import view_of_operand
 
 
@@ -70,5 +71,68 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
             # each output column is a dot product of two contiguous runs: a workgroup per column
             return KernelChoice("gemv", "k_contig", workgroup=(_row_workgroup(k, caps) if k < 256 else 256, 1, 1))
         if b_n_stride == 1:
-            return KernelChoice("gemv", "n_contig", workgroup=(64, 4, 1))
-    return KernelChoice("gemm", "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16)))
+            return gemv_split_choice(n, k, caps)
+    return _select_gemm(graph, node, caps) or KernelChoice(
+        "gemm", "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16))
+    )
+
+
+# gemv_split: aim for at least this many workgroups, so every multiprocessor of a large GPU has work
+GEMV_MIN_WORKGROUPS = 512
+
+
+def gemv_split_choice(n: int, k: int, caps: DeviceCaps, wx: int | None = None, unroll: int = 4) -> KernelChoice:
+    """Thin column tiles (wx KernelElements) and k split over the workgroup's rows of threads."""
+    cols = n // 4 if n % 4 == 0 else n  # KernelElement is decided later; vec4 when n allows
+    if wx is None:
+        wx = 16
+        while wx > 2 and -(-cols // wx) < GEMV_MIN_WORKGROUPS:
+            wx //= 2
+    threads = min(256, caps.max_invocations)
+    wy = max(1, min(threads // wx, 1 << max(0, math.ceil(math.log2(max(1, -(-k // unroll)))))))
+    return KernelChoice("gemv_split", "n_contig", workgroup=(wx, wy, 1), params=(("unroll", unroll),))
+
+
+# gemm_blocked configurations: (tile_m, tile_n, tile_k, (wx, wy)); see backend_wgpu/kernels/gemm_blocked.py
+GEMM_CONFIGS: dict[str, tuple[int, int, int, tuple[int, int]]] = {
+    "b128": (128, 128, 8, (16, 16)),
+    "b64": (64, 64, 16, (16, 16)),
+}
+
+
+def _vec4_along(view: View, axis: int) -> bool:
+    """Can 4 consecutive elements along `axis` be one vec4 load, at every index of the other axes?"""
+    if view.shape[axis] % 4 or view.strides[axis] != 1 or view.offset % 4:
+        return False
+    return all(
+        s % 4 == 0 for i, (d, s) in enumerate(zip(view.shape, view.strides)) if d > 1 and i != axis % len(view.shape)
+    )
+
+
+def gemm_variant(a: View, b: View, n: int) -> str:
+    """How gemm_blocked reads A and B and writes C: vec4 where the views allow it."""
+    a_mode = "a_k4" if _vec4_along(a, -1) else "a_m4" if _vec4_along(a, -2) else "a_s"
+    b_mode = "b_n4" if _vec4_along(b, -1) else "b_k4" if _vec4_along(b, -2) else "b_s"
+    return f"{a_mode}.{b_mode}.{'o4' if n % 4 == 0 else 'o1'}"
+
+
+def gemm_choice(config: str, variant: str) -> KernelChoice:
+    tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
+    params = (("config", config), ("tile_m", tm), ("tile_n", tn), ("tile_k", tk), ("group_m", 8))
+    return KernelChoice("gemm_blocked", variant, workgroup=(wx, wy, 1), params=params)
+
+
+def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
+    """Register-blocked GEMM: 128x128 tiles when they alone fill a large GPU, else 64x64."""
+    m, n = node.shape[-2], node.shape[-1]
+    batch = math.prod(node.shape[:-2])
+    _, a_view = view_of_operand(graph, node.srcs[0])
+    _, b_view = view_of_operand(graph, node.srcs[1])
+    variant = gemm_variant(a_view, b_view, n)
+    big = batch * -(-m // 128) * -(-n // 128) >= 256
+    for config in ("b128", "b64") if big else ("b64",):
+        tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
+        smem = 2 * 4 * tk * (tm + tn)  # two stages of f32 A and B tiles
+        if smem <= caps.max_workgroup_storage and wx * wy <= caps.max_invocations:
+            return gemm_choice(config, variant)
+    return None

@@ -61,7 +61,7 @@ def _widest(graph: Graph, node: Node) -> int:
     if name == "reduce" and node.op in (Op.SUM, Op.MAX, Op.MIN) and node.kernel.variant.endswith("_rows"):
         view = view_of_operand(graph, node.srcs[0])[1]
         return next(w for w in WIDTHS if _row_vector(view, node.arg, w))
-    if name == "gemv":
+    if name in ("gemv", "gemv_split"):
         a_view = view_of_operand(graph, node.srcs[0])[1]
         b_view = view_of_operand(graph, node.srcs[1])[1]
         if node.kernel.variant == "k_contig":

@@ -4,6 +4,8 @@ from backend_wgpu.kernel import Kernel
 from backend_wgpu.kernels.arange import ArangeKernel
 from backend_wgpu.kernels.concat import ConcatKernel
 from backend_wgpu.kernels.elementwise import ElementwiseKernel
+from backend_wgpu.kernels.gemm_blocked import BlockedGemmKernel
+from backend_wgpu.kernels.gemv_split import SplitGemvKernel
 from backend_wgpu.kernels.matmul import GemmKernel, GemvKernel
 from backend_wgpu.kernels.reduce import ReduceKernel
 from backend_wgpu.kernels.softmax import SoftmaxKernel
@@ -11,5 +13,7 @@ from backend_wgpu.kernels.softmax import SoftmaxKernel
 KERNELS: dict[str, type[Kernel]] = {
     k.name: k for k in (ElementwiseKernel, ReduceKernel, SoftmaxKernel, GemmKernel, GemvKernel, ConcatKernel, ArangeKernel)
 }
+# the faster variants (issue 5), registered apart so each branch's edit stays one line
+KERNELS.update({k.name: k for k in (BlockedGemmKernel, SplitGemvKernel)})
 
 __all__ = ["KERNELS"]
