@@ -105,7 +105,7 @@ def _vec4_along(view: View, axis: int) -> bool:
     if view.shape[axis] % 4 or view.strides[axis] != 1 or view.offset % 4:
         return False
     return all(
-        s % 4 == 0 for i, (d, s) in enumerate(zip(view.shape, view.strides)) if d > 1 and i != axis % len(view.shape)
+        s % 4 == 0 for i, (d, s) in enumerate(zip(view.shape, view.strides, strict=True)) if d > 1 and i != axis % len(view.shape)
     )
 
 

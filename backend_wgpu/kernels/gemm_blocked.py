@@ -121,8 +121,8 @@ class BlockedGemmKernel(_MatmulBase):
         per = elems // 4 if not mode.endswith("_s") else elems
         count = -(-per // threads)
         zero = "vec4<f32>(0.0)" if not mode.endswith("_s") else "0.0"
-        for l in range(count):
-            b.line(f"var p{which}{l} = {zero};")
+        for li in range(count):
+            b.line(f"var p{which}{li} = {zero};")
         return count
 
     def _emit_load(self, b: WgslBuilder, which: str, k0: str, count: int, threads: int, indent: str = "") -> None:
@@ -136,9 +136,9 @@ class BlockedGemmKernel(_MatmulBase):
         s_mn = "params.a_sm" if which == "a" else "params.b_sn"
         s_k = "params.a_sk" if which == "a" else "params.b_sk"
         total = (extent * tk) // (1 if mode.endswith("_s") else 4)
-        for l in range(count):
-            p = f"p{which}{l}"
-            e = f"(lidx + {l * threads}u)"
+        for li in range(count):
+            p = f"p{which}{li}"
+            e = f"(lidx + {li * threads}u)"
             guard = f"{e} < {total}u && " if count * threads > total else ""
             if mode in ("a_k4", "b_k4"):  # vec4 along k: e -> (mn, kq)
                 mn, kk = f"{e} / {tk // 4}u", f"({e} % {tk // 4}u) * 4u"
@@ -164,9 +164,9 @@ class BlockedGemmKernel(_MatmulBase):
         extent = tm if which == "a" else tn
         ext4 = extent // 4
         total = (extent * tk) // (1 if mode.endswith("_s") else 4)
-        for l in range(count):
-            p = f"p{which}{l}"
-            e = f"(lidx + {l * threads}u)"
+        for li in range(count):
+            p = f"p{which}{li}"
+            e = f"(lidx + {li * threads}u)"
             open_, close = (f"{indent}if ({e} < {total}u) {{ ", " }") if count * threads > total else (indent, "")
             if mode in ("a_m4", "b_n4"):
                 b.line(f"{open_}{arr}[{stage} + ({e} / {ext4}u) * {ext4}u + {e} % {ext4}u] = {p};{close}")

@@ -76,7 +76,7 @@ class SplitGemvKernel(_MatmulBase):
         b.line(f"for (; k < params.k; k += {wy}u) {{")
         b.line(f"  acc = fma({vt}({a_at('k')}), {b_at('k')}, acc);")
         b.line("}")
-        b.line(f"sh[lidx] = acc;")
+        b.line("sh[lidx] = acc;")
         b.line("workgroupBarrier();")
         b.line(f"for (var s = {wy // 2}u; s > 0u; s = s >> 1u) {{")
         b.line(f"  if (lid.y < s) {{ sh[lidx] += sh[lidx + s * {wx}u]; }}")
