@@ -35,7 +35,9 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
         return _select_reduce(graph, node, caps)
     if node.op in ROW:
         n = node.shape[-1] if node.shape else 1
-        return KernelChoice("softmax", node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1))
+        return _select_softmax_regs(graph, node, caps) or KernelChoice(
+            "softmax", node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1)
+        )
     if node.op is Op.MATMUL:
         return _select_matmul(graph, node, caps)
     if node.op is Op.CONCAT:
@@ -58,7 +60,36 @@ def _select_reduce(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     # short rows: one thread walks a whole row; long rows: a workgroup shares one row
     if r <= 64 or (rows >= 16384 and r <= 256):
         return KernelChoice("reduce", f"{node.op.value}_serial", workgroup=(64, 1, 1))
+    if node.op in (Op.SUM, Op.MAX, Op.MIN) and _contiguous_float(graph, node):
+        # contiguous float rows: loads in flight and subgroup reductions (kernels/rows_fast.py)
+        wg = _row_workgroup(-(-r // 4 // ROW_REDUCE_UNROLL), caps)
+        params = (("unroll", ROW_REDUCE_UNROLL), ("subgroups", caps.subgroups))
+        return KernelChoice("row_reduce", f"{node.op.value}_rows", workgroup=(wg, 1, 1), params=params)
     return KernelChoice("reduce", f"{node.op.value}_rows", workgroup=(_row_workgroup(r, caps), 1, 1))
+
+
+ROW_REDUCE_UNROLL = 4
+SOFTMAX_MAX_PER_THREAD = 8  # vec4 registers per thread for a row held in registers
+
+
+def _contiguous_float(graph: Graph, node: Node) -> bool:
+    src = graph[node.srcs[0]]
+    return src.dtype.is_float and view_of_operand(graph, node.srcs[0])[1].is_contiguous
+
+
+def _select_softmax_regs(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
+    """Rows short enough to sit in registers (at most 8 KernelElements a thread): read once."""
+    if not node.shape or not _contiguous_float(graph, node):
+        return None
+    n = node.shape[-1]
+    elems = -(-n // 4) if n % 4 == 0 else n  # vec4 when the row allows (passes.vectorize decides)
+    limit = min(1024, caps.max_invocations)
+    wg = max(32, min(limit, 1 << max(0, math.ceil(math.log2(max(1, -(-elems // 4)))))))
+    per = -(-elems // wg)
+    if per > SOFTMAX_MAX_PER_THREAD:
+        return None
+    params = (("subgroups", caps.subgroups),)
+    return KernelChoice("softmax_regs", node.op.value, workgroup=(wg, 1, 1), params=params)
 
 
 def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
@@ -105,7 +136,9 @@ def _vec4_along(view: View, axis: int) -> bool:
     if view.shape[axis] % 4 or view.strides[axis] != 1 or view.offset % 4:
         return False
     return all(
-        s % 4 == 0 for i, (d, s) in enumerate(zip(view.shape, view.strides, strict=True)) if d > 1 and i != axis % len(view.shape)
+        s % 4 == 0
+        for i, (d, s) in enumerate(zip(view.shape, view.strides, strict=True))
+        if d > 1 and i != axis % len(view.shape)
     )
 
 

@@ -55,10 +55,10 @@ def _widest(graph: Graph, node: Node) -> int:
             if node.shape and node.shape[-1] % w == 0 and all(vector_readable(v, w) for v in views):
                 return w
         return 1
-    if name == "softmax":
+    if name in ("softmax", "softmax_regs"):
         view = view_of_operand(graph, node.srcs[0])[1]
         return next(w for w in WIDTHS if node.shape[-1] % w == 0 and _row_vector(view, 1, w))
-    if name == "reduce" and node.op in (Op.SUM, Op.MAX, Op.MIN) and node.kernel.variant.endswith("_rows"):
+    if name in ("reduce", "row_reduce") and node.op in (Op.SUM, Op.MAX, Op.MIN) and node.kernel.variant.endswith("_rows"):
         view = view_of_operand(graph, node.srcs[0])[1]
         return next(w for w in WIDTHS if _row_vector(view, node.arg, w))
     if name in ("gemv", "gemv_split"):

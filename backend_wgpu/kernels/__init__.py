@@ -8,12 +8,13 @@ from backend_wgpu.kernels.gemm_blocked import BlockedGemmKernel
 from backend_wgpu.kernels.gemv_split import SplitGemvKernel
 from backend_wgpu.kernels.matmul import GemmKernel, GemvKernel
 from backend_wgpu.kernels.reduce import ReduceKernel
+from backend_wgpu.kernels.rows_fast import RowReduceKernel, SoftmaxRegsKernel
 from backend_wgpu.kernels.softmax import SoftmaxKernel
 
 KERNELS: dict[str, type[Kernel]] = {
     k.name: k for k in (ElementwiseKernel, ReduceKernel, SoftmaxKernel, GemmKernel, GemvKernel, ConcatKernel, ArangeKernel)
 }
 # the faster variants (issue 5), registered apart so each branch's edit stays one line
-KERNELS.update({k.name: k for k in (BlockedGemmKernel, SplitGemvKernel)})
+KERNELS.update({k.name: k for k in (BlockedGemmKernel, SplitGemvKernel, RowReduceKernel, SoftmaxRegsKernel)})
 
 __all__ = ["KERNELS"]

@@ -37,6 +37,10 @@ class BlockedGemmKernel(_MatmulBase):
         wx, wy, _ = self.choice.workgroup
         return tm, tn, tk, wx, wy
 
+    def variant_key(self) -> str:
+        tm, tn, tk, _, _ = self._tiles()
+        return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}"
+
     def operand_type(self, i: int) -> str:
         mode = self._modes()[i]
         return vtype(self.operands[i].dtype, 1 if mode.endswith("_s") else 4, storage=True)

@@ -20,6 +20,9 @@ from backend_wgpu.wgsl import WgslBuilder, vtype
 class SplitGemvKernel(_MatmulBase):
     name = "gemv_split"
 
+    def variant_key(self) -> str:
+        return f"{self.choice.variant}:u{self.choice.param('unroll', 4)}"
+
     def operand_type(self, i: int) -> str:
         return vtype(self.operands[i].dtype, self.kernel_element() if i == 1 else 1, storage=True)
 

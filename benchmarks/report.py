@@ -1,0 +1,134 @@
+"""The harness's outputs: a terminal table, a markdown table, the JSON file and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ["suite", "case", "shape", "dtype", "ours ms", "timer", "±%", "GB/s", "GFLOP/s", "torch ms", "vs torch",
+           "torch.compile", "numpy ms", "vs numpy", "ok", "kernels"]  # fmt: skip
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        if abs(v) >= 100:
+            return f"{v:.0f}"
+        return f"{v:.{digits}g}" if abs(v) < 1 else f"{v:.{digits}f}".rstrip("0").rstrip(".")
+    return str(v)
+
+
+def rows(result: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for r in result["records"]:
+        if "error" in r:
+            out.append(
+                [r["suite"], r["case"], r["shape"], r["dtype"], "ERROR"] + [""] * (len(COLUMNS) - 6) + [r["error"][:60]]
+            )
+            continue
+        comp = r["comparators"]
+        torch, tc, npy = comp.get("torch"), comp.get("torch_compile"), comp.get("numpy") or comp.get("wgpu_floor")
+        tc_txt = f"{_fmt(tc['ms'])} ({_fmt(r['ratios'].get('torch_compile'))}x)" if tc else "-"
+        npy_ratio = r["ratios"].get("numpy", r["ratios"].get("wgpu_floor"))
+        kernels = sorted(set(r.get("kernels") or []))
+        out.append(
+            [
+                r["suite"], r["case"], r["shape"], r["dtype"], _fmt(r["ours_ms"], 4), r["ours"]["timer"],
+                _fmt(r["ours"]["spread_pct"], 2), _fmt(r.get("gbps")), _fmt(r.get("gflops")),
+                _fmt(torch["ms"], 4) if torch else "-", _fmt(r["ratios"].get("torch")) + ("x" if torch else ""),
+                tc_txt, _fmt(npy["ms"], 4) if npy else "-", (_fmt(npy_ratio) + "x") if npy else "-",
+                {True: "yes", False: "NO", None: "?"}[r.get("verified")], ", ".join(kernels)[:70],
+            ]
+        )  # fmt: skip
+    return out
+
+
+def terminal_table(result: dict[str, Any]) -> str:
+    body = rows(result)
+    widths = [
+        max(len(COLUMNS[i]), *(len(r[i]) for r in body)) if body else len(COLUMNS[i]) for i in range(len(COLUMNS))
+    ]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+    dev = result["device"]
+    head = f"wgjit bench on {dev['adapter']} ({dev['backend']})" + (
+        f", torch {dev['torch']} on {dev['torch_device']}" if dev.get("torch") else ""
+    )
+    out = [head, line(COLUMNS), line(["-" * w for w in widths])] + [line(r) for r in body]
+    out += [f"note: {n}" for n in result.get("notes", [])]
+    out.append("ratios: the comparator's median time over ours (above 1: wgjit is faster); GPU time where both have it")
+    return "\n".join(out)
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    dev = result["device"]
+    out = [
+        f"Device: **{dev['adapter']}** ({dev['backend']}); timestamps: {dev['timestamps']}; "
+        + (f"torch {dev['torch']} on {dev['torch_device']}" if dev.get("torch") else "no torch comparator"),
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join("---" for _ in COLUMNS) + "|",
+    ]
+    out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows(result)]
+    out += ["", *[f"- {n}" for n in result.get("notes", [])]]
+    return "\n".join(out) + "\n"
+
+
+def write_json(result: dict[str, Any], path: str) -> None:
+    Path(path).write_text(json.dumps(result, indent=1, default=str))
+
+
+def plot(result: dict[str, Any], directory: str) -> list[str]:
+    """One PNG per op suite: throughput (GB/s, or GFLOP/s for matmul) against size, ours and comparators."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    by_suite: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in result["records"]:
+        if "error" not in r and r.get("size") and (r.get("gbps") or r.get("gflops")):
+            by_suite[r["suite"]].append(r)
+    written = []
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    for suite, recs in by_suite.items():
+        metric = "gflops" if suite == "matmul" else "gbps"
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        families: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in recs:
+            families[f"{r['case']} {r['dtype']}" if suite == "matmul" else r["case"]].append(r)
+        for fam, items in families.items():
+            items.sort(key=lambda r: r["size"])
+            xs = [r["size"] for r in items]
+            ys = [r.get(metric) or 0 for r in items]
+            (line,) = ax.plot(xs, ys, "o-", label=f"wgjit {fam}")
+            for comp, style in (("torch", "s--"), ("torch_compile", "^:"), ("numpy", "x:")):
+                cys = [(r["comparators"].get(comp) or {}).get(metric) for r in items]
+                if any(cys):
+                    ax.plot(
+                        xs,
+                        [c or float("nan") for c in cys],
+                        style,
+                        color=line.get_color(),
+                        alpha=0.7,
+                        label=f"{comp} {fam}",
+                    )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("size (elements; n for square matmul)")
+        ax.set_ylabel("GFLOP/s" if metric == "gflops" else "GB/s (counted bytes)")
+        ax.set_title(f"{suite} on {result['device']['adapter']}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        path = str(Path(directory) / f"plot_{suite}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
