@@ -50,7 +50,9 @@ def _program(y: Any, override: Callable[[Any], KernelChoice | None] | None) -> t
     return program, bufs
 
 
-def measure(y: Any, ref: np.ndarray | None, override: Callable[[Any], KernelChoice | None] | None, repeat: int) -> tuple[float, str, bool]:
+def measure(
+    y: Any, ref: np.ndarray | None, override: Callable[[Any], KernelChoice | None] | None, repeat: int
+) -> tuple[float, str, bool]:
     from backend_wgpu import get_device
     from benchmarks.timing import ProgramTimer, time_program
 
@@ -84,17 +86,23 @@ def _t(a: np.ndarray) -> Any:
     return torch.from_numpy(a).cuda()
 
 
-def report(title: str, nbytes: int, flops: int, rows: list[tuple[str, float, str, bool]], torch_t: float | None) -> None:
+def report(
+    title: str, nbytes: int, flops: int, rows: list[tuple[str, float, str, bool]], torch_t: float | None
+) -> None:
     print(f"\n== {title}" + (f"   torch {torch_t:.4f} ms" if torch_t else ""))
     for label, ms, kernel, ok in rows:
         bw = nbytes / ms / 1e6 if nbytes else 0
         fl = flops / ms / 1e9 if flops else 0
         ratio = f"{torch_t / ms:.2f}x" if torch_t else "-"
-        print(f"  {label:<28} {ms:9.4f} ms  {bw:8.1f} GB/s  {fl:8.2f} TFLOP/s  vs torch {ratio:>6}  {'ok' if ok else 'WRONG'}  {kernel}")
+        print(
+            f"  {label:<22} {ms:8.4f} ms {bw:7.0f} GB/s {fl:6.2f} TF/s {ratio:>6} {'ok' if ok else 'WRONG'} {kernel[13:58]}"
+        )
     sys.stdout.flush()
 
 
-def _with(name: str, variant: str | None = None, wg: tuple[int, int, int] | None = None, **params: Any) -> Callable[[Any], KernelChoice | None]:
+def _with(
+    name: str, variant: str | None = None, wg: tuple[int, int, int] | None = None, **params: Any
+) -> Callable[[Any], KernelChoice | None]:
     def f(node: Any) -> KernelChoice | None:
         k = node.kernel
         if k is None or node.op in (Op.INPUT, Op.VIEW):
@@ -105,7 +113,9 @@ def _with(name: str, variant: str | None = None, wg: tuple[int, int, int] | None
             return None
         p = dict(k.params) if k.name == name else {}
         p.update(params)
-        return KernelChoice(name, variant if variant is not None else k.variant, k.element, wg or k.workgroup, tuple(p.items()))
+        return KernelChoice(
+            name, variant if variant is not None else k.variant, k.element, wg or k.workgroup, tuple(p.items())
+        )
 
     return f
 
@@ -114,17 +124,29 @@ def sweep_elementwise(repeat: int, quick: bool) -> None:
     import tracer as tr
 
     n = 1 << 16 if quick else 1 << 26
-    a, b = np.random.default_rng(1).standard_normal(n, dtype=np.float32), np.random.default_rng(2).standard_normal(n, dtype=np.float32)
+    a, b = (
+        np.random.default_rng(1).standard_normal(n, dtype=np.float32),
+        np.random.default_rng(2).standard_normal(n, dtype=np.float32),
+    )
     ta, tb = tr.tensor(a), tr.tensor(b)
     rows = []
     for wg in (64, 128, 256, 512, 1024):
-        ms, k, ok = measure(ta + tb, a.astype(np.float64) + b if wg == 256 else None, _with("elementwise", wg=(wg, 1, 1)), repeat)
+        ms, k, ok = measure(
+            ta + tb, a.astype(np.float64) + b if wg == 256 else None, _with("elementwise", wg=(wg, 1, 1)), repeat
+        )
         rows.append((f"add wg{wg}", ms, k, ok))
     tt = None
     try:
         xa, xb = _t(a), _t(b)
         tt = torch_ms(lambda: xa + xb, repeat)
-        rows.append(("torch copy 256MB (x.clone)", torch_ms(lambda: xa.clone(), repeat) * 1.5, "2 x 256MB moved, scaled to 3x", True))
+        rows.append(
+            (
+                "torch copy 256MB (x.clone)",
+                torch_ms(lambda: xa.clone(), repeat) * 1.5,
+                "2 x 256MB moved, scaled to 3x",
+                True,
+            )
+        )
     except Exception as e:  # noqa: BLE001
         print("torch:", e)
     report("elementwise add 64M f32 (768 MB moved)", 3 * a.nbytes, 0, rows, tt)
@@ -132,59 +154,90 @@ def sweep_elementwise(repeat: int, quick: bool) -> None:
 
 def sweep_gemm(repeat: int, quick: bool) -> None:
     import tracer as tr
-
     from passes.select_kernels import GEMM_CONFIGS
 
     configs = dict(GEMM_CONFIGS)
-    configs.update({"b128k16": (128, 128, 16, (16, 16)), "b64x128": (64, 128, 16, (16, 8)), "b128x64": (128, 64, 16, (8, 16))})
-    for n in (128, 256) if quick else (2048, 4096):
-        a = np.random.default_rng(3).standard_normal((n, n), dtype=np.float32)
-        b = np.random.default_rng(4).standard_normal((n, n), dtype=np.float32)
-        ref = a.astype(np.float64) @ b if n != 4096 else None
+    configs.update(
+        {"b128k16": (128, 128, 16, (16, 16)), "b64x128": (64, 128, 16, (16, 8)), "b128x64": (128, 64, 16, (8, 16))}
+    )
+    rng = np.random.default_rng(3)
+    shapes = (
+        [((2, 3, 16, 8), (2, 3, 8, 16), False), ((128,), (128, 128), False)]
+        if quick
+        else [
+            ((32, 12, 128, 64), (32, 12, 128, 64), True),  # q @ k.T
+            ((32, 12, 128, 128), (32, 12, 128, 64), False),  # p @ v
+            ((1024, 1024), (1024, 1024), False),
+            ((2048, 2048), (2048, 2048), False),
+            ((4096, 4096), (4096, 4096), False),
+            ((4096, 1024), (1024, 4096), False),  # a transformer MLP, 4096 tokens
+        ]
+    )
+    for sa, sb, trans_b in shapes:
+        if len(sa) == 1:
+            sa = (sa[0], sa[0])
+        a = rng.standard_normal(sa, dtype=np.float32)
+        b = rng.standard_normal(sb, dtype=np.float32)
+        bb = np.swapaxes(b, -1, -2) if trans_b else b
+        flops = 2 * int(np.prod(sa)) * bb.shape[-1]
+        ref = a.astype(np.float64) @ bb if flops < 2e10 else None
         ta, tb = tr.tensor(a), tr.tensor(b)
+        y = ta @ (tb.transpose(-1, -2) if trans_b else tb)
         rows = []
         for name, (tm, tn, tk, (wx, wy)) in configs.items():
-            for group in (8,) if name != "b128" else (1, 8, 16):
-                ov = _with("gemm_blocked", wg=(wx, wy, 1), config=name, tile_m=tm, tile_n=tn, tile_k=tk, group_m=group)
-                ms, k, ok = measure(ta @ tb, ref, ov, repeat)
-                rows.append((f"{name} g{group}", ms, k, ok))
-        if n != 4096:
-            ov = _with("gemm", "tiled", (16, 16, 1), tile_m=64, tile_n=64, tile_k=16)
-            ms, k, ok = measure(ta @ tb, ref, ov, repeat)
-            rows.append(("old gemm[tiled]", ms, k, ok))
+            ov = _with("gemm_blocked", wg=(wx, wy, 1), config=name, tile_m=tm, tile_n=tn, tile_k=tk, group_m=8)
+            ms, k, ok = measure(y, ref, ov, repeat)
+            rows.append((name, ms, k, ok))
+        ms, k, ok = measure(y, ref, None, repeat)
+        rows.append(("selected", ms, k, ok))
         tt = None
         try:
             xa, xb = _t(a), _t(b)
-            tt = torch_ms(lambda: xa @ xb, repeat)
+            tt = torch_ms(lambda: xa @ (xb.transpose(-1, -2) if trans_b else xb), repeat)  # noqa: B023
         except Exception as e:  # noqa: BLE001
             print("torch:", e)
-        report(f"gemm {n}^3 f32", 12 * n * n, 2 * n**3, rows, tt)
+        report(f"gemm {sa}@{bb.shape}", 0, flops, rows, tt)
 
 
 def sweep_gemv(repeat: int, quick: bool) -> None:
+    """Every (wx, wy, unroll) for the GEMV shapes; prints the five best and the selected one."""
     import tracer as tr
 
     for dt in ("float32", "float16"):
-        for k, n in ((256, 300), (130, 64)) if quick else ((4096, 4096), (4096, 11008)):
+        for k, n in ((256, 304), (130, 64)) if quick else ((4096, 4096), (4096, 11008)):
             x = np.random.default_rng(5).standard_normal((1, k), dtype=np.float32).astype(dt)
             w = np.random.default_rng(6).standard_normal((k, n), dtype=np.float32).astype(dt)
             ref = x.astype(np.float64) @ w.astype(np.float64)
             tx, tw = tr.tensor(x), tr.tensor(w)
             rows = []
-            for wx in (2, 4, 8, 16):
-                for unroll in (4, 8):
-                    wy = 256 // wx
-                    ms, kname, ok = measure(tx @ tw, ref, _with("gemv_split", "n_contig", (wx, wy, 1), unroll=unroll), repeat)
-                    rows.append((f"split wx{wx} u{unroll}", ms, kname, ok))
-            ms, kname, ok = measure(tx @ tw, ref, _with("gemv", "n_contig", (64, 4, 1)), repeat)
-            rows.append(("old gemv[n_contig]", ms, kname, ok))
+            variants = ["n_contig", "n_contig_h8"] if dt == "float16" else ["n_contig"]
+            for variant in variants:
+                for wx in (1, 2, 4, 8, 16):
+                    for wy in (32, 64, 128, 256):
+                        for unroll in (4, 8):
+                            if wx * wy > 1024 or wx * wy < 64:
+                                continue
+                            ov = _with("gemv_split", variant, (wx, wy, 1), unroll=unroll)
+                            ms, kname, ok = measure(tx @ tw, ref, ov, repeat)
+                            rows.append(
+                                (f"{'h8' if variant.endswith('h8') else 'v'} wx{wx} wy{wy} u{unroll}", ms, kname, ok)
+                            )
+            rows.sort(key=lambda r: r[1] if r[3] else 1e9)
+            bad = [r for r in rows if not r[3]]
+            ms, kname, ok = measure(tx @ tw, ref, None, repeat)
             tt = None
             try:
                 xx, xw = _t(x), _t(w)
-                tt = torch_ms(lambda: xx @ xw, repeat)
+                tt = torch_ms(lambda: xx @ xw, repeat)  # noqa: B023
             except Exception as e:  # noqa: BLE001
                 print("torch:", e)
-            report(f"gemv 1x{k}@{k}x{n} {dt}", w.nbytes + x.nbytes, 2 * k * n, rows, tt)
+            report(
+                f"gemv 1x{k}@{k}x{n} {dt}",
+                w.nbytes + x.nbytes,
+                2 * k * n,
+                rows[:6] + bad[:3] + [("selected", ms, kname, ok)],
+                tt,
+            )
 
 
 def sweep_rows(repeat: int, quick: bool) -> None:
@@ -209,7 +262,9 @@ def sweep_rows(repeat: int, quick: bool) -> None:
                         rows.append((f"row_reduce wg{wg} u{unroll} sg{int(sg)}", ms, k, ok))
             ms, k, ok = measure(getattr(tx, op)(axis=-1), ref, _with("reduce", f"{op}_rows", (256, 1, 1)), repeat)
             rows.append(("old reduce", ms, k, ok))
-            tt = torch_ms(lambda: getattr(xx, "amax" if op == "max" else op)(dim=-1), repeat) if xx is not None else None  # noqa: B023
+            tt = (
+                torch_ms(lambda: getattr(xx, "amax" if op == "max" else op)(dim=-1), repeat) if xx is not None else None  # noqa: B023
+            )  # noqa: B023
             report(f"{op} rows {rows_}x{cols}", x.nbytes + 4 * rows_, 0, rows, tt)
         e = np.exp(x - x.max(-1, keepdims=True))
         ref = e / e.sum(-1, keepdims=True)
@@ -218,15 +273,17 @@ def sweep_rows(repeat: int, quick: bool) -> None:
             if cols // 4 // wg > 8 or cols // 4 < wg // 4:
                 continue
             for sg in (True, False):
-                ms, k, ok = measure(tx.softmax(-1), ref, _with("softmax_regs", "softmax", (wg, 1, 1), subgroups=sg), repeat)
+                ms, k, ok = measure(
+                    tx.softmax(-1), ref, _with("softmax_regs", "softmax", (wg, 1, 1), subgroups=sg), repeat
+                )
                 rows.append((f"softmax_regs wg{wg} sg{int(sg)}", ms, k, ok))
         ms, k, ok = measure(tx.softmax(-1), ref, _with("softmax", "softmax", (256, 1, 1)), repeat)
         rows.append(("old softmax", ms, k, ok))
-        tt = torch_ms(lambda: xx.softmax(dim=-1), repeat) if xx is not None else None
+        tt = torch_ms(lambda: xx.softmax(dim=-1), repeat) if xx is not None else None  # noqa: B023
         report(f"softmax {rows_}x{cols}", 2 * x.nbytes, 0, rows, tt)
 
 
-SWEEPS = {"elementwise": sweep_elementwise, "gemm": sweep_gemm, "gemv": sweep_gemv, "rows": sweep_rows}
+SWEEPS = {"gemv": sweep_gemv, "gemm": sweep_gemm, "elementwise": sweep_elementwise, "rows": sweep_rows}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ import math
 from dataclasses import replace
 
 from ir.caps import DeviceCaps
+from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import ELEMENTWISE, NO_KERNEL, REDUCE, ROW, Op
@@ -102,7 +103,8 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
             # each output column is a dot product of two contiguous runs: a workgroup per column
             return KernelChoice("gemv", "k_contig", workgroup=(_row_workgroup(k, caps) if k < 256 else 256, 1, 1))
         if b_n_stride == 1:
-            return gemv_split_choice(n, k, caps)
+            h8 = graph[node.srcs[1]].dtype is DType.float16 and _vec_along(b_view, -1, 8)
+            return gemv_split_choice(n, k, caps, h8=h8, itemsize=graph[node.srcs[1]].dtype.itemsize)
     return _select_gemm(graph, node, caps) or KernelChoice(
         "gemm", "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16))
     )
@@ -112,16 +114,25 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
 GEMV_MIN_WORKGROUPS = 512
 
 
-def gemv_split_choice(n: int, k: int, caps: DeviceCaps, wx: int | None = None, unroll: int = 4) -> KernelChoice:
-    """Thin column tiles (wx KernelElements) and k split over the workgroup's rows of threads."""
-    cols = n // 4 if n % 4 == 0 else n  # KernelElement is decided later; vec4 when n allows
+def gemv_split_choice(
+    n: int, k: int, caps: DeviceCaps, wx: int | None = None, unroll: int = 4, h8: bool = False, itemsize: int = 4
+) -> KernelChoice:
+    """Thin column tiles (wx threads across) and k split over the workgroup's rows of threads.
+
+    Each row of B a workgroup reads is wx * (bytes per thread) long: at least 32 bytes (one
+    DRAM sector), more while there are still GEMV_MIN_WORKGROUPS workgroups.
+    """
+    per_thread = 8 if h8 else 4 if n % 4 == 0 else 1  # columns a thread owns (KernelElement decided later)
+    cols = n // per_thread
+    min_wx = max(1, 32 // (per_thread * itemsize))
     if wx is None:
         wx = 16
-        while wx > 2 and -(-cols // wx) < GEMV_MIN_WORKGROUPS:
+        while wx > min_wx and -(-cols // wx) < GEMV_MIN_WORKGROUPS:
             wx //= 2
     threads = min(256, caps.max_invocations)
     wy = max(1, min(threads // wx, 1 << max(0, math.ceil(math.log2(max(1, -(-k // unroll)))))))
-    return KernelChoice("gemv_split", "n_contig", workgroup=(wx, wy, 1), params=(("unroll", unroll),))
+    variant = "n_contig_h8" if h8 else "n_contig"
+    return KernelChoice("gemv_split", variant, workgroup=(wx, wy, 1), params=(("unroll", unroll),))
 
 
 # gemm_blocked configurations: (tile_m, tile_n, tile_k, (wx, wy)); see backend_wgpu/kernels/gemm_blocked.py
@@ -133,10 +144,14 @@ GEMM_CONFIGS: dict[str, tuple[int, int, int, tuple[int, int]]] = {
 
 def _vec4_along(view: View, axis: int) -> bool:
     """Can 4 consecutive elements along `axis` be one vec4 load, at every index of the other axes?"""
-    if view.shape[axis] % 4 or view.strides[axis] != 1 or view.offset % 4:
+    return _vec_along(view, axis, 4)
+
+
+def _vec_along(view: View, axis: int, width: int) -> bool:
+    if view.shape[axis] % width or view.strides[axis] != 1 or view.offset % width:
         return False
     return all(
-        s % 4 == 0
+        s % width == 0
         for i, (d, s) in enumerate(zip(view.shape, view.strides, strict=True))
         if d > 1 and i != axis % len(view.shape)
     )
@@ -155,16 +170,23 @@ def gemm_choice(config: str, variant: str) -> KernelChoice:
     return KernelChoice("gemm_blocked", variant, workgroup=(wx, wy, 1), params=params)
 
 
+# 128x128 tiles only when they alone make this many workgroups (a large GPU has 100+ multiprocessors)
+BIG_GEMM_TILES = 256
+
+
 def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
-    """Register-blocked GEMM: 128x128 tiles when they alone fill a large GPU, else 64x64."""
+    """Register-blocked GEMM: 128x128 tiles when there are enough of them and few are padding, else 64x64."""
     m, n = node.shape[-2], node.shape[-1]
     batch = math.prod(node.shape[:-2])
     _, a_view = view_of_operand(graph, node.srcs[0])
     _, b_view = view_of_operand(graph, node.srcs[1])
     variant = gemm_variant(a_view, b_view, n)
-    big = batch * -(-m // 128) * -(-n // 128) >= 256
-    for config in ("b128", "b64") if big else ("b64",):
+    for config in ("b128", "b64"):
         tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
+        tiles = batch * -(-m // tm) * -(-n // tn)
+        useful = batch * m * n / (tiles * tm * tn)  # the share of the tiles' outputs that exist
+        if config == "b128" and (tiles < BIG_GEMM_TILES or useful < 0.85):
+            continue
         smem = 2 * 4 * tk * (tm + tn)  # two stages of f32 A and B tiles
         if smem <= caps.max_workgroup_storage and wx * wy <= caps.max_invocations:
             return gemm_choice(config, variant)
