@@ -110,34 +110,39 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     )
 
 
-# gemv_split: aim for at least this many workgroups, so every multiprocessor of a large GPU has work
-GEMV_MIN_WORKGROUPS = 512
+# gemv_split sizing, from the H200 sweep (benchmarks/sweep.py, RESULTS.md): rows of B read in
+# 128-byte segments, at least GEMV_MIN_WORKGROUPS workgroups, about GEMV_THREADS threads in all
+GEMV_SEGMENT_BYTES = 128
+GEMV_MIN_WORKGROUPS = 128
+GEMV_THREADS = 1 << 17
 
 
-def gemv_split_choice(
-    n: int, k: int, caps: DeviceCaps, wx: int | None = None, unroll: int = 4, h8: bool = False, itemsize: int = 4
-) -> KernelChoice:
-    """Thin column tiles (wx threads across) and k split over the workgroup's rows of threads.
+def gemv_split_choice(n: int, k: int, caps: DeviceCaps, h8: bool = False, itemsize: int = 4) -> KernelChoice:
+    """Thin column tiles (wx threads across) and k split over the workgroup's wy rows of threads.
 
-    Each row of B a workgroup reads is wx * (bytes per thread) long: at least 32 bytes (one
-    DRAM sector), more while there are still GEMV_MIN_WORKGROUPS workgroups.
+    Each k-row segment a workgroup reads is wx * (bytes per thread) long: 128 bytes, narrowed
+    (down to one 32-byte sector) while that leaves fewer than GEMV_MIN_WORKGROUPS workgroups.
+    wy makes the whole grid about GEMV_THREADS threads, so enough loads are in flight.
     """
     per_thread = 8 if h8 else 4 if n % 4 == 0 else 1  # columns a thread owns (KernelElement decided later)
-    cols = n // per_thread
-    min_wx = max(1, 32 // (per_thread * itemsize))
-    if wx is None:
-        wx = 16
-        while wx > min_wx and -(-cols // wx) < GEMV_MIN_WORKGROUPS:
-            wx //= 2
-    threads = min(256, caps.max_invocations)
-    wy = max(1, min(threads // wx, 1 << max(0, math.ceil(math.log2(max(1, -(-k // unroll)))))))
+    thread_bytes = per_thread * itemsize
+    cols = -(-n // per_thread)
+    wx = max(1, GEMV_SEGMENT_BYTES // thread_bytes)
+    while wx * thread_bytes > 32 and -(-cols // wx) < GEMV_MIN_WORKGROUPS:
+        wx //= 2
+    groups = -(-cols // wx)
+    max_threads = min(1024, caps.max_invocations)
+    wy = 1 << round(math.log2(max(1.0, GEMV_THREADS / (groups * wx))))
+    wy = max(1, min(wy, max_threads // wx, 1 << max(0, math.ceil(math.log2(max(1, k // 8))))))
+    unroll = 4 if h8 else 8
     variant = "n_contig_h8" if h8 else "n_contig"
     return KernelChoice("gemv_split", variant, workgroup=(wx, wy, 1), params=(("unroll", unroll),))
 
 
 # gemm_blocked configurations: (tile_m, tile_n, tile_k, (wx, wy)); see backend_wgpu/kernels/gemm_blocked.py
 GEMM_CONFIGS: dict[str, tuple[int, int, int, tuple[int, int]]] = {
-    "b128": (128, 128, 8, (16, 16)),
+    "b128k16": (128, 128, 16, (16, 16)),  # 32 KiB of workgroup memory: the fastest on the H200
+    "b128": (128, 128, 8, (16, 16)),  # 16 KiB, for adapters at WebGPU's default limit
     "b64": (64, 64, 16, (16, 16)),
 }
 
@@ -171,7 +176,9 @@ def gemm_choice(config: str, variant: str) -> KernelChoice:
 
 
 # 128x128 tiles only when they alone make this many workgroups (a large GPU has 100+ multiprocessors)
+# and k is long enough to pay for their larger prologue (the H200 sweep: q @ k.T with k=64 prefers 64x64)
 BIG_GEMM_TILES = 256
+BIG_GEMM_MIN_K = 256
 
 
 def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
@@ -181,11 +188,12 @@ def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | N
     _, a_view = view_of_operand(graph, node.srcs[0])
     _, b_view = view_of_operand(graph, node.srcs[1])
     variant = gemm_variant(a_view, b_view, n)
-    for config in ("b128", "b64"):
+    k = graph[node.srcs[0]].shape[-1]
+    for config in ("b128k16", "b128", "b64"):
         tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
         tiles = batch * -(-m // tm) * -(-n // tn)
         useful = batch * m * n / (tiles * tm * tn)  # the share of the tiles' outputs that exist
-        if config == "b128" and (tiles < BIG_GEMM_TILES or useful < 0.85):
+        if tm == 128 and (tiles < BIG_GEMM_TILES or useful < 0.85 or k < BIG_GEMM_MIN_K):
             continue
         smem = 2 * 4 * tk * (tm + tn)  # two stages of f32 A and B tiles
         if smem <= caps.max_workgroup_storage and wx * wy <= caps.max_invocations:
