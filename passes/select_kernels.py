@@ -110,31 +110,24 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     )
 
 
-# gemv_split sizing, from the H200 sweep (benchmarks/sweep.py, RESULTS.md): rows of B read in
-# 128-byte segments, at least GEMV_MIN_WORKGROUPS workgroups, about GEMV_THREADS threads in all
-GEMV_SEGMENT_BYTES = 128
-GEMV_MIN_WORKGROUPS = 128
-GEMV_THREADS = 1 << 17
+# gemv_split sizing, from the H200 sweep (benchmarks/sweep.py, RESULTS.md): workgroups of
+# 1024 threads, each reading k-rows of B in segments as long as GEMV_MAX_WX threads make,
+# narrowed (down to one 32-byte sector) while that leaves fewer than GEMV_MIN_WORKGROUPS
+GEMV_MAX_WX = 16
+GEMV_MIN_WORKGROUPS = 80
 
 
 def gemv_split_choice(n: int, k: int, caps: DeviceCaps, h8: bool = False, itemsize: int = 4) -> KernelChoice:
-    """Thin column tiles (wx threads across) and k split over the workgroup's wy rows of threads.
-
-    Each k-row segment a workgroup reads is wx * (bytes per thread) long: 128 bytes, narrowed
-    (down to one 32-byte sector) while that leaves fewer than GEMV_MIN_WORKGROUPS workgroups.
-    wy makes the whole grid about GEMV_THREADS threads, so enough loads are in flight.
-    """
+    """Thin column tiles (wx threads across) and k split over the workgroup's wy rows of threads."""
     per_thread = 8 if h8 else 4 if n % 4 == 0 else 1  # columns a thread owns (KernelElement decided later)
     thread_bytes = per_thread * itemsize
     cols = -(-n // per_thread)
-    wx = max(1, GEMV_SEGMENT_BYTES // thread_bytes)
+    wx = GEMV_MAX_WX
     while wx * thread_bytes > 32 and -(-cols // wx) < GEMV_MIN_WORKGROUPS:
         wx //= 2
-    groups = -(-cols // wx)
-    max_threads = min(1024, caps.max_invocations)
-    wy = 1 << round(math.log2(max(1.0, GEMV_THREADS / (groups * wx))))
-    wy = max(1, min(wy, max_threads // wx, 1 << max(0, math.ceil(math.log2(max(1, k // 8))))))
     unroll = 4 if h8 else 8
+    threads = min(1024, caps.max_invocations)
+    wy = max(1, min(threads // wx, 1 << max(0, math.ceil(math.log2(max(1, -(-k // unroll)))))))
     variant = "n_contig_h8" if h8 else "n_contig"
     return KernelChoice("gemv_split", variant, workgroup=(wx, wy, 1), params=(("unroll", unroll),))
 

@@ -142,9 +142,13 @@ def test_gemv_split_batched_and_sized_by_rule() -> None:
     d = the_dispatch(y, "matmul")
     assert d.kernel == "gemv_split"
     close(y.numpy(), x.astype(np.float64) @ w)
-    # the sizing rule: 128-byte row segments while there are enough workgroups
-    ch = sk.gemv_split_choice(11008, 4096, dataclasses.replace(get_device().caps, max_invocations=1024))
-    assert ch.workgroup[0] * 16 == 128 and ch.workgroup[0] * ch.workgroup[1] <= 1024
+    # the sizing rule (tuned on the H200): 256-byte row segments while there are enough workgroups
+    caps = dataclasses.replace(get_device().caps, max_invocations=1024)
+    assert sk.gemv_split_choice(11008, 4096, caps).workgroup == (16, 64, 1)
+    assert sk.gemv_split_choice(4096, 4096, caps).workgroup == (8, 128, 1)
+    assert sk.gemv_split_choice(4096, 4096, caps, h8=True, itemsize=2).workgroup == (4, 256, 1)
+    assert sk.gemv_split_choice(11008, 4096, caps, h8=True, itemsize=2).workgroup == (16, 64, 1)
+    assert sk.gemv_split_choice(7, 5, caps).workgroup[0] * 4 == 32  # one sector per row at least
 
 
 # --- row_reduce ---------------------------------------------------------------------------------------
