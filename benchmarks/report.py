@@ -83,7 +83,11 @@ def write_json(result: dict[str, Any], path: str) -> None:
 
 
 def plot(result: dict[str, Any], directory: str) -> list[str]:
-    """One PNG per op suite: throughput (GB/s, or GFLOP/s for matmul) against size, ours and comparators."""
+    """PNG plots of throughput against size, ours and the comparators: one file per op suite.
+
+    matmul gets two panels: square products (GFLOP/s against n) and GEMVs (GB/s against the
+    weight's elements). A family measured at one size only (attention shapes) stays in the table.
+    """
     try:
         import matplotlib
 
@@ -98,37 +102,54 @@ def plot(result: dict[str, Any], directory: str) -> list[str]:
     written = []
     Path(directory).mkdir(parents=True, exist_ok=True)
     for suite, recs in by_suite.items():
-        metric = "gflops" if suite == "matmul" else "gbps"
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        families: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for r in recs:
-            families[f"{r['case']} {r['dtype']}" if suite == "matmul" else r["case"]].append(r)
-        for fam, items in families.items():
-            items.sort(key=lambda r: r["size"])
-            xs = [r["size"] for r in items]
-            ys = [r.get(metric) or 0 for r in items]
-            (line,) = ax.plot(xs, ys, "o-", label=f"wgjit {fam}")
-            for comp, style in (("torch", "s--"), ("torch_compile", "^:"), ("numpy", "x:")):
-                cys = [(r["comparators"].get(comp) or {}).get(metric) for r in items]
-                if any(cys):
-                    ax.plot(
-                        xs,
-                        [c or float("nan") for c in cys],
-                        style,
-                        color=line.get_color(),
-                        alpha=0.7,
-                        label=f"{comp} {fam}",
-                    )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("size (elements; n for square matmul)")
-        ax.set_ylabel("GFLOP/s" if metric == "gflops" else "GB/s (counted bytes)")
-        ax.set_title(f"{suite} on {result['device']['adapter']}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
+        if suite == "matmul":
+            panels = [
+                ("square matmul", "gflops", "n (an n x n x n product)", [r for r in recs if r["case"] == "square"]),
+                (
+                    "GEMV 1xK @ KxN",
+                    "gbps",
+                    "K x N (weight elements)",
+                    [r for r in recs if r["case"].startswith("gemv")],
+                ),
+            ]
+        else:
+            panels = [(suite, "gbps", "elements", recs)]
+        fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False)
+        for ax, (title, metric, xlabel, items) in zip(axes[0], panels, strict=True):
+            _panel(ax, items, metric, f"{title} on {result['device']['adapter']}", xlabel)
         fig.tight_layout()
         path = str(Path(directory) / f"plot_{suite}.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _panel(ax: Any, recs: list[dict[str, Any]], metric: str, title: str, xlabel: str) -> None:
+    families: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in recs:
+        families[f"{r['case']} {r['dtype']}"].append(r)
+    for fam, items in families.items():
+        if len({r["size"] for r in items}) < 2:
+            continue
+        items.sort(key=lambda r: r["size"])
+        xs = [r["size"] for r in items]
+        (line,) = ax.plot(xs, [r.get(metric) or float("nan") for r in items], "o-", label=f"wgjit {fam}")
+        for comp, style in (("torch", "s--"), ("torch_compile", "^:"), ("numpy", "x:")):
+            cys = [(r["comparators"].get(comp) or {}).get(metric) for r in items]
+            if any(cys):
+                ax.plot(
+                    xs,
+                    [c or float("nan") for c in cys],
+                    style,
+                    color=line.get_color(),
+                    alpha=0.6,
+                    label=f"{comp} {fam}",
+                )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("GFLOP/s" if metric == "gflops" else "GB/s (counted bytes)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
