@@ -283,7 +283,48 @@ def sweep_rows(repeat: int, quick: bool) -> None:
         report(f"softmax {rows_}x{cols}", 2 * x.nbytes, 0, rows, tt)
 
 
-SWEEPS = {"gemv": sweep_gemv, "gemm": sweep_gemm, "elementwise": sweep_elementwise, "rows": sweep_rows}
+def sweep_alloc(repeat: int, quick: bool) -> None:
+    """What a run's fresh output buffer costs: create + zero-fill + sync, against zero-fill alone."""
+    import time
+
+    import wgpu
+
+    from backend_wgpu import get_device
+    from benchmarks.timing import ProgramTimer
+
+    dev = get_device()
+    timer = ProgramTimer(dev)
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    print("\n== fresh output buffers (wall ms per run, median)")
+    for mib in (1, 16, 64, 256) if not quick else (1, 16):
+        size = mib << 20
+        kept = dev.device.create_buffer(size=size, usage=usage)
+        results = {}
+        for label, fresh in (("clear existing", False), ("create+clear", True)):
+            samples = []
+            for _ in range(max(5, repeat)):
+                t0 = time.perf_counter()
+                buf = dev.device.create_buffer(size=size, usage=usage) if fresh else kept
+                enc = dev.device.create_command_encoder()
+                enc.clear_buffer(buf, 0, size)
+                dev.queue.submit([enc.finish()])
+                timer.sync()
+                samples.append((time.perf_counter() - t0) * 1e3)
+                if fresh:
+                    buf.destroy()
+            results[label] = statistics.median(samples)
+        print(
+            f"  {mib:4d} MiB: clear existing {results['clear existing']:.3f} ms, create+clear {results['create+clear']:.3f} ms"
+        )
+
+
+SWEEPS = {
+    "gemv": sweep_gemv,
+    "gemm": sweep_gemm,
+    "elementwise": sweep_elementwise,
+    "rows": sweep_rows,
+    "alloc": sweep_alloc,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
