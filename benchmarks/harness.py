@@ -315,6 +315,10 @@ def run(suites: list[str], settings: Settings) -> dict[str, Any]:
     records: list[dict[str, Any]] = []
     for suite in suites:
         settings.log(f"suite {suite}")
-        records.extend(run_suite(ctx, suite))
+        try:
+            records.extend(run_suite(ctx, suite))
+        except (Exception, SystemExit) as e:  # noqa: BLE001  one broken suite must not lose the others' records
+            ctx.notes.append(f"suite {suite} failed: {type(e).__name__}: {str(e)[:300]}")
+            settings.log(f"  suite {suite} failed: {type(e).__name__}: {e}")
     return {"device": info, "settings": {"sizes": settings.sizes, "repeat": settings.repeat, "warmup": settings.warmup},
             "notes": ctx.notes, "records": records}  # fmt: skip

@@ -218,7 +218,7 @@ def _load_minilm() -> Any:
 def model_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     try:
         minilm = _load_minilm()
-    except Exception as e:  # noqa: BLE001  its weights or packages may be missing
+    except (Exception, SystemExit) as e:  # noqa: BLE001  its weights or packages may be missing
         ctx.notes.append(f"model skipped: examples/minilm.py failed to load ({type(e).__name__}: {e})")
         return []
     if minilm is None or not hasattr(minilm, "encode"):
@@ -230,7 +230,7 @@ def model_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     sentences = [" ".join(words[(i + j) % len(words)] for j in range(seq - 2)) for i in range(batch)]
     try:
         emb = np.asarray(minilm.encode(sentences))
-    except Exception as e:  # noqa: BLE001
+    except (Exception, SystemExit) as e:  # noqa: BLE001  (the example exits when its model package is missing)
         ctx.notes.append(f"model skipped: minilm.encode failed ({type(e).__name__}: {str(e)[:200]})")
         return []
     norms = np.linalg.norm(emb, axis=-1)
