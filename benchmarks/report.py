@@ -128,7 +128,9 @@ def plot(result: dict[str, Any], directory: str) -> list[str]:
 def _panel(ax: Any, recs: list[dict[str, Any]], metric: str, title: str, xlabel: str) -> None:
     families: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in recs:
-        families[f"{r['case']} {r['dtype']}"].append(r)
+        # row ops: one line per row count (8192 x n), so equal sizes of other shapes do not stack
+        rows = f" {r['shape'].split('x')[0]} rows" if r["suite"] in ("reduce", "softmax", "norm") else ""
+        families[f"{r['case']}{rows} {r['dtype']}"].append(r)
     for fam, items in families.items():
         if len({r["size"] for r in items}) < 2:
             continue
