@@ -87,7 +87,9 @@ class Device:
     def __init__(self) -> None:
         self.adapter = _choose_adapter()
         feats = self.adapter.features
-        wanted = [f for f in ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes") if f in feats]
+        wanted = [
+            f for f in ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes") if f in feats
+        ]
         lim = self.adapter.limits
         limits = {
             k: lim[k]
@@ -167,8 +169,12 @@ class Device:
 
     # --- pipelines -----------------------------------------------------------------
     def pipeline(self, key: str, code: str, layout_entries: list[dict]) -> tuple[Any, Any]:
-        """The compute pipeline and bind-group layout for a kernel key, compiled once."""
-        hit = self.pipelines.get(key)
+        """The compute pipeline and bind-group layout for a kernel, compiled once.
+
+        Cached by the WGSL text itself: the kernel key names the kernel for people, the
+        source decides what runs, so a key that forgot a specialization cannot alias.
+        """
+        hit = self.pipelines.get(code)
         if hit is not None:
             self.stats["pipeline_cache_hits"] += 1
             return hit
@@ -176,11 +182,13 @@ class Device:
             module = self.device.create_shader_module(code=code)
             bgl = self.device.create_bind_group_layout(entries=layout_entries)
             layout = self.device.create_pipeline_layout(bind_group_layouts=[bgl])
-            pipeline = self.device.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"})
+            pipeline = self.device.create_compute_pipeline(
+                layout=layout, compute={"module": module, "entry_point": "main"}
+            )
         except Exception as e:  # noqa: BLE001  wgpu raises its own validation errors
             raise KernelCompileError(f"kernel {key} failed to compile: {e}\n--- WGSL ---\n{code}", key, code) from e
         self.stats["pipelines_compiled"] += 1
-        self.pipelines[key] = (pipeline, bgl)
+        self.pipelines[code] = (pipeline, bgl)
         return pipeline, bgl
 
 

@@ -14,11 +14,11 @@ from typing import ClassVar
 
 import numpy as np
 
+from backend_wgpu.wgsl import KernelSource, WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import Op
 from ir.view import View
-from backend_wgpu.wgsl import KernelSource, WgslBuilder, vtype
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ class Kernel:
         dtypes = ",".join(o.dtype.value for o in self.operands)
         meta = ",".join(n for n, _, _ in self.metadata())
         wg = "x".join(map(str, self.choice.workgroup))
-        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)} m[{meta}]"
+        extra = "".join(f" {k}={v}" for k, v in self.choice.params)
+        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)}{extra} m[{meta}]"
 
     def operand_type(self, i: int) -> str:
         """Storage element type of operand i's binding (vector or scalar)."""

@@ -11,15 +11,18 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import wgpu
 
-from ir.graph import Graph
-from ir.ops import Op
 from backend_wgpu.device import Device, DeviceBuffer
 from backend_wgpu.kernel import Kernel, Workload
 from backend_wgpu.kernels import KERNELS
+from ir.graph import Graph
+from ir.ops import Op
+
+if TYPE_CHECKING:
+    from backend_wgpu.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -160,13 +163,37 @@ class Program:
         return [buffers[s] for s in self.outputs]
 
     def summary(self) -> str:
-        lines = [f"Program: {len(self.dispatches)} dispatches, {len(self.slots)} buffer slots, peak {self.peak_bytes} bytes"]
+        lines = [
+            f"Program: {len(self.dispatches)} dispatches, {len(self.slots)} buffer slots, peak {self.peak_bytes} bytes"
+        ]
         for d in self.dispatches:
             ip = " inplace" if d.inplace else ""
             lines.append(
                 f"  %{d.node:<4} {d.op:<12} {d.kernel}[{d.variant}] x{d.element}{ip} wg={d.workgroup_size} count={d.workgroup_count} slots={d.slots}"
             )
         return "\n".join(lines)
+
+    def profile(self, inputs: list[DeviceBuffer] | None = None, repeats: int = 3) -> Profile:
+        """Per-kernel GPU time (backend_wgpu.profile.Profile), apart from the normal run path."""
+        from backend_wgpu.profile import profile_program
+
+        return profile_program(self, inputs, repeats)
+
+    DISPATCH_HEADERS = ("node", "op", "kernel", "variant", "width", "in-place", "workgroup", "count", "slots")
+
+    def dispatch_rows(self) -> list[tuple[Any, ...]]:
+        """One row per dispatch, for tables (DISPATCH_HEADERS names the columns)."""
+        return [
+            (d.node, d.op, d.kernel, d.variant, d.element, "yes" if d.inplace else "", "x".join(map(str, d.workgroup_size)),
+             "x".join(map(str, d.workgroup_count)), " ".join(map(str, d.slots)))
+            for d in self.dispatches
+        ]  # fmt: skip
+
+    def _repr_html_(self) -> str:
+        from ir.display import graph_html, html_table
+
+        head = f"<p><b>Program</b>: {len(self.dispatches)} dispatches, {len(self.slots)} buffer slots, peak {self.peak_bytes} bytes</p>"
+        return head + graph_html(self.graph) + html_table(self.DISPATCH_HEADERS, self.dispatch_rows())
 
     def __repr__(self) -> str:
         return f"<Program {len(self.dispatches)} dispatches, {self.input_count} inputs, {len(self.outputs)} outputs>"

@@ -63,7 +63,10 @@ def plan_memory(graph: Graph, caps: DeviceCaps) -> Graph:
             slot_of_group[r] = len(slots)
             slots.append(SlotInfo("output", g.nbytes, g.output_index))
 
-    temps = sorted((g for g in groups.values() if g.input_index is None and g.output_index is None), key=lambda g: (-g.nbytes, g.first))
+    temps = sorted(
+        (g for g in groups.values() if g.input_index is None and g.output_index is None),
+        key=lambda g: (-g.nbytes, g.first),
+    )
     pool: list[tuple[int, list[tuple[int, int]]]] = []  # (size, intervals)
     pool_index: dict[int, int] = {}
     for g in temps:

@@ -14,7 +14,7 @@ from ir.caps import DeviceCaps
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
-from ir.ops import ELEMENTWISE, NO_KERNEL, REDUCE, ROW, Op
+from ir.ops import ELEMENTWISE, NO_KERNEL, NORM, REDUCE, ROW, Op
 from ir.view import View
 from passes.fold_views import view_of_operand
 
@@ -45,6 +45,15 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
         return KernelChoice("concat", f"n{len(node.srcs)}", workgroup=(256, 1, 1))
     if node.op is Op.ARANGE:
         return KernelChoice("arange", workgroup=(256, 1, 1))
+    if node.op in NORM:
+        n = node.shape[-1] if node.shape else 1
+        return KernelChoice("norm", node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1))
+    if node.op is Op.GATHER:
+        return KernelChoice("gather", workgroup=(256, 1, 1))
+    if node.op is Op.CONV1D:
+        return KernelChoice("conv1d", workgroup=(64, 1, 1))
+    if node.op is Op.INDEX_WRITE:
+        return KernelChoice("index_write", workgroup=(256, 1, 1))
     raise NotImplementedError(f"select_kernels: no kernel for op {node.op.value}")
 
 

@@ -58,7 +58,15 @@ def _widest(graph: Graph, node: Node) -> int:
     if name in ("softmax", "softmax_regs"):
         view = view_of_operand(graph, node.srcs[0])[1]
         return next(w for w in WIDTHS if node.shape[-1] % w == 0 and _row_vector(view, 1, w))
-    if name in ("reduce", "row_reduce") and node.op in (Op.SUM, Op.MAX, Op.MIN) and node.kernel.variant.endswith("_rows"):
+    if name == "norm":
+        return _norm_width(graph, node)
+    if name == "gather":
+        return _gather_width(graph, node)
+    if (
+        name in ("reduce", "row_reduce")
+        and node.op in (Op.SUM, Op.MAX, Op.MIN)
+        and node.kernel.variant.endswith("_rows")
+    ):
         view = view_of_operand(graph, node.srcs[0])[1]
         return next(w for w in WIDTHS if _row_vector(view, node.arg, w))
     if name in ("gemv", "gemv_split"):
@@ -70,6 +78,37 @@ def _widest(graph: Graph, node: Node) -> int:
         n = node.shape[-1]
         return next(w for w in WIDTHS if n % w == 0 and vector_readable(b_view, w))
     return 1
+
+
+def _norm_width(graph: Graph, node: Node) -> int:
+    """Norms walk each row of x and the weight/bias vectors contiguously: all must allow the width."""
+    x_view = view_of_operand(graph, node.srcs[0])[1]
+    affine = [view_of_operand(graph, s)[1] for s in node.srcs[1:]]
+    n = node.shape[-1]
+    for w in WIDTHS:
+        if n % w == 0 and _row_vector(x_view, 1, w) and all(_contiguous_run(v, w) for v in affine):
+            return w
+    return 1
+
+
+def _gather_width(graph: Graph, node: Node) -> int:
+    """Gathering along an outer axis (embedding rows): one id serves a whole vector of the last axis."""
+    if node.arg == len(node.shape) - 1:
+        return 1
+    x_view = view_of_operand(graph, node.srcs[0])[1]
+    ids_view = view_of_operand(graph, node.srcs[1])[1]
+    if ids_view.strides[-1] != 0:
+        return 1
+    return next(
+        w
+        for w in WIDTHS
+        if node.shape[-1] % w == 0 and (w == 1 or x_view.strides[-1] == 1) and vector_readable(x_view, w)
+    )
+
+
+def _contiguous_run(view: View, width: int) -> bool:
+    """A 1-D operand read as vectors: unit stride, starting on a multiple of the width."""
+    return width == 1 or (view.strides[-1] == 1 and view.offset % width == 0 and view.shape[-1] % width == 0)
 
 
 def _row_vector(view: View, k: int, width: int) -> bool:
@@ -92,4 +131,8 @@ def _k_contig(b_view: View, width: int) -> bool:
     """B of a k-contiguous GEMV: each column (fixed n) is a contiguous run along k."""
     if b_view.strides[-2] != 1 or b_view.offset % width:
         return False
-    return all(s % width == 0 for i, (d, s) in enumerate(zip(b_view.shape, b_view.strides)) if d > 1 and i != len(b_view.shape) - 2)
+    return all(
+        s % width == 0
+        for i, (d, s) in enumerate(zip(b_view.shape, b_view.strides))
+        if d > 1 and i != len(b_view.shape) - 2
+    )

@@ -13,6 +13,9 @@ from backend_wgpu.wgsl import WgslBuilder, load_cast, store_cast
 class ConcatKernel(Kernel):
     name = "concat"
 
+    def variant_key(self) -> str:
+        return f"{self.choice.variant},axis{self.node.arg}"
+
     def metadata(self) -> Meta:
         axis = self.node.arg
         meta: Meta = [("numel", "u32", self.node.size)]

@@ -10,10 +10,10 @@ operand is read in the cheapest way its view allows:
 
 from __future__ import annotations
 
-from ir.ops import Op
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.kernels import expr
 from backend_wgpu.wgsl import WgslBuilder, load_cast, store_cast, vtype
+from ir.ops import Op
 
 
 class ElementwiseKernel(Kernel):
@@ -55,7 +55,9 @@ class ElementwiseKernel(Kernel):
 
     def calculate_dispatch(self) -> Workload:
         wg = self.choice.workgroup[0]
-        return Workload.for_workgroups(-(-(self.node.size // self.kernel_element()) // wg), self.choice.workgroup, self.max_workgroups)
+        return Workload.for_workgroups(
+            -(-(self.node.size // self.kernel_element()) // wg), self.choice.workgroup, self.max_workgroups
+        )
 
     def render(self, b: WgslBuilder) -> None:
         w = self.kernel_element()
@@ -91,9 +93,15 @@ class ElementwiseKernel(Kernel):
         node = self.node
         w = self.kernel_element()
         if node.op is Op.CAST:
-            return f"{vtype(node.dtype, w)}({args[0]})"
+            to = vtype(node.dtype, w)
+            src = self.operands[0].dtype
+            if src.is_float and node.dtype.is_int:  # saturating (WGSL) and NaN -> 0 (documented)
+                return f"select({to}({args[0]}), {to}(0), {expr.isnan(args[0], vtype(src, w))})"
+            return f"{to}({args[0]})"
         # comparisons and where compute in the operands' type; everything else in the output's
-        math_dtype = self.operands[-1].dtype if node.op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.WHERE) else node.dtype
+        math_dtype = (
+            self.operands[-1].dtype if node.op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.WHERE) else node.dtype
+        )
         t = vtype(math_dtype, w)
         for name, code in expr.helpers(node.op, t, math_dtype).items():
             b.helper(name, code)

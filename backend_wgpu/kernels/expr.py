@@ -27,6 +27,13 @@ def _suffix(t: str) -> str:
     return t.replace("<", "_").replace(">", "")
 
 
+def isnan(x: str, t: str) -> str:
+    """A NaN test by bit pattern: compilers may fold `x != x` to false under fast math."""
+    f32 = t.replace(_scalar_of(t), "f32")
+    u32 = t.replace(_scalar_of(t), "u32")
+    return f"((bitcast<{u32}>({f32}({x})) & {u32}(0x7fffffffu)) > {u32}(0x7f800000u))"
+
+
 FLOAT_EXPR: dict[Op, Expr] = {
     Op.NEG: lambda a, t: f"(-{a[0]})",
     Op.ABS: lambda a, t: f"abs({a[0]})",
@@ -46,6 +53,7 @@ FLOAT_EXPR: dict[Op, Expr] = {
         f"({t}(0.5) * {a[0]} * ({t}(1.0) + wg_tanh_{_suffix(t)}({t}(0.7978845608028654) * ({a[0]} + {t}(0.044715) * {a[0]} * {a[0]} * {a[0]}))))"
     ),
     Op.SILU: lambda a, t: f"({a[0]} / ({t}(1.0) + exp(-{a[0]})))",
+    Op.ERF: lambda a, t: f"wg_erf_{_suffix(t)}({a[0]})",
     Op.FLOOR: lambda a, t: f"floor({a[0]})",
     Op.CEIL: lambda a, t: f"ceil({a[0]})",
     Op.ADD: lambda a, t: f"({a[0]} + {a[1]})",
@@ -89,10 +97,25 @@ COMMON_EXPR: dict[Op, Expr] = {
 }
 
 
+# float16 transcendental math is evaluated in f32 and rounded once at the end: lavapipe's f16
+# exp is off by ~9 ulp, and in f16 1 + erf(x) cancels to 0, so gelu(x < -3) would be 0
+F32_FOR_F16 = frozenset(
+    {Op.EXP, Op.LOG, Op.RSQRT, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID, Op.GELU, Op.GELU_TANH, Op.SILU, Op.ERF, Op.POW}
+)
+
+
+def _widened(op: Op, t: str, dtype: DType) -> str | None:
+    """The f32 type to compute `op` in when its data is f16 (None: compute in `t`)."""
+    return t.replace("f16", "f32") if dtype is DType.float16 and op in F32_FOR_F16 else None
+
+
 def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
     """The WGSL expression of `op` on `args`, computed in type `t` of element dtype `dtype`."""
     if op in COMMON_EXPR:
         return COMMON_EXPR[op](args, t)
+    wide = _widened(op, t, dtype)
+    if wide is not None:
+        return f"{t}({FLOAT_EXPR[op]([f'{wide}({a})' for a in args], wide)})"
     table = FLOAT_EXPR if dtype.is_float else INT_EXPR
     if op not in table:
         raise NotImplementedError(f"no WGSL expression for {op.value} on {dtype.value}")
@@ -101,13 +124,20 @@ def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
 
 def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
     """Helper functions the expression of `op` calls, keyed by name."""
+    wide = _widened(op, t, dtype)
+    if wide is not None:
+        return helpers(op, wide, DType.float32)
     s = _suffix(t)
     b = _bool_of(t)
     out: dict[str, str] = {}
     if not dtype.is_float:
         if op is Op.FLOORDIV:
             zero = f"{t}(0)"
-            fix = f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))" if dtype is DType.int32 else zero
+            fix = (
+                f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))"
+                if dtype is DType.int32
+                else zero
+            )
             out[f"wg_ifloordiv_{s}"] = (
                 f"fn wg_ifloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
                 f"  let z = y == {zero};\n  let d = select(y, {t}(1), z);\n  let q = x / d;\n  let r = x - q * d;\n"
@@ -132,12 +162,15 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         return out
     if op is Op.TANH or op is Op.GELU_TANH:
         # tanh(x) = 1 - 2 / (exp(2x) + 1): exact at large |x| where exp overflows, keeps NaN
+        # evaluated in f32 even for f16: the subtraction cancels badly in f16 for small |x|
+        f = t.replace(_scalar_of(t), "f32")
         out[f"wg_tanh_{s}"] = (
-            f"fn wg_tanh_{s}(x: {t}) -> {t} {{\n"
-            f"  let y = {t}(1.0) - {t}(2.0) / (exp(min(abs(x), {t}(20.0)) * {t}(2.0)) + {t}(1.0));\n"
-            f"  return select(sign(x) * y, x, abs(x) < {t}(0.0005));\n}}"
+            f"fn wg_tanh_{s}(x_in: {t}) -> {t} {{\n"
+            f"  let x = {f}(x_in);\n"
+            f"  let y = {f}(1.0) - {f}(2.0) / (exp(min(abs(x), {f}(20.0)) * {f}(2.0)) + {f}(1.0));\n"
+            f"  return {t}(select(sign(x) * y, x, (abs(x) < {f}(0.0005)) | {isnan('x', f)}));\n}}"
         )
-    if op is Op.GELU:
+    if op is Op.GELU or op is Op.ERF:
         # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), evaluated in f32 even for f16
         f = t.replace(_scalar_of(t), "f32")
         out[f"wg_erf_{s}"] = (
@@ -159,7 +192,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let odd = is_int & (abs(y - {t}(2.0) * floor(y * {t}(0.5))) == {t}(1.0));\n"
             f"  let neg = select(m, -m, odd);\n"
             f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
-            f"  let nan = {t}(bitcast<f32>(nan_bits));\n"
+            f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));\n"
             f"  return select(m, select(nan, neg, is_int), x < {t}(0.0));\n}}"
         )
     if op in (Op.MAXIMUM, Op.MINIMUM):
@@ -167,7 +200,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         out[f"wg_{fn}_{s}"] = (
             f"fn wg_{fn}_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  // numpy propagates NaN; WGSL's {fn} may not\n"
-            f"  let xn: {b} = x != x;\n  let yn: {b} = y != y;\n"
+            f"  let xn: {b} = {isnan('x', t)};\n  let yn: {b} = {isnan('y', t)};\n"
             f"  return select(select({fn}(x, y), y, yn), x, xn);\n}}"
         )
     return out

@@ -32,7 +32,9 @@ class _MatmulBase(Kernel):
         meta += [("a_off", "u32", a.offset), ("a_sm", "i32", a.strides[-2]), ("a_sk", "i32", a.strides[-1])]
         meta += [("b_off", "u32", b.offset), ("b_sk", "i32", b.strides[-2]), ("b_sn", "i32", b.strides[-1])]
         meta += [(f"bs{d}", "u32", self.node.shape[d]) for d in range(nb)]
-        meta += [(f"ab{d}", "i32", a.strides[d]) for d in range(nb)] + [(f"bb{d}", "i32", b.strides[d]) for d in range(nb)]
+        meta += [(f"ab{d}", "i32", a.strides[d]) for d in range(nb)] + [
+            (f"bb{d}", "i32", b.strides[d]) for d in range(nb)
+        ]
         return meta
 
     def _batch_offsets(self, b: WgslBuilder, bt: str) -> None:
@@ -78,7 +80,9 @@ class GemmKernel(_MatmulBase):
         b.line(f"    let mm = e / {tk}u; let kk = e % {tk}u;")
         b.line("    let gm = tm0 + mm; let gk = k0 + kk;")
         b.line("    var v = 0.0;")
-        b.line("    if (gm < params.m && gk < params.k) { v = f32(in0[u32(a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk)]); }")
+        b.line(
+            "    if (gm < params.m && gk < params.k) { v = f32(in0[u32(a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk)]); }"
+        )
         b.line(f"    tile_a[kk * {tm}u + mm] = v;")
         b.line("  }")
         b.line(f"  for (var l = 0u; l < {tk * tn // threads}u; l++) {{")
@@ -86,7 +90,9 @@ class GemmKernel(_MatmulBase):
         b.line(f"    let kk = e / {tn}u; let nn = e % {tn}u;")
         b.line("    let gk = k0 + kk; let gn = tn0 + nn;")
         b.line("    var v = 0.0;")
-        b.line("    if (gk < params.k && gn < params.n) { v = f32(in1[u32(b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn)]); }")
+        b.line(
+            "    if (gk < params.k && gn < params.n) { v = f32(in1[u32(b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn)]); }"
+        )
         b.line(f"    tile_b[kk * {tn}u + nn] = v;")
         b.line("  }")
         b.line("  workgroupBarrier();")
@@ -106,7 +112,9 @@ class GemmKernel(_MatmulBase):
         b.line(f"  let gm = tm0 + ty + i * {wy}u;")
         b.line(f"  for (var j = 0u; j < {rn}u; j++) {{")
         b.line(f"    let gn = tn0 + tx + j * {wx}u;")
-        b.line(f"    if (gm < params.m && gn < params.n) {{ out[out_base + gm * params.n + gn] = {out_t}(acc[i][j]); }}")
+        b.line(
+            f"    if (gm < params.m && gn < params.n) {{ out[out_base + gm * params.n + gn] = {out_t}(acc[i][j]); }}"
+        )
         b.line("  }")
         b.line("}")
         del a_dt, b_dt
@@ -132,7 +140,9 @@ class GemvKernel(_MatmulBase):
         if self.k_contig:
             return Workload.for_workgroups(batch * n, self.choice.workgroup, self.max_workgroups)
         cols = n // self.kernel_element()
-        return Workload.for_workgroups(batch * -(-cols // self.choice.workgroup[0]), self.choice.workgroup, self.max_workgroups)
+        return Workload.for_workgroups(
+            batch * -(-cols // self.choice.workgroup[0]), self.choice.workgroup, self.max_workgroups
+        )
 
     def render(self, b: WgslBuilder) -> None:
         (self._render_k if self.k_contig else self._render_n)(b)
@@ -156,7 +166,9 @@ class GemvKernel(_MatmulBase):
             b.line(f"sh[lidx] = dot(acc, {vt}(1.0));")
         else:
             b.line(f"for (var j = lidx; j < params.k; j += {wgx}u) {{")
-            b.line("  acc = fma(f32(in0[u32(a_base + i32(j) * params.a_sk)]), f32(in1[u32(b_col + i32(j) * params.b_sk)]), acc);")
+            b.line(
+                "  acc = fma(f32(in0[u32(a_base + i32(j) * params.a_sk)]), f32(in1[u32(b_col + i32(j) * params.b_sk)]), acc);"
+            )
             b.line("}")
             b.line("sh[lidx] = acc;")
         b.line("workgroupBarrier();")

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 
+from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
+from backend_wgpu.kernels.expr import isnan
+from backend_wgpu.wgsl import WgslBuilder, load_cast, vtype
 from ir.dtypes import DType
 from ir.ops import Op
-from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
-from backend_wgpu.wgsl import WgslBuilder, load_cast, vtype
 
 
 class ReduceKernel(Kernel):
@@ -51,10 +52,18 @@ class ReduceKernel(Kernel):
     def metadata(self) -> Meta:
         kshape, kstrides, rshape, rstrides = self._split()
         w = self.kernel_element()
-        meta: Meta = [("rows", "u32", self.node.size), ("rlen", "u32", math.prod(rshape)), ("offset", "u32", self.operands[0].view.offset)]
-        meta += [(f"ks{d}", "u32", n) for d, n in enumerate(kshape)] + [(f"kt{d}", "i32", s) for d, s in enumerate(kstrides)]
+        meta: Meta = [
+            ("rows", "u32", self.node.size),
+            ("rlen", "u32", math.prod(rshape)),
+            ("offset", "u32", self.operands[0].view.offset),
+        ]
+        meta += [(f"ks{d}", "u32", n) for d, n in enumerate(kshape)] + [
+            (f"kt{d}", "i32", s) for d, s in enumerate(kstrides)
+        ]
         if w == 1:
-            meta += [(f"rs{d}", "u32", n) for d, n in enumerate(rshape)] + [(f"rt{d}", "i32", s) for d, s in enumerate(rstrides)]
+            meta += [(f"rs{d}", "u32", n) for d, n in enumerate(rshape)] + [
+                (f"rt{d}", "i32", s) for d, s in enumerate(rstrides)
+            ]
         return meta
 
     def calculate_dispatch(self) -> Workload:
@@ -80,13 +89,24 @@ class ReduceKernel(Kernel):
         op = self.node.op
         if op in (Op.MAX, Op.MIN):
             fn = "max" if op is Op.MAX else "min"
-            nan = "let an = a != a; let bn = b != b; " if acc == "f32" else "let an = false; let bn = false; "
-            b.helper("combine", f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ {nan}return select(select({fn}(a, b), b, bn), a, an); }}")
+            nan = (
+                f"let an = {isnan('a', 'f32')}; let bn = {isnan('b', 'f32')}; "
+                if acc == "f32"
+                else "let an = false; let bn = false; "
+            )
+            b.helper(
+                "combine",
+                f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ {nan}return select(select({fn}(a, b), b, bn), a, an); }}",
+            )
         elif op is Op.SUM:
             b.helper("combine", f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ return a + b; }}")
         else:
             cmp = ">" if op is Op.ARGMAX else "<"
-            nan = "let an = a != a; let bn = b != b;" if acc == "f32" else "let an = false; let bn = false;"
+            nan = (
+                f"let an = {isnan('a', 'f32')}; let bn = {isnan('b', 'f32')};"
+                if acc == "f32"
+                else "let an = false; let bn = false;"
+            )
             # true when candidate (a, ia) should replace the best so far (b, ib)
             b.helper(
                 "better",
@@ -99,7 +119,9 @@ class ReduceKernel(Kernel):
         kshape, _, _, _ = self._split()
         for line in index_to_coords(row, [f"ks{d}" for d in range(len(kshape))], "k"):
             b.line(line)
-        b.line(f"let base = {address('offset', [f'kt{d}' for d in range(len(kshape))], [f'k{d}' for d in range(len(kshape))])};")
+        b.line(
+            f"let base = {address('offset', [f'kt{d}' for d in range(len(kshape))], [f'k{d}' for d in range(len(kshape))])};"
+        )
 
     def _load(self, b: WgslBuilder, j: str, var: str) -> None:
         """Emit `let var = element j of the row` in the accumulator type (scalar path)."""
@@ -154,7 +176,9 @@ class ReduceKernel(Kernel):
             b.line(f"for (var s = {wgx // 2}u; s > 0u; s = s >> 1u) {{")
             b.line("  if (lidx < s) {")
             if self.is_arg:
-                b.line("    if (better(sh[lidx + s], sh_i[lidx + s], sh[lidx], sh_i[lidx])) { sh[lidx] = sh[lidx + s]; sh_i[lidx] = sh_i[lidx + s]; }")
+                b.line(
+                    "    if (better(sh[lidx + s], sh_i[lidx + s], sh[lidx], sh_i[lidx])) { sh[lidx] = sh[lidx + s]; sh_i[lidx] = sh_i[lidx + s]; }"
+                )
             else:
                 b.line("    sh[lidx] = combine(sh[lidx], sh[lidx + s]);")
             b.line("  }")

@@ -7,9 +7,9 @@ written once; math in f32 for f16 data too.
 
 from __future__ import annotations
 
-from ir.ops import Op
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.ops import Op
 
 
 class SoftmaxKernel(Kernel):
@@ -21,8 +21,14 @@ class SoftmaxKernel(Kernel):
     def metadata(self) -> Meta:
         v = self.operands[0].view
         r = len(v.shape)
-        meta: Meta = [("rows", "u32", self.node.size // max(self.node.shape[-1], 1)), ("n", "u32", v.shape[-1]), ("offset", "u32", v.offset)]
-        meta += [(f"ks{d}", "u32", v.shape[d]) for d in range(r - 1)] + [(f"kt{d}", "i32", v.strides[d]) for d in range(r - 1)]
+        meta: Meta = [
+            ("rows", "u32", self.node.size // max(self.node.shape[-1], 1)),
+            ("n", "u32", v.shape[-1]),
+            ("offset", "u32", v.offset),
+        ]
+        meta += [(f"ks{d}", "u32", v.shape[d]) for d in range(r - 1)] + [
+            (f"kt{d}", "i32", v.strides[d]) for d in range(r - 1)
+        ]
         meta.append(("inner", "i32", v.strides[-1]))
         return meta
 
@@ -44,6 +50,8 @@ class SoftmaxKernel(Kernel):
             "  let m = max(m1, m2);\n"
             "  if (s1 == 0.0) { return vec2<f32>(m2, s2); }\n"
             "  if (s2 == 0.0) { return vec2<f32>(m1, s1); }\n"
+            "  // equal maxima (both -inf for masked-out entries) would make exp(-inf - -inf) a NaN\n"
+            "  if (m1 == m2) { return vec2<f32>(m1, s1 + s2); }\n"
             "  return vec2<f32>(m, s1 * exp(m1 - m) + s2 * exp(m2 - m));\n}",
         )
         b.line("let row = wg;")
