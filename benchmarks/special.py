@@ -271,6 +271,8 @@ def model_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:
         "dispatches": len(program.dispatches), "kernels": sorted({f"{d.kernel}" for d in program.dispatches}),
         "notes": ["the encoder's forward as one program (random token ids, half the rows padded); flops: linear layers only"],
     }  # fmt: skip
+    if ctx.torch is not None:
+        _torch_bert(ctx, minilm, rec, ids, types, mask, out.reshape(batch, seq, -1))
     sentences = ["the quick brown fox jumps over the lazy dog " * (seq // 10)] * batch
     enc = time_host(lambda: minilm.encode(sentences), 1, min(s.repeat, 5))
     rec2 = base | {
@@ -284,3 +286,35 @@ def model_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:
         f"  model/minilm forward {batch}x{seq}: {fwd.median:.3f} ms ({len(program.dispatches)} dispatches)"
     )
     return [rec, rec2]
+
+
+def _torch_bert(
+    ctx: Any, minilm: Any, rec: dict[str, Any], ids: np.ndarray, types: np.ndarray, mask: np.ndarray, ours: np.ndarray
+) -> None:
+    """torch eager on CUDA running the same weights through transformers' BertModel, side by side."""
+    from benchmarks.harness import _ratios, _summary
+    from benchmarks.timing import time_torch
+
+    torch = ctx.torch
+    try:
+        from transformers import BertModel
+
+        bert = BertModel.from_pretrained(str(minilm.model_dir()), torch_dtype=torch.float32).cuda().eval()
+    except Exception as e:  # noqa: BLE001  transformers may be missing; say so
+        rec["notes"].append(f"torch comparator skipped: {type(e).__name__}: {str(e)[:160]}")
+        return
+    t_ids, t_types, t_mask = (torch.from_numpy(a.astype(np.int64)).cuda() for a in (ids, types, mask))
+
+    def forward() -> Any:
+        with torch.no_grad():
+            return bert(input_ids=t_ids, attention_mask=t_mask, token_type_ids=t_types).last_hidden_state
+
+    theirs = forward().float().cpu().numpy()
+    valid = mask.astype(bool)  # padded positions are don't-care in both
+    err = float(np.abs(theirs[valid] - ours[valid]).max())
+    s = ctx.settings
+    rec["comparators"]["torch"] = _summary(time_torch(forward, s.warmup, min(s.repeat, 10))) | {"verified": err < 1e-3}
+    rec["notes"].append(
+        f"torch: transformers BertModel eager, same weights; max |ours - torch| on real tokens {err:.2e}"
+    )
+    _ratios(rec)
