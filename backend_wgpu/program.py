@@ -191,7 +191,7 @@ class Program:
         """Run on these input buffers (by input index); returns one buffer per output.
 
         `timestamp_writes` (a wgpu ComputePassTimestampWrites dict) brackets the one compute
-        pass with GPU timestamps, for tools that time programs.
+        pass with GPU timestamps: the benchmark harness times programs with it.
         """
         dev = self.device
         dev.check_alive()

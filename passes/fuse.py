@@ -61,8 +61,11 @@ def fusion_enabled() -> bool:
     return os.environ.get("WGJIT_FUSION", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-PROLOGUE_KERNELS = frozenset({"reduce", "softmax"})
-EPILOGUE_KERNELS = frozenset({"reduce", "softmax", "gemm", "gemv"})
+# the kernels that render a fused prologue (per input element) or epilogue (per output element)
+PROLOGUE_KERNELS = frozenset({"reduce", "softmax", "row_reduce", "softmax_regs"})
+EPILOGUE_KERNELS = frozenset(
+    {"reduce", "softmax", "row_reduce", "softmax_regs", "gemm", "gemv", "gemm_blocked", "gemv_split"}
+)
 
 
 @dataclass

@@ -62,15 +62,19 @@ def _widest_for(node: Node, views: list[View]) -> int:
             if node.shape and node.shape[-1] % w == 0 and all(vector_readable(v, w) for v in views):
                 return w
         return 1
-    if name == "softmax":
+    if name in ("softmax", "softmax_regs"):
         return next(w for w in WIDTHS if node.shape[-1] % w == 0 and _row_vector(views[0], 1, w))
     if name == "norm":
         return _norm_width(node, views)
     if name == "gather":
         return _gather_width(node, views)
-    if name == "reduce" and node.op in (Op.SUM, Op.MAX, Op.MIN) and node.kernel.variant.endswith("_rows"):
+    if (
+        name in ("reduce", "row_reduce")
+        and node.op in (Op.SUM, Op.MAX, Op.MIN)
+        and node.kernel.variant.endswith("_rows")
+    ):
         return next(w for w in WIDTHS if _row_vector(views[0], node.arg, w))
-    if name == "gemv":
+    if name in ("gemv", "gemv_split"):
         a_view, b_view = views
         if node.kernel.variant == "k_contig":
             k = a_view.shape[-1]
@@ -80,8 +84,9 @@ def _widest_for(node: Node, views: list[View]) -> int:
     return 1
 
 
-# kernels whose output (and so their fused epilogue) is written KernelElement lanes at a time
-_VECTOR_OUTPUT = frozenset({("softmax", ""), ("gemv", "n_contig")})
+# kernels whose fused epilogue is evaluated KernelElement lanes at a time (the others call
+# a per-element wg_epilogue, kernels/fused.py)
+_VECTOR_OUTPUT = frozenset({("softmax", "")})
 
 
 def _widest_fused(graph: Graph, node: Node) -> int:

@@ -97,7 +97,7 @@ def test_compile_exposes_dispatches_without_running() -> None:
     x = tr.tensor(np.ones((8, 8), np.float32))
     y = (x @ x).sum(axis=-1)
     program = tr.compile(y)
-    assert [d.kernel for d in program.dispatches] == ["gemm", "reduce"]
+    assert [d.kernel for d in program.dispatches] == ["gemm_blocked", "reduce"]
     d = program.dispatches[0]
     assert d.workgroup_size == (16, 16, 1) and d.workgroup_count == (1, 1, 1) and d.element == 1
     assert not y.is_realized

@@ -428,3 +428,63 @@ def test_dot_draws_a_fused_group_as_a_cluster_of_its_nodes():
     for t in node.arg.terms:
         for s in t.srcs:
             assert f"n{s} -> n{t.id}" in text
+
+
+# --- every kernel that renders fused code, by name ----------------------------------------
+
+
+def _gelu(h: np.ndarray) -> np.ndarray:
+    return 0.5 * h * (1 + np.vectorize(math.erf)(h / np.sqrt(2)))
+
+
+CORE_CASES = {
+    # name: (build from host arrays, numpy reference, kernel expected to hold the group, tolerance)
+    "gemm_blocked_o4": (
+        lambda a: (a[0] @ a[1] + a[2]).gelu(),
+        lambda a: _gelu(a[0] @ a[1] + a[2]),
+        "gemm_blocked",
+        1e-5,
+    ),
+    "gemm_blocked_o1": (
+        lambda a: (a[0] @ a[3] - 1.0).relu(),
+        lambda a: np.maximum(a[0] @ a[3] - 1, 0),
+        "gemm_blocked",
+        1e-5,
+    ),
+    "gemv_split": (lambda a: (a[4] @ a[1] + a[2]).tanh(), lambda a: np.tanh(a[4] @ a[1] + a[2]), "gemv_split", 1e-5),
+    "gemv_split_h8": (
+        lambda a: ((a[4].astype(tr.float16) @ a[5].astype(tr.float16)) * 0.5).astype(tr.float32),
+        lambda a: (a[4].astype(np.float16).astype(np.float32) @ a[5].astype(np.float16).astype(np.float32)) * 0.5,
+        "gemv_split",
+        2e-2,
+    ),
+    "softmax_regs": (
+        lambda a: (a[6] * 0.5 - 1.0).softmax(-1) * 3.0,
+        lambda a: (
+            3
+            * np.exp(a[6] * 0.5 - (a[6] * 0.5).max(-1, keepdims=True))
+            / np.exp(a[6] * 0.5 - (a[6] * 0.5).max(-1, keepdims=True)).sum(-1, keepdims=True)
+        ),
+        "softmax_regs",
+        1e-5,
+    ),
+    "row_reduce": (
+        lambda a: ((a[6] * a[6]).mean(-1) + 1e-5).rsqrt(),
+        lambda a: 1 / np.sqrt((a[6] * a[6]).mean(-1) + 1e-5),
+        "row_reduce",
+        2e-5,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORE_CASES))
+def test_each_fusing_kernel(case):
+    build, ref, kernel, tol = CORE_CASES[case]
+    rng = np.random.default_rng(7)
+    shapes = [(5, 12), (12, 16), (16,), (12, 7), (1, 12), (12, 64), (6, 300)]
+    host = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    y = build([tr.tensor(h) for h in host])
+    program = tr.compile(y)
+    fused = [d for d in program.dispatches if d.group]
+    assert [d.kernel for d in fused] == [kernel], [(d.kernel, d.variant) for d in program.dispatches]
+    assert_close(y.numpy(), ref(host).astype(np.float32), rtol=tol, atol=tol)

@@ -95,7 +95,8 @@ def test_graph_and_program_display_in_notebooks(monkeypatch):
     ph = program._repr_html_()
     # the node table, then one dispatch row per kernel launch
     assert ph.count("<tr>") == (len(program.graph) + 1) + (len(program.dispatches) + 1)
-    assert ph.count("<td>gemm</td><td>tiled</td>") == 1 and ph.count("<td>softmax</td><td>softmax</td>") == 2
+    assert ph.count("<td>gemm_blocked</td><td>a_s.b_s.o1:64x64x16:g8</td>") == 1
+    assert ph.count("<td>softmax_regs</td><td>softmax:u0:p1:sg") == 2
     if shutil.which("dot"):
         assert g._repr_svg_().startswith("<svg") and "<svg" in page
     monkeypatch.setattr(shutil, "which", lambda name: None)
@@ -123,5 +124,5 @@ def test_debug_levels(monkeypatch, capsys):
     )
     assert "@compute" not in two
     three = compile_fresh("3")
-    assert "[wgjit] --- WGSL gemm[" in three and "@compute" in three
+    assert "[wgjit] --- WGSL gemm_blocked[" in three and "@compute" in three
     assert compile_fresh("0") == ""

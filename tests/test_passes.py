@@ -38,7 +38,7 @@ return %12"""
 SCHEDULED = """\
 %0 = input() {#0} : float32[4x8] @slot0
 %1 = input() {#1} : float32[8x6] @slot1
-%2 = matmul(%0, %1) : float32[4x6]  -> gemm[tiled] x1 @slot5
+%2 = matmul(%0, %1) : float32[4x6]  -> gemm_blocked[a_k4.b_s.o1] x1 @slot5
 %3 = view(%2) {strides=(1, 6) offset=0} : float32[6x4] @slot5
 %4 = input() {#2} : float32[scalar] @slot2
 %5 = view(%4) {strides=(0, 0) offset=0} : float32[6x4] @slot2
@@ -54,7 +54,7 @@ return %12"""
 FUSED = """\
 %0 = input() {#0} : float32[4x8] @slot0
 %1 = input() {#1} : float32[8x6] @slot1
-%2 = matmul(%0, %1) : float32[4x6]  -> gemm[tiled] x1 @slot5
+%2 = matmul(%0, %1) : float32[4x6]  -> gemm_blocked[a_k4.b_s.o1] x1 @slot5
 %3 = view(%2) {strides=(1, 6) offset=0} : float32[6x4] @slot5
 %4 = input() {#2} : float32[scalar] @slot2
 %5 = view(%4) {strides=(0, 0) offset=0} : float32[6x4] @slot2

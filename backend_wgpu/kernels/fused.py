@@ -16,15 +16,17 @@ the node it computes, so a fused kernel's WGSL reads as the list of nodes it hol
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from backend_wgpu.kernel import Meta, address, index_to_coords
 from backend_wgpu.kernels import expr
-from backend_wgpu.wgsl import WgslBuilder, load_cast, vtype
+from backend_wgpu.wgsl import WgslBuilder, load_cast, store_cast, vtype
 from ir.dtypes import DType
 from ir.fusion import FusedArg
 from ir.node import Node
 from ir.ops import COMPARISON, Op
+from ir.view import View
 
 if TYPE_CHECKING:
     from backend_wgpu.kernel import Kernel
@@ -169,6 +171,43 @@ class FusedCode:
         values[vid] = (f"{tag}v{i}", op.dtype)
         return f"{tag}v{i}"
 
+    def has_epilogue(self) -> bool:
+        return self.arg.core is not None and self.arg.root.id != self.arg.core.id
+
+    def epilogue_function(self, b: WgslBuilder) -> str:
+        """Define `fn wg_epilogue(acc, elem: u32)`: the epilogue of one element; returns its name.
+
+        `acc` is the core's result in its arithmetic type (scalar), `elem` the element's linear
+        index in the output; the result is the group's value (arithmetic type, before the store
+        cast). Kernels that store several lanes at once call it once per lane. Needs the "out"
+        site at width 1.
+        """
+        assert self.widths["out"] == 1 and self.arg.core is not None
+        inner = WgslBuilder()
+        value = self.emit(inner, "out", "e", "elem", "elem", acc="acc")
+        for name, code in inner.helpers.items():
+            b.helper(name, code)
+        body = "\n".join("  " + line for line in inner.body)
+        core_t, root_t = vtype(self.arg.core.dtype, 1), vtype(self.arg.root.dtype, 1)
+        b.helper(
+            "wg_epilogue", f"fn wg_epilogue(acc: {core_t}, elem: u32) -> {root_t} {{\n{body}\n  return {value};\n}}"
+        )
+        return "wg_epilogue"
+
+    def store_lanes(self, index: str, value: str, lanes: int, b: WgslBuilder) -> str:
+        """The stored form of `value` (`lanes` lanes of the core's result, each lane's element at
+        index * lanes + lane) after the epilogue: the right-hand side of `out[index] = ...`."""
+        fn = self.epilogue_function(b)
+        core_t = vtype(self.arg.core.dtype, 1)
+        dt = self.arg.root.dtype
+        if lanes == 1:
+            return store_cast(f"{fn}({core_t}({value}), {index})", dt, 1)
+        parts = [
+            store_cast(f"{fn}({core_t}({value}.{c}), ({index}) * {lanes}u + {j}u)", dt, 1)
+            for j, c in enumerate("xyzw"[:lanes])
+        ]
+        return f"{vtype(dt, lanes, storage=True)}({', '.join(parts)})"
+
     @staticmethod
     def _expression(b: WgslBuilder, t: Node, args: list[str], arg_dtypes: list[DType], width: int) -> str:
         if t.op is Op.CAST:
@@ -182,6 +221,31 @@ class FusedCode:
         for name, code in expr.helpers(t.op, wt, math_dtype).items():
             b.helper(name, code)
         return expr.expression(t.op, args, wt, math_dtype)
+
+
+@dataclass
+class CoreInput:
+    """What a row kernel (one input, reduced or normalised along rows) reads when it may be fused."""
+
+    core: Node  # the reduction or softmax itself (the node when unfused)
+    code: FusedCode | None  # its group's prologue and epilogue, when fused
+    src: int | None  # the operand it reads itself; None when the prologue computes its input
+    view: View  # how that input is read (contiguous in the prologue's order when computed)
+    dtype: DType
+
+
+def core_input(kernel: Kernel, widths: dict[str, int]) -> CoreInput:
+    node = kernel.node
+    if node.op is not Op.FUSED:
+        return CoreInput(node, None, 0, kernel.operands[0].view, kernel.operands[0].dtype)
+    group: FusedArg = node.arg
+    code = FusedCode(kernel, group, widths)
+    src = group.core.srcs[0]
+    if group.is_term(src):
+        term = group.term(src)
+        return CoreInput(group.core, code, None, View.contiguous(term.shape), term.dtype)
+    i = group.leaf_index(src)
+    return CoreInput(group.core, code, i, kernel.operands[i].view, kernel.operands[i].dtype)
 
 
 def plain_group(node: Node) -> FusedArg:

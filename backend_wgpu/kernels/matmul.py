@@ -16,15 +16,13 @@ import math
 
 from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
 from backend_wgpu.kernels.fused import FusedCode
-from backend_wgpu.wgsl import WgslBuilder, store_cast, vtype
+from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
 
 
 class _MatmulBase(Kernel):
-    out_lanes = 1  # lanes per output store (the epilogue's width)
-
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         super().__init__(node, graph, max_workgroups)
         self.core = node.arg.core if node.op is Op.FUSED else node
@@ -32,9 +30,11 @@ class _MatmulBase(Kernel):
         self.ia, self.ib = 0, 1  # operands holding A and B
         if node.op is Op.FUSED:
             self.ia, self.ib = (node.arg.leaf_index(s) for s in self.core.srcs)
-            self.code = FusedCode(self, node.arg, {"in": 1, "out": self.out_width()})
+            # the epilogue runs per element (wg_epilogue), also where a store writes several lanes
+            self.code = FusedCode(self, node.arg, {"in": 1, "out": 1})
 
     def out_width(self) -> int:
+        """Lanes each store writes (KernelElements of the output)."""
         return 1
 
     def variant_key(self) -> str:
@@ -43,15 +43,12 @@ class _MatmulBase(Kernel):
     def role(self, i: int) -> str:
         return "a" if i == self.ia else "b" if i == self.ib else "epilogue"
 
-    def store(self, b: WgslBuilder, index: str, value: str, indent: str = "") -> None:
-        """out[index] = value (f32 lanes), through the fused epilogue when there is one."""
-        w = self.out_width()
-        value = f"{vtype(self.core.dtype, w)}({value})"
-        if self.code is not None and self.node.id != self.core.id:
-            b.line(f"{indent}let y = {value};")
-            elem = f"({index}) * {w}u" if w > 1 else f"({index})"
-            value = self.code.emit(b, "out", "e", elem, f"({index})", acc="y", indent=indent)
-        b.line(f"{indent}out[{index}] = {store_cast(value, self.node.dtype, w)};")
+    def store(self, b: WgslBuilder, index: str, value: str, lanes: int = 1, indent: str = "") -> None:
+        """out[index] = value (`lanes` f32 lanes), through the fused epilogue when there is one."""
+        if self.code is not None and self.code.has_epilogue():
+            b.line(f"{indent}out[{index}] = {self.code.store_lanes(index, value, lanes, b)};")
+        else:
+            b.line(f"{indent}out[{index}] = {vtype(self.node.dtype, lanes, storage=True)}({value});")
 
     def _dims(self) -> tuple[int, int, int, int]:
         a = self.operands[self.ia].view
@@ -256,5 +253,5 @@ class GemvKernel(_MatmulBase):
         b.line("if (lid.y == 0u && col < cols) {")
         b.line(f"  var total: {vt} = {vt}(0.0);")
         b.line(f"  for (var r = 0u; r < {wy}u; r++) {{ total += sh[r * {wx}u + lid.x]; }}")
-        self.store(b, "bt * cols + col", "total", indent="  ")
+        self.store(b, "bt * cols + col", "total", lanes=w, indent="  ")
         b.line("}")

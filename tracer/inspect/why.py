@@ -31,6 +31,8 @@ def kernel_reason(graph: Graph, node: Node) -> str:
         return f"general matmul: workgroup tiles {tiles}" if tiles else "general matmul"
     if k.name == "softmax":
         return f"a workgroup of {k.workgroup[0]} threads per row of {node.shape[-1] if node.shape else 1}"
+    if k.name in FAST_KERNEL_REASONS:  # the issue-5 kernels (kernels/gemm_blocked.py, gemv_split.py, rows_fast.py)
+        return FAST_KERNEL_REASONS[k.name](graph, node)
     if k.name == "elementwise":
         return "one thread per element (vector)" if k.element > 1 else "one thread per element"
     if k.name == "norm":
@@ -46,6 +48,36 @@ def kernel_reason(graph: Graph, node: Node) -> str:
     return ""
 
 
+def _gemm_blocked(graph: Graph, node: Node) -> str:
+    k = node.kernel
+    tiles = "x".join(str(k.param(p)) for p in ("tile_m", "tile_n", "tile_k"))
+    return f"general matmul: workgroup tiles {tiles}, register-blocked, loads {k.variant}"
+
+
+def _gemv_split(graph: Graph, node: Node) -> str:
+    wx, wy, _ = node.kernel.workgroup
+    return f"one output row (M=1): B read contiguously along N, k split over {wy} rows of threads ({wx} across)"
+
+
+def _row_reduce(graph: Graph, node: Node) -> str:
+    row = graph[node.srcs[0]].size // max(node.size, 1)
+    how = "subgroup reductions" if node.kernel.param("subgroups") else "a tree in workgroup memory"
+    return f"{node.size} rows of {row}: a workgroup shares each contiguous row ({how})"
+
+
+def _softmax_regs(graph: Graph, node: Node) -> str:
+    n = node.shape[-1] if node.shape else 1
+    return f"a workgroup of {node.kernel.workgroup[0]} threads per row of {n}, the row held in registers"
+
+
+FAST_KERNEL_REASONS = {
+    "gemm_blocked": _gemm_blocked,
+    "gemv_split": _gemv_split,
+    "row_reduce": _row_reduce,
+    "softmax_regs": _softmax_regs,
+}
+
+
 def width_reason(graph: Graph, node: Node) -> str:
     k = node.kernel
     if k is None:
@@ -53,7 +85,9 @@ def width_reason(graph: Graph, node: Node) -> str:
     last = node.shape[-1] if node.shape else 1
     if k.element == 4:
         return f"vec4: last dim {last} divisible by 4"
-    if k.name not in ("elementwise", "softmax"):
+    if k.name == "gemm_blocked":
+        return ""  # its variant names how each operand is loaded (a_k4: vec4 along k, ...)
+    if k.name not in ("elementwise", "softmax", "softmax_regs"):
         return "" if k.element > 1 else f"{k.name} reads scalars"
     wider = k.element * 2
     if last % wider:
