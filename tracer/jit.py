@@ -116,9 +116,8 @@ def _describe(key: Hashable) -> str:
 class _Trace:
     program: Program
     inputs: list[tuple[str, Any]]  # per program input: ("arg", leaf position) or ("const", DeviceBuffer)
-    outputs: list[
-        tuple[str, Any]
-    ]  # per returned leaf: ("out", program output) / ("arg", pos) / ("const", Lazy) / ("py", value)
+    # per returned leaf: ("out", program output), ("arg", leaf position), ("const", Lazy) or ("py", value)
+    outputs: list[tuple[str, Any]]
     out_structure: Hashable
 
     def replay(self, leaves: list[Any]) -> Any:
