@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
@@ -75,9 +76,16 @@ class DeviceBuffer:
     buffer: Any
     nbytes: int
     device: Device
+    offset: int = 0  # where the tensor starts in `buffer` (a program's arena holds several)
+    size: int | None = None  # bytes a binding covers from `offset`; None: to the end of `buffer`
+
+    @property
+    def binding_size(self) -> int:
+        return self.size if self.size is not None else self.buffer.size - self.offset
 
     def release(self) -> None:
         if self.buffer is not None:
+            self.buffer._wgjit_destroyed = True  # a program keeping it as a spare output must not reuse it
             self.buffer.destroy()
             self.buffer = None
 
@@ -88,7 +96,9 @@ class Device:
     def __init__(self) -> None:
         self.adapter = _choose_adapter()
         feats = self.adapter.features
-        wanted = [f for f in ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes") if f in feats]
+        wanted = [
+            f for f in ("shader-f16", "subgroup", "timestamp-query", "timestamp-query-inside-passes") if f in feats
+        ]
         lim = self.adapter.limits
         limits = {
             k: lim[k]
@@ -122,6 +132,7 @@ class Device:
             max_workgroup_storage=int(dl["max-compute-workgroup-storage-size"]),
             max_invocations=int(dl["max-compute-invocations-per-workgroup"]),
             uniform_align=int(dl["min-uniform-buffer-offset-alignment"]),
+            storage_align=int(dl["min-storage-buffer-offset-alignment"]),
             max_workgroups_per_dim=int(dl["max-compute-workgroups-per-dimension"]),
         )
         # kernel key -> (pipeline, bind-group layout), least recently used first; bounded because
@@ -171,26 +182,37 @@ class Device:
 
     # --- pipelines -----------------------------------------------------------------
     def pipeline(self, key: str, code: str, layout_entries: list[dict]) -> tuple[Any, Any]:
-        """The compute pipeline and bind-group layout for a kernel key, compiled once."""
-        hit = self.pipelines.get(key)
+        """The compute pipeline and bind-group layout for a kernel, compiled once.
+
+        Cached by the WGSL text itself: the kernel key names the kernel for people, the
+        source decides what runs, so a key that forgot a specialization cannot alias.
+        Comments are left out of the cache key: a fused kernel's comments name the nodes it
+        holds, and two groups that differ only there are one pipeline.
+        """
+        cache_key = _WGSL_COMMENT.sub("", code)
+        hit = self.pipelines.get(cache_key)
         if hit is not None:
-            self.pipelines.move_to_end(key)
+            self.pipelines.move_to_end(cache_key)
             self.stats["pipeline_cache_hits"] += 1
             return hit
         try:
             module = self.device.create_shader_module(code=code)
             bgl = self.device.create_bind_group_layout(entries=layout_entries)
             layout = self.device.create_pipeline_layout(bind_group_layouts=[bgl])
-            pipeline = self.device.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": "main"})
+            pipeline = self.device.create_compute_pipeline(
+                layout=layout, compute={"module": module, "entry_point": "main"}
+            )
         except Exception as e:  # noqa: BLE001  wgpu raises its own validation errors
             raise KernelCompileError(f"kernel {key} failed to compile: {e}\n--- WGSL ---\n{code}", key, code) from e
         self.stats["pipelines_compiled"] += 1
-        self.pipelines[key] = (pipeline, bgl)
+        self.pipelines[cache_key] = (pipeline, bgl)
         if len(self.pipelines) > MAX_CACHED_PIPELINES:
             self.pipelines.popitem(last=False)
             self.stats["pipelines_evicted"] += 1
         return pipeline, bgl
 
+
+_WGSL_COMMENT = re.compile(r"//[^\n]*")
 
 _DEVICE: Device | None = None
 _DEVICE_LOCK = threading.Lock()

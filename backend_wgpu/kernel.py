@@ -14,11 +14,11 @@ from typing import ClassVar
 
 import numpy as np
 
+from backend_wgpu.wgsl import KernelSource, WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import Op
 from ir.view import View
-from backend_wgpu.wgsl import KernelSource, WgslBuilder, vtype
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,9 @@ class Kernel:
             src = graph[s]
             owner, view = (graph[src.srcs[0]], src.arg) if src.op is Op.VIEW else (src, View.contiguous(src.shape))
             self.operands.append(Operand(owner, view, owner.slot, src.dtype))
+        slots = graph.schedule.slots if graph.schedule is not None else ()
+        # slots that are ranges of the program's arena buffer (passes.plan_memory)
+        self.arena_slots = frozenset(i for i, s in enumerate(slots) if s.offset is not None)
 
     # --- the contract ----------------------------------------------------------------
     def kernel_element(self) -> int:
@@ -91,10 +94,15 @@ class Kernel:
         dtypes = ",".join(o.dtype.value for o in self.operands)
         meta = ",".join(n for n, _, _ in self.metadata())
         wg = "x".join(map(str, self.choice.workgroup))
-        # which operands are read through `out` changes the bindings (x + x in place binds none)
-        ip = "".join(str(i) for i in range(len(self.operands)) if self.reads_output(i)) if self.inplace else ""
-        params = "".join(f" {k}={v}" for k, v in self.choice.params)  # tile sizes are baked into the WGSL
-        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)}{ip}{params} m[{meta}]"
+        # which operands are read through `out` changes the WGSL, not just whether any is
+        ip = ",".join(str(i) for i in range(len(self.operands)) if self.reads_output(i)) if self.inplace else ""
+        # a fused group's node ids (the "group" param) name it for tools; they change no code
+        extra = "".join(f" {k}={v}" for k, v in self.choice.params if k != "group")
+        rw = ",".join(
+            str(i) for i in range(len(self.operands)) if self.writable_operand(i) and not self.reads_output(i)
+        )
+        extra += f" rw({rw})" if rw else ""
+        return f"{self.name}[{self.variant_key()}]({dtypes})->{self.node.dtype.value} w{self.kernel_element()} wg{wg} ip{int(self.inplace)}{ip and f'({ip})'}{extra} m[{meta}]"
 
     def operand_type(self, i: int) -> str:
         """Storage element type of operand i's binding (vector or scalar)."""
@@ -103,10 +111,18 @@ class Kernel:
     def output_type(self) -> str:
         return vtype(self.node.dtype, self.kernel_element(), storage=True)
 
+    def writable_operand(self, i: int) -> bool:
+        """Operand i is bound read_write: it and the output are ranges of the arena buffer.
+
+        WebGPU forbids one buffer bound read-only and writable in a dispatch, whatever the
+        ranges; two writable ranges that do not overlap are allowed.
+        """
+        return self.node.slot in self.arena_slots and self.operands[i].slot in self.arena_slots
+
     def register_bindings(self, b: WgslBuilder) -> None:
         for i in range(len(self.operands)):
             if not self.reads_output(i):
-                b.storage(f"in{i}", self.operand_type(i), read_only=True)
+                b.storage(f"in{i}", self.operand_type(i), read_only=not self.writable_operand(i))
         b.storage("out", self.output_type(), read_only=False)
         b.uniform_meta([(n, t) for n, t, _ in self.metadata()])
 

@@ -66,6 +66,7 @@ class WgslBuilder:
     shared: list[str] = field(default_factory=list)
     body: list[str] = field(default_factory=list)
     uses_f16: bool = False
+    builtins: list[str] = field(default_factory=list)  # extra entry-point parameters (subgroup ids)
 
     def storage(self, name: str, elem_type: str, read_only: bool = True) -> None:
         self.uses_f16 |= "f16" in elem_type
@@ -81,6 +82,11 @@ class WgslBuilder:
     def workgroup_var(self, decl: str) -> None:
         self.uses_f16 |= "f16" in decl
         self.shared.append(decl)
+
+    def builtin(self, decl: str) -> None:
+        """Add an entry-point parameter, e.g. `@builtin(subgroup_size) sg_size: u32`."""
+        if decl not in self.builtins:
+            self.builtins.append(decl)
 
     def line(self, text: str) -> None:
         self.body.append(text)
@@ -104,7 +110,9 @@ class WgslBuilder:
         out.append(f"@compute @workgroup_size({x}, {y}, {z})")
         out.append(
             "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,"
-            " @builtin(local_invocation_index) lidx: u32, @builtin(local_invocation_id) lid: vec3<u32>) {"
+            " @builtin(local_invocation_index) lidx: u32, @builtin(local_invocation_id) lid: vec3<u32>"
+            + "".join(f", {d}" for d in self.builtins)
+            + ") {"
         )
         out.append("  let wg = wid.x + wid.y * nwg.x + wid.z * nwg.x * nwg.y;  // folded workgroup index")
         out.extend("  " + line for line in self.body)

@@ -18,6 +18,7 @@ class DeviceCaps:
     max_workgroup_storage: int = 16384
     max_invocations: int = 256
     uniform_align: int = 256
+    storage_align: int = 256  # min storage buffer offset alignment (binding ranges of one buffer)
     max_workgroups_per_dim: int = 65535
 
     def key(self) -> tuple:

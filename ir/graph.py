@@ -30,6 +30,7 @@ class SlotInfo:
     kind: str  # "input" | "output" | "temp"
     nbytes: int
     index: int  # input index, output index, or temp pool index
+    offset: int | None = None  # a temp in the program's arena buffer: its byte offset there (passes.plan_memory)
 
 
 @dataclass
@@ -88,14 +89,36 @@ class Graph:
         pos = {nid: i for i, nid in enumerate(self.nodes)}
         h = hashlib.sha256()
         for n in self.nodes.values():
-            h.update(repr((n.op.value, tuple(pos[s] for s in n.srcs), n.shape, n.dtype.value, _arg_key(n.arg))).encode())
+            h.update(
+                repr((n.op.value, tuple(pos[s] for s in n.srcs), n.shape, n.dtype.value, _arg_key(n.arg))).encode()
+            )
         h.update(repr(tuple(pos[o] for o in self.outputs)).encode())
         return h.hexdigest()[:24]
+
+    def __repr__(self) -> str:
+        return f"<Graph {len(self.nodes)} nodes, outputs {', '.join(f'%{o}' for o in self.outputs)}>"
 
     def __str__(self) -> str:
         from ir.printer import format_graph
 
         return format_graph(self)
+
+    # --- notebook display (ir.display runs Graphviz when installed, else shows text) --
+    def to_dot(self, title: str = "") -> str:
+        from ir.dot import to_dot
+
+        return to_dot(self, title=title)
+
+    def _repr_html_(self) -> str:
+        from ir.display import graph_html
+
+        return graph_html(self)
+
+    def _repr_svg_(self) -> str | None:
+        from ir.display import inline_svg, render_svg
+
+        svg = render_svg(self.to_dot())
+        return None if svg is None else inline_svg(svg)
 
 
 def _arg_key(arg: Any) -> Any:

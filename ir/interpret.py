@@ -15,7 +15,7 @@ import numpy as np
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
-from ir.ops import Op
+from ir.ops import Conv1dArg, NormArg, Op
 from ir.view import View
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -44,12 +44,15 @@ UNARY_REF: dict[Op, Callable[[np.ndarray], np.ndarray]] = {
     Op.SIGMOID: _sigmoid,
     Op.RELU: lambda a: np.maximum(a, 0).astype(a.dtype),
     Op.GELU: lambda a: (0.5 * a * (1.0 + erf(a / math.sqrt(2.0)))).astype(a.dtype),
-    Op.GELU_TANH: lambda a: 0.5 * a * (1.0 + np.tanh(np.float32(math.sqrt(2.0 / math.pi)) * (a + np.float32(0.044715) * a**3))),
+    Op.GELU_TANH: lambda a: (
+        0.5 * a * (1.0 + np.tanh(np.float32(math.sqrt(2.0 / math.pi)) * (a + np.float32(0.044715) * a**3)))
+    ),
     Op.SILU: lambda a: a * _sigmoid(a),
     Op.FLOOR: np.floor,
     Op.CEIL: np.ceil,
     Op.NOT: np.logical_not,
     Op.COPY: lambda a: a.copy(),
+    Op.ERF: erf,
 }
 
 
@@ -159,6 +162,17 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
             result = np.matmul(up(args[0]), up(args[1]))
         elif op is Op.CONCAT:
             result = np.concatenate(args, axis=arg)
+        elif op in (Op.LAYER_NORM, Op.RMS_NORM):
+            result = _norm(op, arg, [up(a) for a in args])
+        elif op is Op.GATHER:
+            # the GPU clamps out-of-range ids (documented in tracer/nn.py); so does the oracle
+            ids = np.clip(args[1].astype(np.int64), 0, args[0].shape[arg] - 1)
+            result = np.take_along_axis(args[0], ids, axis=arg)
+        elif op is Op.CONV1D:
+            result = _conv1d(up(args[0]), up(args[1]), arg)
+        elif op is Op.INDEX_WRITE:
+            result = args[0].copy()
+            result[tuple(slice(o, o + n) for o, n in zip(arg, args[1].shape))] = args[1]
         elif op is Op.ARANGE:
             start, step = arg
             result = (start + step * np.arange(node.size, dtype=np.float64)).astype(out_np)
@@ -174,10 +188,43 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
             result = args[0][np.ix_(*(np.arange(a, b, c) for a, b, c in arg))] if arg else args[0]
         elif op is Op.VIEW:
             result = view_of(args[0], arg)
+        elif op is Op.FUSED:  # a fused group: evaluate the nodes it holds, one by one
+            values = dict(zip(arg.leaves, args))
+            for term in arg.terms:
+                values[term.id] = eval_node(term, [values[s] for s in term.srcs])
+            result = values[arg.root.id]
         else:
             raise NotImplementedError(f"reference interpreter: no rule for {op}")
-    # np.array, not np.ascontiguousarray: that one turns 0-d results into shape (1,)
     return np.array(np.asarray(result).astype(out_np).reshape(node.shape), order="C")
+
+
+def _norm(op: Op, arg: NormArg, args: list[np.ndarray]) -> np.ndarray:
+    """Layer norm (x - mean) / sqrt(var + eps) or RMS norm x / sqrt(mean(x^2) + eps), then affine."""
+    x = args[0].astype(np.float32)
+    if op is Op.LAYER_NORM:
+        centered = x - x.mean(axis=-1, keepdims=True)
+        y = centered / np.sqrt(np.mean(centered * centered, axis=-1, keepdims=True) + np.float32(arg.eps))
+    else:
+        y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(arg.eps))
+    rest = iter(args[1:])
+    if arg.weight:
+        y = y * next(rest)
+    if arg.bias:
+        y = y + next(rest)
+    return y
+
+
+def _conv1d(x: np.ndarray, w: np.ndarray, arg: Conv1dArg) -> np.ndarray:
+    """out[n, co, l] = sum over ci, k of x[n, g*cin_g + ci, l*stride - pad + k*dil] * w[co, ci, k]."""
+    n, cin, length = x.shape
+    cout, cin_g, k = w.shape
+    g = arg.groups
+    xp = np.pad(x, ((0, 0), (0, 0), (arg.padding, arg.padding)))
+    lout = (length + 2 * arg.padding - arg.dilation * (k - 1) - 1) // arg.stride + 1
+    taps = [xp[:, :, j * arg.dilation : j * arg.dilation + arg.stride * (lout - 1) + 1 : arg.stride] for j in range(k)]
+    cols = np.stack(taps, axis=-1).reshape(n, g, cin_g, lout, k)  # (N, G, Cin/G, Lout, K)
+    wg = w.reshape(g, cout // g, cin_g, k)
+    return np.einsum("ngclk,gock->ngol", cols, wg).reshape(n, cout, lout)
 
 
 def interpret(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -70,13 +70,22 @@ class Op(enum.Enum):
     # contractions and joins
     MATMUL = "matmul"  # (..., M, K) @ (..., K, N), batch dims already broadcast
     CONCAT = "concat"  # arg: axis
+    # transformer inference ops (tracer/nn.py)
+    ERF = "erf"  # unary elementwise
+    LAYER_NORM = "layer_norm"  # srcs: x[, weight][, bias]; arg: NormArg; over the last axis
+    RMS_NORM = "rms_norm"  # srcs: x[, weight]; arg: NormArg; over the last axis
+    GATHER = "gather"  # srcs: x, ids (int32, the output's shape); arg: axis; ids clamped to [0, dim)
+    CONV1D = "conv1d"  # srcs: x (N, Cin, L), weight (Cout, Cin/groups, K); arg: Conv1dArg
+    INDEX_WRITE = "index_write"  # srcs: x, src; arg: per-axis offsets; x with src written at offsets
+    # a fused group of the nodes above, from passes.fuse; arg: ir.fusion.FusedArg
+    FUSED = "fused"
 
 
 UNARY = frozenset(
     {
         Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIPROCAL, Op.SQUARE, Op.SIN,
         Op.COS, Op.TANH, Op.SIGMOID, Op.RELU, Op.GELU, Op.GELU_TANH, Op.SILU, Op.FLOOR,
-        Op.CEIL, Op.NOT, Op.CAST, Op.COPY,
+        Op.CEIL, Op.NOT, Op.CAST, Op.COPY, Op.ERF,
     }
 )  # fmt: skip
 BINARY = frozenset(
@@ -90,6 +99,7 @@ TERNARY = frozenset({Op.WHERE})
 ELEMENTWISE = UNARY | BINARY | TERNARY
 REDUCE = frozenset({Op.SUM, Op.MAX, Op.MIN, Op.ARGMAX, Op.ARGMIN})
 ROW = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX})
+NORM = frozenset({Op.LAYER_NORM, Op.RMS_NORM})
 MOVEMENT = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
 LEAF = frozenset({Op.INPUT, Op.ARANGE})
 # ops that do not dispatch a kernel: they name memory another node owns
@@ -97,7 +107,7 @@ NO_KERNEL = MOVEMENT | {Op.VIEW, Op.INPUT}
 # unary ops defined only on floats (the tracer casts ints to float32 first, as numpy does)
 FLOAT_ONLY = frozenset(
     {Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIPROCAL, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID,
-     Op.GELU, Op.GELU_TANH, Op.SILU, Op.DIV, Op.SOFTMAX, Op.LOG_SOFTMAX}
+     Op.GELU, Op.GELU_TANH, Op.SILU, Op.DIV, Op.SOFTMAX, Op.LOG_SOFTMAX, Op.ERF}
 )  # fmt: skip
 
 
@@ -111,3 +121,22 @@ class InputArg:
 
     index: int
     donatable: bool = False
+
+
+@dataclass(frozen=True)
+class NormArg:
+    """A norm's epsilon and which of its optional affine operands follow x in `srcs`."""
+
+    eps: float
+    weight: bool = False
+    bias: bool = False
+
+
+@dataclass(frozen=True)
+class Conv1dArg:
+    """A 1-D convolution's hyper-parameters, as torch.nn.functional.conv1d takes them."""
+
+    stride: int = 1
+    padding: int = 0
+    dilation: int = 1
+    groups: int = 1

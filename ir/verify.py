@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ir.errors import WgjitError
+from ir.fusion import check_fused
 from ir.graph import Graph
 from ir.ops import ELEMENTWISE, MOVEMENT, NO_KERNEL, Op
 from ir.view import View
@@ -32,6 +33,10 @@ def verify(graph: Graph) -> None:
             lo, hi = node.arg.span()
             if node.arg.size and (lo < 0 or hi > srcs[0].size):
                 raise VerifyError(f"%{nid}: view {node.arg} reaches outside its source of {srcs[0].size} elements")
+        if node.op is Op.FUSED:
+            problem = check_fused(node, {s.id: s.shape for s in srcs})
+            if problem:
+                raise VerifyError(f"%{nid} (fused): {problem}")
         if node.op in MOVEMENT and len(srcs) != 1:
             raise VerifyError(f"%{nid}: movement op needs one source")
         if node.inplace is not None:

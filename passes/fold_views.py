@@ -109,4 +109,3 @@ def view_of_operand(graph: Graph, src_id: int) -> tuple[Node, View]:
     if src.op is Op.VIEW:
         return graph[src.srcs[0]], src.arg
     return src, View.contiguous(src.shape)
-

@@ -12,6 +12,7 @@ from ir.graph import Graph
 from ir.verify import verify
 from passes.dce import dce
 from passes.fold_views import fold_views
+from passes.fuse import fuse
 from passes.inplace import inplace
 from passes.plan_memory import plan_memory
 from passes.schedule import schedule
@@ -20,7 +21,14 @@ from passes.vectorize import vectorize
 
 Pass = Callable[[Graph, DeviceCaps], Graph]
 
-PIPELINE: list[Pass] = [dce, fold_views, select_kernels, vectorize, inplace, plan_memory, schedule]
+# fuse comes after select_kernels (legality asks which kernel each reduction/matmul got) and
+# before vectorize, inplace and plan_memory (which then see one node per kernel)
+PIPELINE: list[Pass] = [dce, fold_views, select_kernels, fuse, vectorize, inplace, plan_memory, schedule]
+
+
+def default_pipeline(fusion: bool = True) -> list[Pass]:
+    """PIPELINE, or PIPELINE without fuse (WGJIT_FUSION=0 instead keeps fuse as a no-op stage)."""
+    return list(PIPELINE) if fusion else [p for p in PIPELINE if p is not fuse]
 
 
 class PassFailure(WgjitError, RuntimeError):

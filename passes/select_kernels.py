@@ -11,9 +11,11 @@ import math
 from dataclasses import replace
 
 from ir.caps import DeviceCaps
+from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
-from ir.ops import ELEMENTWISE, NO_KERNEL, REDUCE, ROW, Op
+from ir.ops import ELEMENTWISE, NO_KERNEL, NORM, REDUCE, ROW, Op
+from ir.view import View
 from passes.fold_views import view_of_operand
 
 
@@ -34,13 +36,24 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
         return _select_reduce(graph, node, caps)
     if node.op in ROW:
         n = node.shape[-1] if node.shape else 1
-        return KernelChoice("softmax", node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1))
+        return _select_softmax_regs(graph, node, caps) or KernelChoice(
+            "softmax", node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1)
+        )
     if node.op is Op.MATMUL:
         return _select_matmul(graph, node, caps)
     if node.op is Op.CONCAT:
         return KernelChoice("concat", f"n{len(node.srcs)}", workgroup=(256, 1, 1))
     if node.op is Op.ARANGE:
         return KernelChoice("arange", workgroup=(256, 1, 1))
+    if node.op in NORM:
+        n = node.shape[-1] if node.shape else 1
+        return KernelChoice("norm", node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1))
+    if node.op is Op.GATHER:
+        return KernelChoice("gather", workgroup=(256, 1, 1))
+    if node.op is Op.CONV1D:
+        return KernelChoice("conv1d", workgroup=(64, 1, 1))
+    if node.op is Op.INDEX_WRITE:
+        return KernelChoice("index_write", workgroup=(256, 1, 1))
     raise NotImplementedError(f"select_kernels: no kernel for op {node.op.value}")
 
 
@@ -57,7 +70,36 @@ def _select_reduce(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     # short rows: one thread walks a whole row; long rows: a workgroup shares one row
     if r <= 64 or (rows >= 16384 and r <= 256):
         return KernelChoice("reduce", f"{node.op.value}_serial", workgroup=(64, 1, 1))
+    if node.op in (Op.SUM, Op.MAX, Op.MIN) and _contiguous_float(graph, node):
+        # contiguous float rows: loads in flight and subgroup reductions (kernels/rows_fast.py)
+        wg = _row_workgroup(-(-r // 4 // ROW_REDUCE_UNROLL), caps)
+        params = (("unroll", ROW_REDUCE_UNROLL), ("subgroups", caps.subgroups))
+        return KernelChoice("row_reduce", f"{node.op.value}_rows", workgroup=(wg, 1, 1), params=params)
     return KernelChoice("reduce", f"{node.op.value}_rows", workgroup=(_row_workgroup(r, caps), 1, 1))
+
+
+ROW_REDUCE_UNROLL = 4
+SOFTMAX_MAX_PER_THREAD = 8  # vec4 registers per thread for a row held in registers
+
+
+def _contiguous_float(graph: Graph, node: Node) -> bool:
+    src = graph[node.srcs[0]]
+    return src.dtype.is_float and view_of_operand(graph, node.srcs[0])[1].is_contiguous
+
+
+def _select_softmax_regs(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
+    """Rows short enough to sit in registers (at most 8 KernelElements a thread): read once."""
+    if not node.shape or not _contiguous_float(graph, node):
+        return None
+    n = node.shape[-1]
+    elems = -(-n // 4) if n % 4 == 0 else n  # vec4 when the row allows (passes.vectorize decides)
+    limit = min(1024, caps.max_invocations)
+    wg = max(32, min(limit, 1 << max(0, math.ceil(math.log2(max(1, -(-elems // 4)))))))
+    per = -(-elems // wg)
+    if per > SOFTMAX_MAX_PER_THREAD:
+        return None
+    params = (("subgroups", caps.subgroups),)
+    return KernelChoice("softmax_regs", node.op.value, workgroup=(wg, 1, 1), params=params)
 
 
 def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
@@ -70,5 +112,92 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
             # each output column is a dot product of two contiguous runs: a workgroup per column
             return KernelChoice("gemv", "k_contig", workgroup=(_row_workgroup(k, caps) if k < 256 else 256, 1, 1))
         if b_n_stride == 1:
-            return KernelChoice("gemv", "n_contig", workgroup=(64, 4, 1))
-    return KernelChoice("gemm", "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16)))
+            h8 = graph[node.srcs[1]].dtype is DType.float16 and _vec_along(b_view, -1, 8)
+            return gemv_split_choice(n, k, caps, h8=h8, itemsize=graph[node.srcs[1]].dtype.itemsize)
+    return _select_gemm(graph, node, caps) or KernelChoice(
+        "gemm", "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16))
+    )
+
+
+# gemv_split sizing, from the H200 sweep (benchmarks/sweep.py, RESULTS.md): workgroups of
+# 1024 threads, each reading k-rows of B in segments as long as GEMV_MAX_WX threads make,
+# narrowed (down to one 32-byte sector) while that leaves fewer than GEMV_MIN_WORKGROUPS
+GEMV_MAX_WX = 16
+GEMV_MIN_WORKGROUPS = 80
+
+
+def gemv_split_choice(n: int, k: int, caps: DeviceCaps, h8: bool = False, itemsize: int = 4) -> KernelChoice:
+    """Thin column tiles (wx threads across) and k split over the workgroup's wy rows of threads."""
+    per_thread = 8 if h8 else 4 if n % 4 == 0 else 1  # columns a thread owns (KernelElement decided later)
+    thread_bytes = per_thread * itemsize
+    cols = -(-n // per_thread)
+    wx = GEMV_MAX_WX
+    while wx * thread_bytes > 32 and -(-cols // wx) < GEMV_MIN_WORKGROUPS:
+        wx //= 2
+    unroll = 4 if h8 else 8
+    threads = min(1024, caps.max_invocations)
+    wy = max(1, min(threads // wx, 1 << max(0, math.ceil(math.log2(max(1, -(-k // unroll)))))))
+    variant = "n_contig_h8" if h8 else "n_contig"
+    return KernelChoice("gemv_split", variant, workgroup=(wx, wy, 1), params=(("unroll", unroll),))
+
+
+# gemm_blocked configurations: (tile_m, tile_n, tile_k, (wx, wy)); see backend_wgpu/kernels/gemm_blocked.py
+GEMM_CONFIGS: dict[str, tuple[int, int, int, tuple[int, int]]] = {
+    "b128k16": (128, 128, 16, (16, 16)),  # 32 KiB of workgroup memory: the fastest on the H200
+    "b128": (128, 128, 8, (16, 16)),  # 16 KiB, for adapters at WebGPU's default limit
+    "b64": (64, 64, 16, (16, 16)),
+}
+
+
+def _vec4_along(view: View, axis: int) -> bool:
+    """Can 4 consecutive elements along `axis` be one vec4 load, at every index of the other axes?"""
+    return _vec_along(view, axis, 4)
+
+
+def _vec_along(view: View, axis: int, width: int) -> bool:
+    if view.shape[axis] % width or view.strides[axis] != 1 or view.offset % width:
+        return False
+    return all(
+        s % width == 0
+        for i, (d, s) in enumerate(zip(view.shape, view.strides, strict=True))
+        if d > 1 and i != axis % len(view.shape)
+    )
+
+
+def gemm_variant(a: View, b: View, n: int) -> str:
+    """How gemm_blocked reads A and B and writes C: vec4 where the views allow it."""
+    a_mode = "a_k4" if _vec4_along(a, -1) else "a_m4" if _vec4_along(a, -2) else "a_s"
+    b_mode = "b_n4" if _vec4_along(b, -1) else "b_k4" if _vec4_along(b, -2) else "b_s"
+    return f"{a_mode}.{b_mode}.{'o4' if n % 4 == 0 else 'o1'}"
+
+
+def gemm_choice(config: str, variant: str) -> KernelChoice:
+    tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
+    params = (("config", config), ("tile_m", tm), ("tile_n", tn), ("tile_k", tk), ("group_m", 8))
+    return KernelChoice("gemm_blocked", variant, workgroup=(wx, wy, 1), params=params)
+
+
+# 128x128 tiles only when they alone make this many workgroups (a large GPU has 100+ multiprocessors)
+# and k is long enough to pay for their larger prologue (the H200 sweep: q @ k.T with k=64 prefers 64x64)
+BIG_GEMM_TILES = 256
+BIG_GEMM_MIN_K = 256
+
+
+def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
+    """Register-blocked GEMM: 128x128 tiles when there are enough of them and few are padding, else 64x64."""
+    m, n = node.shape[-2], node.shape[-1]
+    batch = math.prod(node.shape[:-2])
+    _, a_view = view_of_operand(graph, node.srcs[0])
+    _, b_view = view_of_operand(graph, node.srcs[1])
+    variant = gemm_variant(a_view, b_view, n)
+    k = graph[node.srcs[0]].shape[-1]
+    for config in ("b128k16", "b128", "b64"):
+        tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
+        tiles = batch * -(-m // tm) * -(-n // tn)
+        useful = batch * m * n / (tiles * tm * tn)  # the share of the tiles' outputs that exist
+        if tm == 128 and (tiles < BIG_GEMM_TILES or useful < 0.85 or k < BIG_GEMM_MIN_K):
+            continue
+        smem = 2 * 4 * tk * (tm + tn)  # two stages of f32 A and B tiles
+        if smem <= caps.max_workgroup_storage and wx * wy <= caps.max_invocations:
+            return gemm_choice(config, variant)
+    return None

@@ -34,3 +34,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--fuzz-long", default=False):
         os.environ.setdefault("WGJIT_FUZZ_EXAMPLES", "10000")
+
+
+    parser.addoption("--skip-model", action="store_true", help="skip the tests marked `model` (they load a real model)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--skip-model"):
+        return
+    skip = pytest.mark.skip(reason="--skip-model given")
+    for item in items:
+        if "model" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def no_fusion(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run with the fuse pass off (WGJIT_FUSION=0): for tests written about one node per kernel."""
+    monkeypatch.setenv("WGJIT_FUSION", "0")

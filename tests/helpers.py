@@ -21,7 +21,9 @@ def assert_close(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: fl
     if want.dtype.kind in "biu":
         np.testing.assert_array_equal(got, want)
     else:
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+        np.testing.assert_allclose(
+            got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True
+        )
 
 
 def kernels_of(*tensors: tr.Tensor) -> list[tuple[str, str, int]]:

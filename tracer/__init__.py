@@ -1,13 +1,14 @@
 """wgjit's user API: lazy tensors whose ops are traced into an IR graph and run on WebGPU.
 
-    import tracer as tr
-    x = tr.randn(256, 512, seed=0)
-    y = (x @ x.T).softmax(axis=-1)   # nothing has run yet
-    y.numpy()                        # compile, run in one submission, read back
+import tracer as tr
+x = tr.randn(256, 512, seed=0)
+y = (x @ x.T).softmax(axis=-1)   # nothing has run yet
+y.numpy()                        # compile, run in one submission, read back
 """
 
 from ir.dtypes import DType, bool_, float16, float32, int32, uint32
 from ir.errors import DeviceError, DTypeError, IndexOutOfRangeError, KernelCompileError, ShapeError, WgjitError
+from tracer import nn
 from tracer.factories import (
     arange,
     full,
@@ -20,8 +21,11 @@ from tracer.factories import (
     zeros,
     zeros_like,
 )
+from tracer.jit import jit
+from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.realize import compile, realize
 from tracer.tensor import Tensor, concat, matmul, maximum, minimum, stack, where
+from tracer.weights import load_safetensors
 
 bool = bool_  # noqa: A001  tr.bool, as numpy spells it
 
@@ -49,6 +53,7 @@ sigmoid = _unary("sigmoid")
 relu = _unary("relu")
 gelu = _unary("gelu")
 silu = _unary("silu")
+erf = _unary("erf")
 floor = _unary("floor")
 ceil = _unary("ceil")
 sum = _unary("sum")  # noqa: A001
@@ -73,13 +78,37 @@ def astype(x: Tensor, dtype: DType) -> Tensor:
     return x.astype(dtype)
 
 
+# inspection (tracer.inspect), imported on first use to keep `import tracer` light
+def trace(fn, *example_inputs):  # noqa: ANN001, ANN002, ANN201
+    """The ir.Graph that fn builds on these example inputs; nothing runs (tracer.inspect.trace)."""
+    from tracer.inspect import trace as _trace
+
+    return _trace(fn, *example_inputs)
+
+
+def explain(*tensors: Tensor, profile: bool = False, repeats: int = 3):  # noqa: ANN201
+    """The dispatches that would compute these tensors, as a table (tracer.inspect.explain)."""
+    from tracer.inspect import explain as _explain
+
+    return _explain(*tensors, profile=profile, repeats=repeats)
+
+
+def record():  # noqa: ANN201
+    """`with tr.record() as r:` records every program compiled inside (tracer.inspect.Recorder)."""
+    from tracer.inspect import record as _record
+
+    return _record()
+
+
 __all__ = [
     "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "KernelCompileError", "ShapeError",
     "Tensor", "WgjitError", "abs", "arange", "argmax", "argmin", "astype", "bool", "bool_",
-    "broadcast_to", "ceil", "compile", "concat", "cos", "exp", "expand", "flatten", "float16",
-    "float32", "floor", "full", "full_like", "gelu", "int32", "log", "log_softmax", "matmul", "max",
+    "broadcast_to", "ceil", "compile", "concat", "cos", "exp", "expand", "explain", "flatten", "float16",
+    "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log", "log_softmax", "matmul", "max",
     "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
-    "reciprocal", "relu", "reshape", "rsqrt", "sigmoid", "silu", "sin", "softmax", "sqrt", "square",
-    "squeeze", "stack", "sum", "tanh", "tensor", "transpose", "uint32", "unsqueeze", "where", "zeros",
+    "reciprocal", "record", "relu", "reshape", "rsqrt", "sigmoid", "silu", "sin", "softmax", "sqrt", "square",
+    "squeeze", "stack", "sum", "tanh", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
+    # transformer inference (tracer/nn.py, tracer/weights.py)
+    "clamp", "erf", "gather", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
 ]  # fmt: skip

@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["tracer.cmd_devices", "tracer.cmd_demo"]
+SUBCOMMANDS = ["tracer.cmd_devices", "tracer.cmd_demo", "tracer.cmd_dump", "tracer.cmd_explain", "tracer.cmd_bench"]
 
 
 def main(argv: list[str] | None = None) -> int:

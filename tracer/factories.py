@@ -21,7 +21,10 @@ _F32_MAX = float(np.finfo(np.float32).max)
 def _host_array(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
     if isinstance(data, Tensor):
         data = data.numpy()
-    arr = np.asarray(data)
+    try:
+        arr = np.asarray(data)
+    except ValueError as e:
+        raise DTypeError(f"tensor: cannot make a tensor from ragged or non-numeric data: {e}") from None
     if arr.dtype == object:
         raise DTypeError(f"tensor: cannot make a tensor from ragged or non-numeric data ({type(data).__name__})")
     if arr.dtype.kind == "c":
@@ -37,10 +40,11 @@ def _host_array(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
         if arr.size and (arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max):
             raise DTypeError(f"tensor: {arr.dtype} values {arr.min()}..{arr.max()} do not fit int32")
         target = DType.int32
+    elif arr.dtype.kind in "US":
+        raise DTypeError(f"tensor: string data ({arr.dtype}) is not supported")
     else:
         target = from_numpy(arr.dtype)
-    # np.array, not np.ascontiguousarray: that one turns 0-d data into shape (1,)
-    return np.array(arr.astype(target.np), order="C"), target
+    return np.array(arr, dtype=target.np, order="C", copy=True), target
 
 
 def tensor(data: Any, dtype: DType | str | None = None) -> Tensor:

@@ -55,7 +55,9 @@ def getitem(x: Tensor, index: Any) -> Tensor:
             except TypeError:
                 raise DTypeError(f"index: {it!r} is not a valid index for shape {x.shape}") from None
             if not -dim <= i < dim:
-                raise IndexOutOfRangeError(f"index: {i} is out of range for axis {axis} with size {dim} (shape {x.shape})")
+                raise IndexOutOfRangeError(
+                    f"index: {i} is out of range for axis {axis} with size {dim} (shape {x.shape})"
+                )
             i %= dim
             spec.append((i, i + 1, 1))
             needs_slice = True

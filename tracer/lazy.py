@@ -17,7 +17,19 @@ from ir.ops import Op
 
 
 class Lazy:
-    __slots__ = ("op", "srcs", "shape", "dtype", "arg", "buffer", "host", "handles", "consumers", "pinned", "__weakref__")
+    __slots__ = (
+        "op",
+        "srcs",
+        "shape",
+        "dtype",
+        "arg",
+        "buffer",
+        "host",
+        "handles",
+        "consumers",
+        "pinned",
+        "__weakref__",
+    )
 
     def __init__(self, op: Op, srcs: tuple[Lazy, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> None:
         self.op = op

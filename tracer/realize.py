@@ -2,6 +2,14 @@
 
 Programs are cached by the graph's structural hash, so realizing a graph with the same
 structure again (a loop body, a new batch of the same shape) compiles nothing.
+
+Debugging, all to stderr, set in the environment before the script starts:
+- WGJIT_DEBUG=1: one line per compiled program (dispatch count, peak bytes, time per pass
+  and for the backend) and one per program-cache hit;
+- WGJIT_DEBUG=2: also the traced graph, the graph after each pass and the schedule;
+- WGJIT_DEBUG=3: also the WGSL of every kernel;
+- WGJIT_DUMP_WGSL=DIR: write each kernel's WGSL to DIR (backend_wgpu.program).
+Tools (`wgjit dump`, tracer.inspect) see every program through add_compile_listener.
 """
 
 from __future__ import annotations
@@ -11,6 +19,8 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,6 +30,9 @@ from ir.dtypes import DType
 from ir.errors import DeviceError, DTypeError
 from ir.graph import Graph
 from passes import run_pipeline
+from passes.fuse import fusion_enabled
+from passes.pipeline import PipelineRun
+from passes.plan_memory import memory_report
 from tracer.graph_builder import BuiltGraph, build_graph
 from tracer.lazy import Lazy
 from tracer.tensor import Tensor
@@ -27,6 +40,10 @@ from tracer.tensor import Tensor
 _LOCK = threading.RLock()  # one realization at a time: the runtime is thread-safe by serializing
 _PROGRAMS: OrderedDict[str, Program] = OrderedDict()
 MAX_CACHED_PROGRAMS = 256
+# Programs keep their last run's bind groups and output buffers for cheap replays (that
+# holds those buffers); only the most recently run few keep them.
+MAX_WARM_PROGRAMS = 8
+_WARM: OrderedDict[int, Program] = OrderedDict()
 stats = {"programs_compiled": 0, "program_cache_hits": 0, "realizations": 0}
 
 
@@ -46,48 +63,109 @@ def check_binding_size(op: str, shape: tuple[int, ...], dtype: DType, nbytes: in
         )
 
 
+def max_storage_buffers() -> int:
+    """Storage buffers one kernel may bind on this device (WebGPU guarantees 8)."""
+    return get_device().caps.max_storage_buffers_per_stage
+
+
 def _check_features(graph: Graph) -> None:
     caps = get_device().caps
     if not caps.shader_f16 and any(n.dtype is DType.float16 for n in graph):
         raise DTypeError(f"float16 needs the adapter feature shader-f16, which {caps.name} lacks; use float32")
 
 
+@dataclass
+class CompileEvent:
+    """What a compile listener is told each time a graph is turned into a program."""
+
+    graph: Graph  # the traced graph, before any pass
+    program: Program
+    cached: bool  # True: the program came from the cache; nothing was compiled
+    run: PipelineRun | None  # the pass pipeline's stages and timings (None on a cache hit)
+
+
+CompileListener = Callable[[CompileEvent], None]
+_LISTENERS: list[CompileListener] = []
+
+
+def add_compile_listener(listener: CompileListener) -> Callable[[], None]:
+    """Call `listener` for every program compiled or fetched from the cache; returns its remover.
+
+    While a listener is registered the pipeline keeps the graph after every pass.
+    """
+    with _LOCK:
+        _LISTENERS.append(listener)
+
+    def remove() -> None:
+        with _LOCK:
+            if listener in _LISTENERS:
+                _LISTENERS.remove(listener)
+
+    return remove
+
+
 def program_for(graph: Graph) -> Program:
     """The compiled program for a graph, from the cache when its structure was seen before."""
     device = get_device()
-    key = graph.structural_key()
+    key = graph.structural_key() + ("" if fusion_enabled() else ":unfused")
     program = _PROGRAMS.get(key)
     if program is not None:
         _PROGRAMS.move_to_end(key)
         stats["program_cache_hits"] += 1
+        if debug_level() >= 1:
+            print(f"[wgjit] program cache hit {key}: {len(program.dispatches)} dispatches", file=sys.stderr)
+        _notify(CompileEvent(graph, program, True, None))
         return program
     _check_features(graph)
     t0 = time.perf_counter()
-    run = run_pipeline(graph, device.caps, keep=debug_level() >= 2)
+    run = run_pipeline(graph, device.caps, keep=debug_level() >= 2 or bool(_LISTENERS))
     program = Program(run.graph, device)
     program.pass_seconds = run.seconds  # type: ignore[attr-defined]
     program.stages = run.stages  # type: ignore[attr-defined]
     stats["programs_compiled"] += 1
     _PROGRAMS[key] = program
     if len(_PROGRAMS) > MAX_CACHED_PROGRAMS:
-        _PROGRAMS.popitem(last=False)
-    _debug_report(program, run.seconds, time.perf_counter() - t0)
+        _PROGRAMS.popitem(last=False)[1].trim()
+    _debug_report(key, program, run.seconds, time.perf_counter() - t0)
+    _notify(CompileEvent(graph, program, False, run))
     return program
 
 
-def _debug_report(program: Program, seconds: dict[str, float], total: float) -> None:
+def note_run(program: Program) -> None:
+    """Record that `program` ran; the least recently run beyond MAX_WARM_PROGRAMS drop their replay state."""
+    key = id(program)
+    if key in _WARM:
+        _WARM.move_to_end(key)
+        return
+    _WARM[key] = program
+    if len(_WARM) > MAX_WARM_PROGRAMS:
+        _WARM.popitem(last=False)[1].trim()
+
+
+def _notify(event: CompileEvent) -> None:
+    for listener in list(_LISTENERS):
+        listener(event)
+
+
+def _debug_report(key: str, program: Program, seconds: dict[str, float], total: float) -> None:
     level = debug_level()
     if level <= 0:
         return
     timing = ", ".join(f"{k} {v * 1e3:.2f}ms" for k, v in seconds.items())
-    print(f"[wgjit] compiled {len(program.dispatches)} dispatches in {total * 1e3:.1f} ms ({timing})", file=sys.stderr)
+    print(
+        f"[wgjit] compiled program {key}: {len(program.dispatches)} dispatches, peak {program.peak_bytes} bytes, "
+        f"{total * 1e3:.1f} ms (passes: {timing}; backend {program.compile_seconds * 1e3:.2f}ms)",
+        file=sys.stderr,
+    )
+    print(f"[wgjit] memory: {memory_report(program.graph)}", file=sys.stderr)
     if level >= 2:
         for name, g in program.stages:  # type: ignore[attr-defined]
-            print(f"[wgjit] --- after {name} ---\n{g}", file=sys.stderr)
+            title = "traced graph" if name == "traced" else f"after {name}"
+            print(f"[wgjit] --- {title} ---\n{g}", file=sys.stderr)
         print(program.summary(), file=sys.stderr)
     if level >= 3:
-        for key, code in program.sources.items():
-            print(f"[wgjit] --- {key} ---\n{code}", file=sys.stderr)
+        for kernel_key, code in program.sources.items():
+            print(f"[wgjit] --- WGSL {kernel_key} ---\n{code}", file=sys.stderr)
 
 
 def _input_buffer(lz: Lazy) -> DeviceBuffer:
@@ -119,6 +197,7 @@ def realize(*tensors: Tensor) -> None:
         program = program_for(built.graph)
         inputs = [_input_buffer(lz) for lz in built.inputs]
         outputs = program.run(inputs)
+        note_run(program)
         for lz, buf in zip(built.outputs, outputs):
             lz.mark_realized(buf)
         stats["realizations"] += 1

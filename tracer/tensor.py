@@ -241,6 +241,25 @@ class Tensor:
     def silu(self) -> Tensor:
         return unary(Op.SILU, self)
 
+    def erf(self) -> Tensor:
+        return unary(Op.ERF, self)
+
+    def clamp(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        from tracer.nn import clamp
+
+        return clamp(self, min, max)
+
+    def masked_fill(self, mask: Any, value: Scalar) -> Tensor:
+        from tracer.nn import masked_fill
+
+        return masked_fill(self, mask, value)
+
+    def index_write(self, src: Any, offsets: Sequence[int]) -> Tensor:
+        """Write `src` into this tensor at per-axis `offsets`, in place; returns self (see tracer.nn.index_write)."""
+        from tracer.nn import index_write
+
+        return index_write(self, src, offsets)
+
     def floor(self) -> Tensor:
         return self if not self.dtype.is_float else unary(Op.FLOOR, self)
 
@@ -455,11 +474,7 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
         cond = tensor(cond)
     cond = cond if cond.dtype is DType.bool else cond != 0
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        # two python scalars (np.where(c, 1, 0)): they take numpy's dtype, narrowed as usual
-        both = (a, b)
-        kind = DType.float32 if any(isinstance(v, float) for v in both) else DType.bool
-        kind = DType.int32 if kind is DType.bool and not all(isinstance(v, bool) for v in both) else kind
-        a, b = _scalar_operand("where", a, kind), _scalar_operand("where", b, kind)
+        a = tensor(a)
     a, b = as_tensors("where", a, b)
     dt = promote(a.dtype, b.dtype, "where")
     shape = shapes.broadcast_shapes("where", cond.shape, a.shape, b.shape)
@@ -535,7 +550,9 @@ def matmul(a: Any, b: Any) -> Tensor:
         raise ShapeError(f"matmul: {a.shape} @ {b.shape}: operands must have at least 1 dimension")
     dt = promote(a.dtype, b.dtype, "matmul")
     if not dt.is_float:
-        raise DTypeError(f"matmul: {a.dtype.value} @ {b.dtype.value}: only float matmul is supported; cast with astype()")
+        raise DTypeError(
+            f"matmul: {a.dtype.value} @ {b.dtype.value}: only float matmul is supported; cast with astype()"
+        )
     a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
     b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
@@ -554,6 +571,15 @@ def matmul(a: Any, b: Any) -> Tensor:
 MAX_CONCAT_INPUTS = 7  # stays under the 8 storage buffers per stage that every adapter has
 
 
+def _concat_fan_in(n: int) -> int:
+    """Inputs one concat kernel may take: 7 everywhere, more where the device binds more buffers."""
+    if n <= MAX_CONCAT_INPUTS:
+        return MAX_CONCAT_INPUTS
+    from tracer.realize import max_storage_buffers
+
+    return max(MAX_CONCAT_INPUTS, max_storage_buffers() - 1)  # one binding is the output
+
+
 def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     from tracer.factories import tensor
 
@@ -570,8 +596,9 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     ts = [t.astype(dt) for t in ts if t.shape[a] > 0] or [ts[0].astype(dt)]
     if len(ts) == 1:
         return ts[0].contiguous() if ts[0].shape == shape else ts[0]
-    while len(ts) > MAX_CONCAT_INPUTS:
-        ts = [concat(ts[i : i + MAX_CONCAT_INPUTS], a) for i in range(0, len(ts), MAX_CONCAT_INPUTS)]
+    fan_in = _concat_fan_in(len(ts))
+    while len(ts) > fan_in:
+        ts = [concat(ts[i : i + fan_in], a) for i in range(0, len(ts), fan_in)]
     return make(Op.CONCAT, tuple(ts), shape, dt, a)
 
 

@@ -14,7 +14,7 @@ class ConcatKernel(Kernel):
     name = "concat"
 
     def variant_key(self) -> str:
-        return f"{self.choice.variant}:axis{self.node.arg}"  # the axis is baked into the WGSL
+        return f"{self.choice.variant},axis{self.node.arg}"
 
     def metadata(self) -> Meta:
         axis = self.node.arg

@@ -71,6 +71,7 @@ FLOAT_EXPR: dict[Op, Expr] = {
         f"({t}(0.5) * {a[0]} * ({t}(1.0) + wg_tanh_{_suffix(t)}({t}(0.7978845608028654) * ({a[0]} + {t}(0.044715) * {a[0]} * {a[0]} * {a[0]}))))"
     ),
     Op.SILU: lambda a, t: f"({a[0]} / ({t}(1.0) + exp(-{a[0]})))",
+    Op.ERF: lambda a, t: f"wg_erf_{_suffix(t)}({a[0]})",
     Op.FLOOR: lambda a, t: f"floor({a[0]})",
     Op.CEIL: lambda a, t: f"ceil({a[0]})",
     Op.ADD: lambda a, t: f"({a[0]} + {a[1]})",
@@ -116,6 +117,17 @@ COMMON_EXPR: dict[Op, Expr] = {
 
 _BOOL_VIA_U32 = frozenset({Op.LT, Op.LE, Op.GT, Op.GE, Op.MAXIMUM, Op.MINIMUM})
 
+# float16 transcendental math is evaluated in f32 and rounded once at the end: lavapipe's f16
+# exp is off by ~9 ulp, and in f16 1 + erf(x) cancels to 0, so gelu(x < -3) would be 0
+F32_FOR_F16 = frozenset(
+    {Op.EXP, Op.LOG, Op.RSQRT, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID, Op.GELU, Op.GELU_TANH, Op.SILU, Op.ERF, Op.POW}
+)
+
+
+def _widened(op: Op, t: str, dtype: DType) -> str | None:
+    """The f32 type to compute `op` in when its data is f16 (None: compute in `t`)."""
+    return t.replace("f16", "f32") if dtype is DType.float16 and op in F32_FOR_F16 else None
+
 
 def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
     """The WGSL expression of `op` on `args`, computed in type `t` of element dtype `dtype`."""
@@ -128,6 +140,9 @@ def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
         return f"({INT_EXPR[op](ua, u)} != {u}(0u))"
     if op in COMMON_EXPR:
         return COMMON_EXPR[op](args, t)
+    wide = _widened(op, t, dtype)
+    if wide is not None:
+        return f"{t}({FLOAT_EXPR[op]([f'{wide}({a})' for a in args], wide)})"
     table = FLOAT_EXPR if dtype.is_float else INT_EXPR
     if op not in table:
         raise NotImplementedError(f"no WGSL expression for {op.value} on {dtype.value}")
@@ -136,13 +151,20 @@ def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
 
 def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
     """Helper functions the expression of `op` calls, keyed by name."""
+    wide = _widened(op, t, dtype)
+    if wide is not None:
+        return helpers(op, wide, DType.float32)
     s = _suffix(t)
     b = _bool_of(t)
     out: dict[str, str] = {}
     if not dtype.is_float:
         if op is Op.FLOORDIV:
             zero = f"{t}(0)"
-            fix = f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))" if dtype is DType.int32 else zero
+            fix = (
+                f"select({zero}, {t}(1), (r != {zero}) & ((r < {zero}) != (y < {zero})))"
+                if dtype is DType.int32
+                else zero
+            )
             out[f"wg_ifloordiv_{s}"] = (
                 f"fn wg_ifloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
                 f"  let z = y == {zero};\n  let d = select(y, {t}(1), z);\n  let q = x / d;\n  let r = x - q * d;\n"
@@ -168,13 +190,15 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         return out
     if op is Op.TANH or op is Op.GELU_TANH:
         # tanh(x) = 1 - 2 / (exp(2x) + 1): exact at large |x| where exp overflows, keeps NaN
+        # evaluated in f32 even for f16: the subtraction cancels badly in f16 for small |x|
+        f = t.replace(_scalar_of(t), "f32")
         out[f"wg_tanh_{s}"] = (
-            f"fn wg_tanh_{s}(x: {t}) -> {t} {{\n"
-            f"  let y = {t}(1.0) - {t}(2.0) / (exp(min(abs(x), {t}(20.0)) * {t}(2.0)) + {t}(1.0));\n"
-            f"  // NaN stays NaN (min() may drop it, sign(NaN) may be 0)\n"
-            f"  return select(sign(x) * y, x, (abs(x) < {t}(0.0005)) | {isnan('x', t)});\n}}"
+            f"fn wg_tanh_{s}(x_in: {t}) -> {t} {{\n"
+            f"  let x = {f}(x_in);\n"
+            f"  let y = {f}(1.0) - {f}(2.0) / (exp(min(abs(x), {f}(20.0)) * {f}(2.0)) + {f}(1.0));\n"
+            f"  return {t}(select(sign(x) * y, x, (abs(x) < {f}(0.0005)) | {isnan('x', f)}));\n}}"
         )
-    if op is Op.GELU:
+    if op is Op.GELU or op is Op.ERF:
         # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), evaluated in f32 even for f16
         f = t.replace(_scalar_of(t), "f32")
         out[f"wg_erf_{s}"] = (

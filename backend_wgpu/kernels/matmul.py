@@ -6,7 +6,8 @@
                    k-slices per workgroup summed in workgroup memory (vec loads of B rows).
   gemv[k_contig] - M == 1 and B contiguous along K (a transposed weight, x @ W.T): one
                    workgroup per output column, a dot product of two contiguous runs.
-All accumulate in f32.
+All accumulate in f32. As the core of a fused group (kernels/fused.py) a matmul writes
+each output element through an elementwise epilogue (bias, activation, residual).
 """
 
 from __future__ import annotations
@@ -14,29 +15,62 @@ from __future__ import annotations
 import math
 
 from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
+from backend_wgpu.kernels.fused import FusedCode
 from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.graph import Graph
+from ir.node import Node
+from ir.ops import Op
 
 
 class _MatmulBase(Kernel):
+    def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
+        super().__init__(node, graph, max_workgroups)
+        self.core = node.arg.core if node.op is Op.FUSED else node
+        self.code: FusedCode | None = None
+        self.ia, self.ib = 0, 1  # operands holding A and B
+        if node.op is Op.FUSED:
+            self.ia, self.ib = (node.arg.leaf_index(s) for s in self.core.srcs)
+            # the epilogue runs per element (wg_epilogue), also where a store writes several lanes
+            self.code = FusedCode(self, node.arg, {"in": 1, "out": 1})
+
+    def out_width(self) -> int:
+        """Lanes each store writes (KernelElements of the output)."""
+        return 1
+
+    def variant_key(self) -> str:
+        return self.choice.variant + (f":{self.code.key()}" if self.code else "")
+
+    def role(self, i: int) -> str:
+        return "a" if i == self.ia else "b" if i == self.ib else "epilogue"
+
+    def store(self, b: WgslBuilder, index: str, value: str, lanes: int = 1, indent: str = "") -> None:
+        """out[index] = value (`lanes` f32 lanes), through the fused epilogue when there is one."""
+        if self.code is not None and self.code.has_epilogue():
+            b.line(f"{indent}out[{index}] = {self.code.store_lanes(index, value, lanes, b)};")
+        else:
+            b.line(f"{indent}out[{index}] = {vtype(self.node.dtype, lanes, storage=True)}({value});")
+
     def _dims(self) -> tuple[int, int, int, int]:
-        a = self.operands[0].view
+        a = self.operands[self.ia].view
         m, k = a.shape[-2], a.shape[-1]
-        n = self.node.shape[-1]
-        return math.prod(self.node.shape[:-2]), m, n, k
+        n = self.core.shape[-1]
+        return math.prod(self.core.shape[:-2]), m, n, k
 
     def metadata(self) -> Meta:
         batch, m, n, k = self._dims()
-        a, b = self.operands[0].view, self.operands[1].view
-        nb = len(self.node.shape) - 2
+        a, b = self.operands[self.ia].view, self.operands[self.ib].view
+        nb = len(self.core.shape) - 2
         meta: Meta = [("batch", "u32", batch), ("m", "u32", m), ("n", "u32", n), ("k", "u32", k)]
         meta += [("a_off", "u32", a.offset), ("a_sm", "i32", a.strides[-2]), ("a_sk", "i32", a.strides[-1])]
         meta += [("b_off", "u32", b.offset), ("b_sk", "i32", b.strides[-2]), ("b_sn", "i32", b.strides[-1])]
-        meta += [(f"bs{d}", "u32", self.node.shape[d]) for d in range(nb)]
-        meta += [(f"ab{d}", "i32", a.strides[d]) for d in range(nb)] + [(f"bb{d}", "i32", b.strides[d]) for d in range(nb)]
-        return meta
+        meta += [(f"bs{d}", "u32", self.core.shape[d]) for d in range(nb)]
+        meta += [(f"ab{d}", "i32", a.strides[d]) for d in range(nb)] + [
+            (f"bb{d}", "i32", b.strides[d]) for d in range(nb)
+        ]
+        return meta + (self.code.metadata() if self.code else [])
 
     def _batch_offsets(self, b: WgslBuilder, bt: str) -> None:
-        nb = len(self.node.shape) - 2
+        nb = len(self.core.shape) - 2
         for line in index_to_coords(bt, [f"bs{d}" for d in range(nb)], "q"):
             b.line(line)
         a_terms = ["i32(params.a_off)"] + [f"i32(q{d}) * params.ab{d}" for d in range(nb)]
@@ -53,13 +87,19 @@ class GemmKernel(_MatmulBase):
         tm, tn = self.choice.param("tile_m"), self.choice.param("tile_n")
         return Workload.for_workgroups(batch * -(-m // tm) * -(-n // tn), self.choice.workgroup, self.max_workgroups)
 
+    def operand_type(self, i: int) -> str:
+        if self.role(i) == "epilogue":
+            return self.code.operand_type(i)
+        return vtype(self.operands[i].dtype, 1, storage=True)
+
     def render(self, b: WgslBuilder) -> None:
         tm, tn, tk = self.choice.param("tile_m"), self.choice.param("tile_n"), self.choice.param("tile_k")
         wx, wy, _ = self.choice.workgroup
         threads = wx * wy
         rm, rn = tm // wy, tn // wx  # register block per thread
-        a_dt, b_dt = self.operands[0].dtype, self.operands[1].dtype
-        out_t = vtype(self.node.dtype, 1, storage=True)
+        in_a, in_b = self.in_name(self.ia), self.in_name(self.ib)
+        if self.code:
+            self.code.describe(b)
         b.workgroup_var(f"tile_a: array<f32, {tk * tm}>")
         b.workgroup_var(f"tile_b: array<f32, {tk * tn}>")
         b.line(f"let tiles_n = (params.n + {tn - 1}u) / {tn}u;")
@@ -78,7 +118,9 @@ class GemmKernel(_MatmulBase):
         b.line(f"    let mm = e / {tk}u; let kk = e % {tk}u;")
         b.line("    let gm = tm0 + mm; let gk = k0 + kk;")
         b.line("    var v = 0.0;")
-        b.line("    if (gm < params.m && gk < params.k) { v = f32(in0[u32(a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk)]); }")
+        b.line(
+            f"    if (gm < params.m && gk < params.k) {{ v = f32({in_a}[u32(a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk)]); }}"
+        )
         b.line(f"    tile_a[kk * {tm}u + mm] = v;")
         b.line("  }")
         b.line(f"  for (var l = 0u; l < {tk * tn // threads}u; l++) {{")
@@ -86,7 +128,9 @@ class GemmKernel(_MatmulBase):
         b.line(f"    let kk = e / {tn}u; let nn = e % {tn}u;")
         b.line("    let gk = k0 + kk; let gn = tn0 + nn;")
         b.line("    var v = 0.0;")
-        b.line("    if (gk < params.k && gn < params.n) { v = f32(in1[u32(b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn)]); }")
+        b.line(
+            f"    if (gk < params.k && gn < params.n) {{ v = f32({in_b}[u32(b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn)]); }}"
+        )
         b.line(f"    tile_b[kk * {tn}u + nn] = v;")
         b.line("  }")
         b.line("  workgroupBarrier();")
@@ -106,10 +150,11 @@ class GemmKernel(_MatmulBase):
         b.line(f"  let gm = tm0 + ty + i * {wy}u;")
         b.line(f"  for (var j = 0u; j < {rn}u; j++) {{")
         b.line(f"    let gn = tn0 + tx + j * {wx}u;")
-        b.line(f"    if (gm < params.m && gn < params.n) {{ out[out_base + gm * params.n + gn] = {out_t}(acc[i][j]); }}")
+        b.line("    if (gm < params.m && gn < params.n) {")
+        self.store(b, "out_base + gm * params.n + gn", "acc[i][j]", indent="      ")
+        b.line("    }")
         b.line("  }")
         b.line("}")
-        del a_dt, b_dt
 
 
 class GemvKernel(_MatmulBase):
@@ -119,20 +164,27 @@ class GemvKernel(_MatmulBase):
     def k_contig(self) -> bool:
         return self.choice.variant == "k_contig"
 
+    def out_width(self) -> int:
+        return 1 if self.k_contig else self.kernel_element()
+
     def operand_type(self, i: int) -> str:
+        if self.role(i) == "epilogue":
+            return self.code.operand_type(i)
         w = self.kernel_element()
-        width = w if (self.k_contig or i == 1) else 1
+        width = w if (self.k_contig or self.role(i) == "b") else 1
         return vtype(self.operands[i].dtype, width, storage=True)
 
     def output_type(self) -> str:
-        return vtype(self.node.dtype, 1 if self.k_contig else self.kernel_element(), storage=True)
+        return vtype(self.node.dtype, self.out_width(), storage=True)
 
     def calculate_dispatch(self) -> Workload:
         batch, _, n, _ = self._dims()
         if self.k_contig:
             return Workload.for_workgroups(batch * n, self.choice.workgroup, self.max_workgroups)
         cols = n // self.kernel_element()
-        return Workload.for_workgroups(batch * -(-cols // self.choice.workgroup[0]), self.choice.workgroup, self.max_workgroups)
+        return Workload.for_workgroups(
+            batch * -(-cols // self.choice.workgroup[0]), self.choice.workgroup, self.max_workgroups
+        )
 
     def render(self, b: WgslBuilder) -> None:
         (self._render_k if self.k_contig else self._render_n)(b)
@@ -141,7 +193,9 @@ class GemvKernel(_MatmulBase):
         w = self.kernel_element()
         wgx = self.choice.workgroup[0]
         vt = f"vec{w}<f32>" if w > 1 else "f32"
-        out_t = vtype(self.node.dtype, 1, storage=True)
+        in_a, in_b = self.in_name(self.ia), self.in_name(self.ib)
+        if self.code:
+            self.code.describe(b)
         b.workgroup_var(f"sh: array<f32, {wgx}>")
         b.line("let col = wg % params.n;")
         b.line("let bt = wg / params.n;")
@@ -151,12 +205,14 @@ class GemvKernel(_MatmulBase):
         b.line(f"var acc: {vt} = {vt}(0.0);")
         if w > 1:
             b.line(f"for (var j = lidx; j < params.k / {w}u; j += {wgx}u) {{")
-            b.line(f"  acc = fma({vt}(in0[u32(a_base) / {w}u + j]), {vt}(in1[u32(b_col) / {w}u + j]), acc);")
+            b.line(f"  acc = fma({vt}({in_a}[u32(a_base) / {w}u + j]), {vt}({in_b}[u32(b_col) / {w}u + j]), acc);")
             b.line("}")
             b.line(f"sh[lidx] = dot(acc, {vt}(1.0));")
         else:
             b.line(f"for (var j = lidx; j < params.k; j += {wgx}u) {{")
-            b.line("  acc = fma(f32(in0[u32(a_base + i32(j) * params.a_sk)]), f32(in1[u32(b_col + i32(j) * params.b_sk)]), acc);")
+            b.line(
+                f"  acc = fma(f32({in_a}[u32(a_base + i32(j) * params.a_sk)]), f32({in_b}[u32(b_col + i32(j) * params.b_sk)]), acc);"
+            )
             b.line("}")
             b.line("sh[lidx] = acc;")
         b.line("workgroupBarrier();")
@@ -164,13 +220,17 @@ class GemvKernel(_MatmulBase):
         b.line("  if (lidx < s) { sh[lidx] += sh[lidx + s]; }")
         b.line("  workgroupBarrier();")
         b.line("}")
-        b.line(f"if (lidx == 0u) {{ out[bt * params.n + col] = {out_t}(sh[0]); }}")
+        b.line("if (lidx == 0u) {")
+        self.store(b, "bt * params.n + col", "sh[0]", indent="  ")
+        b.line("}")
 
     def _render_n(self, b: WgslBuilder) -> None:
         w = self.kernel_element()
         wx, wy, _ = self.choice.workgroup
         vt = f"vec{w}<f32>" if w > 1 else "f32"
-        out_t = vtype(self.node.dtype, w, storage=True)
+        in_a, in_b = self.in_name(self.ia), self.in_name(self.ib)
+        if self.code:
+            self.code.describe(b)
         b.workgroup_var(f"sh: array<{vt}, {wx * wy}>")
         b.line(f"let cols = params.n / {w}u;")
         b.line(f"let tiles = (cols + {wx - 1}u) / {wx}u;")
@@ -181,11 +241,11 @@ class GemvKernel(_MatmulBase):
         b.line(f"var acc: {vt} = {vt}(0.0);")
         b.line("if (col < cols) {")
         b.line(f"  for (var k = lid.y; k < params.k; k += {wy}u) {{")
-        b.line("    let a = f32(in0[u32(a_base + i32(k) * params.a_sk)]);")
+        b.line(f"    let a = f32({in_a}[u32(a_base + i32(k) * params.a_sk)]);")
         if w > 1:
-            b.line(f"    acc = fma({vt}(a), {vt}(in1[u32(b_base + i32(k) * params.b_sk) / {w}u + col]), acc);")
+            b.line(f"    acc = fma({vt}(a), {vt}({in_b}[u32(b_base + i32(k) * params.b_sk) / {w}u + col]), acc);")
         else:
-            b.line("    acc = fma(a, f32(in1[u32(b_base + i32(k) * params.b_sk + i32(col) * params.b_sn)]), acc);")
+            b.line(f"    acc = fma(a, f32({in_b}[u32(b_base + i32(k) * params.b_sk + i32(col) * params.b_sn)]), acc);")
         b.line("  }")
         b.line("}")
         b.line(f"sh[lid.y * {wx}u + lid.x] = acc;")
@@ -193,5 +253,5 @@ class GemvKernel(_MatmulBase):
         b.line("if (lid.y == 0u && col < cols) {")
         b.line(f"  var total: {vt} = {vt}(0.0);")
         b.line(f"  for (var r = 0u; r < {wy}u; r++) {{ total += sh[r * {wx}u + lid.x]; }}")
-        b.line(f"  out[bt * cols + col] = {out_t}(total);")
+        self.store(b, "bt * cols + col", "total", lanes=w, indent="  ")
         b.line("}")

@@ -6,25 +6,50 @@ Two variants, chosen by passes.select_kernels:
   *_serial - one thread per output row, for short rows (or very many rows).
 Floats accumulate in f32 (also for f16 data); max/min and argmax/argmin propagate NaN
 as numpy does (argmax returns the first NaN).
+
+As the core of a fused group (kernels/fused.py) the reduction reads its input through an
+elementwise prologue evaluated per element (the input is then contiguous, in the order
+the prologue's terms compute it) and writes each row's result through an epilogue.
 """
 
 from __future__ import annotations
 
 import math
 
-from ir.dtypes import DType
-from ir.ops import Op
-from backend_wgpu.kernels.expr import isnan
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
-from backend_wgpu.wgsl import WgslBuilder, load_cast, vtype
+from backend_wgpu.kernels.expr import isnan
+from backend_wgpu.kernels.fused import FusedCode
+from backend_wgpu.wgsl import WgslBuilder, load_cast, store_cast, vtype
+from ir.dtypes import DType
+from ir.graph import Graph
+from ir.node import Node
+from ir.ops import Op
+from ir.view import View
 
 
 class ReduceKernel(Kernel):
     name = "reduce"
 
+    def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
+        super().__init__(node, graph, max_workgroups)
+        self.core = node.arg.core if node.op is Op.FUSED else node
+        self.code: FusedCode | None = None
+        self.src = 0  # operand the reduction reads itself; None when a prologue computes its input
+        self.in_view, self.in_dtype = self.operands[0].view, self.operands[0].dtype
+        if node.op is Op.FUSED:
+            group = node.arg
+            self.code = FusedCode(self, group, {"in": self.kernel_element(), "out": 1})
+            src = self.core.srcs[0]
+            if group.is_term(src):
+                term = group.term(src)
+                self.src, self.in_view, self.in_dtype = None, View.contiguous(term.shape), term.dtype
+            else:
+                self.src = group.leaf_index(src)
+                self.in_view, self.in_dtype = self.operands[self.src].view, self.operands[self.src].dtype
+
     @property
     def k(self) -> int:
-        return self.node.arg
+        return self.core.arg
 
     @property
     def serial(self) -> bool:
@@ -32,19 +57,24 @@ class ReduceKernel(Kernel):
 
     @property
     def is_arg(self) -> bool:
-        return self.node.op in (Op.ARGMAX, Op.ARGMIN)
+        return self.core.op in (Op.ARGMAX, Op.ARGMIN)
+
+    def variant_key(self) -> str:
+        return self.choice.variant + (f":{self.code.key()}" if self.code else "")
 
     def _split(self) -> tuple[list[int], list[int], list[int], list[int]]:
-        v = self.operands[0].view
+        v = self.in_view
         kept = len(v.shape) - self.k
         return list(v.shape[:kept]), list(v.strides[:kept]), list(v.shape[kept:]), list(v.strides[kept:])
 
     def acc_type(self) -> str:
-        dt = self.operands[0].dtype
+        dt = self.in_dtype
         return "f32" if dt.is_float else vtype(dt)
 
     def operand_type(self, i: int) -> str:
-        return vtype(self.operands[0].dtype, self.kernel_element(), storage=True)
+        if i != self.src and self.code is not None:
+            return self.code.operand_type(i)
+        return vtype(self.in_dtype, self.kernel_element(), storage=True)
 
     def output_type(self) -> str:
         return vtype(self.node.dtype, 1, storage=True)
@@ -52,11 +82,19 @@ class ReduceKernel(Kernel):
     def metadata(self) -> Meta:
         kshape, kstrides, rshape, rstrides = self._split()
         w = self.kernel_element()
-        meta: Meta = [("rows", "u32", self.node.size), ("rlen", "u32", math.prod(rshape)), ("offset", "u32", self.operands[0].view.offset)]
-        meta += [(f"ks{d}", "u32", n) for d, n in enumerate(kshape)] + [(f"kt{d}", "i32", s) for d, s in enumerate(kstrides)]
-        if w == 1:
-            meta += [(f"rs{d}", "u32", n) for d, n in enumerate(rshape)] + [(f"rt{d}", "i32", s) for d, s in enumerate(rstrides)]
-        return meta
+        meta: Meta = [
+            ("rows", "u32", self.node.size),
+            ("rlen", "u32", math.prod(rshape)),
+            ("offset", "u32", self.in_view.offset),
+        ]
+        meta += [(f"ks{d}", "u32", n) for d, n in enumerate(kshape)] + [
+            (f"kt{d}", "i32", s) for d, s in enumerate(kstrides)
+        ]
+        if w == 1 and self.src is not None:
+            meta += [(f"rs{d}", "u32", n) for d, n in enumerate(rshape)] + [
+                (f"rt{d}", "i32", s) for d, s in enumerate(rstrides)
+            ]
+        return meta + (self.code.metadata() if self.code else [])
 
     def calculate_dispatch(self) -> Workload:
         rows = self.node.size
@@ -65,7 +103,7 @@ class ReduceKernel(Kernel):
 
     # --- rendering --------------------------------------------------------------------
     def _identity(self, b: WgslBuilder) -> str:
-        op, acc = self.node.op, self.acc_type()
+        op, acc = self.core.op, self.acc_type()
         if op is Op.SUM:
             return f"{acc}(0)"
         if acc == "f32":
@@ -78,16 +116,27 @@ class ReduceKernel(Kernel):
 
     def _combine_helpers(self, b: WgslBuilder) -> None:
         acc = self.acc_type()
-        op = self.node.op
+        op = self.core.op
         if op in (Op.MAX, Op.MIN):
             fn = "max" if op is Op.MAX else "min"
-            nan = f"let an = {isnan('a', acc)}; let bn = {isnan('b', acc)}; " if acc == "f32" else "let an = false; let bn = false; "
-            b.helper("combine", f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ {nan}return select(select({fn}(a, b), b, bn), a, an); }}")
+            nan = (
+                f"let an = {isnan('a', 'f32')}; let bn = {isnan('b', 'f32')}; "
+                if acc == "f32"
+                else "let an = false; let bn = false; "
+            )
+            b.helper(
+                "combine",
+                f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ {nan}return select(select({fn}(a, b), b, bn), a, an); }}",
+            )
         elif op is Op.SUM:
             b.helper("combine", f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ return a + b; }}")
         else:
             cmp = ">" if op is Op.ARGMAX else "<"
-            nan = f"let an = {isnan('a', acc)}; let bn = {isnan('b', acc)};" if acc == "f32" else "let an = false; let bn = false;"
+            nan = (
+                f"let an = {isnan('a', 'f32')}; let bn = {isnan('b', 'f32')};"
+                if acc == "f32"
+                else "let an = false; let bn = false;"
+            )
             # true when candidate (a, ia) should replace the best so far (b, ib)
             b.helper(
                 "better",
@@ -100,17 +149,24 @@ class ReduceKernel(Kernel):
         kshape, _, _, _ = self._split()
         for line in index_to_coords(row, [f"ks{d}" for d in range(len(kshape))], "k"):
             b.line(line)
-        b.line(f"let base = {address('offset', [f'kt{d}' for d in range(len(kshape))], [f'k{d}' for d in range(len(kshape))])};")
+        b.line(
+            f"let base = {address('offset', [f'kt{d}' for d in range(len(kshape))], [f'k{d}' for d in range(len(kshape))])};"
+        )
 
     def _load(self, b: WgslBuilder, j: str, var: str) -> None:
         """Emit `let var = element j of the row` in the accumulator type (scalar path)."""
+        if self.src is None:  # the prologue computes the element; the input is contiguous
+            value = self.code.emit(b, "in", "p", f"(u32(base) + {j})", f"(u32(base) + {j})", indent="  ")
+            b.line(f"  let {var} = {self.acc_type()}({value});")
+            return
         _, _, rshape, _ = self._split()
         r = len(rshape)
         for line in index_to_coords(j, [f"rs{d}" for d in range(r)], "r"):
             b.line("  " + line)
         addr = " + ".join(["base"] + [f"i32(r{d}) * params.rt{d}" for d in range(r)])
-        dt = self.operands[0].dtype
-        b.line(f"  let {var} = {self.acc_type()}({load_cast(f'in0[u32({addr})]', dt, 1)});")
+        b.line(
+            f"  let {var} = {self.acc_type()}({load_cast(f'{self.in_name(self.src)}[u32({addr})]', self.in_dtype, 1)});"
+        )
 
     def render(self, b: WgslBuilder) -> None:
         self._combine_helpers(b)
@@ -118,7 +174,8 @@ class ReduceKernel(Kernel):
         acc = self.acc_type()
         w = self.kernel_element()
         wgx = self.choice.workgroup[0]
-        out_t = vtype(self.node.dtype, 1, storage=True)
+        if self.code:
+            self.code.describe(b)
         if self.serial:
             b.line(f"let row = wg * {wgx}u + lidx;")
             b.line("if (row >= params.rows) { return; }")
@@ -132,7 +189,11 @@ class ReduceKernel(Kernel):
         start, step = ("0u", "1u") if self.serial else ("lidx", f"{wgx}u")
         if w > 1:
             b.line(f"for (var j = {start}; j < params.rlen / {w}u; j += {step}) {{")
-            b.line(f"  let x = vec{w}<{acc}>(in0[(u32(base) / {w}u) + j]);")
+            if self.src is None:
+                elem, vidx = f"(u32(base) + j * {w}u)", f"(u32(base) / {w}u + j)"
+                b.line(f"  let x = vec{w}<{acc}>({self.code.emit(b, 'in', 'p', elem, vidx, indent='  ')});")
+            else:
+                b.line(f"  let x = vec{w}<{acc}>({self.in_name(self.src)}[(u32(base) / {w}u) + j]);")
             for lane in "xyzw"[:w]:
                 b.line(f"  best = combine(best, x.{lane});")
             b.line("}")
@@ -155,7 +216,9 @@ class ReduceKernel(Kernel):
             b.line(f"for (var s = {wgx // 2}u; s > 0u; s = s >> 1u) {{")
             b.line("  if (lidx < s) {")
             if self.is_arg:
-                b.line("    if (better(sh[lidx + s], sh_i[lidx + s], sh[lidx], sh_i[lidx])) { sh[lidx] = sh[lidx + s]; sh_i[lidx] = sh_i[lidx + s]; }")
+                b.line(
+                    "    if (better(sh[lidx + s], sh_i[lidx + s], sh[lidx], sh_i[lidx])) { sh[lidx] = sh[lidx + s]; sh_i[lidx] = sh_i[lidx + s]; }"
+                )
             else:
                 b.line("    sh[lidx] = combine(sh[lidx], sh[lidx + s]);")
             b.line("  }")
@@ -165,9 +228,13 @@ class ReduceKernel(Kernel):
             b.line("best = sh[0];")
             if self.is_arg:
                 b.line("best_i = sh_i[0];")
+        # the row's result in the core's arithmetic type, then the epilogue (if any)
         if self.is_arg:
-            b.line("out[row] = i32(select(best_i, 0u, best_i == 0xffffffffu));")
-        elif self.node.dtype is DType.bool:
-            b.line("out[row] = select(0u, 1u, best != 0);")
+            value = "i32(select(best_i, 0u, best_i == 0xffffffffu))"
+        elif self.core.dtype is DType.bool:
+            value = f"(best != {acc}(0))"
         else:
-            b.line(f"out[row] = {out_t}(best);")
+            value = f"{vtype(self.core.dtype)}(best)"
+        if self.code is not None and self.node.id != self.core.id:
+            value = self.code.emit(b, "out", "e", "row", "row", acc=value)
+        b.line(f"out[row] = {store_cast(value, self.node.dtype, 1)};")

@@ -3,39 +3,77 @@
 Pass 1 keeps a running (max, sum of exp) per thread (the online-softmax recurrence) and
 merges them in workgroup memory; pass 2 writes exp(x - max) / sum. The row is read twice,
 written once; math in f32 for f16 data too.
+
+As the core of a fused group (kernels/fused.py) it reads each element through an
+elementwise prologue (a scale, a mask) evaluated in both passes, and writes through an
+epilogue; the input is then contiguous, in the order the prologue computes it.
 """
 
 from __future__ import annotations
 
-from ir.ops import Op
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
-from backend_wgpu.wgsl import WgslBuilder, vtype
+from backend_wgpu.kernels.fused import FusedCode
+from backend_wgpu.wgsl import WgslBuilder, store_cast, vtype
+from ir.graph import Graph
+from ir.node import Node
+from ir.ops import Op
+from ir.view import View
 
 
 class SoftmaxKernel(Kernel):
     name = "softmax"
 
+    def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
+        super().__init__(node, graph, max_workgroups)
+        self.core = node.arg.core if node.op is Op.FUSED else node
+        self.code: FusedCode | None = None
+        self.src = 0  # operand the softmax reads itself; None when a prologue computes its input
+        self.in_view, self.in_dtype = self.operands[0].view, self.operands[0].dtype
+        if node.op is Op.FUSED:
+            group = node.arg
+            w = self.kernel_element()
+            self.code = FusedCode(self, group, {"in": w, "out": w})
+            src = self.core.srcs[0]
+            if group.is_term(src):
+                term = group.term(src)
+                self.src, self.in_view, self.in_dtype = None, View.contiguous(term.shape), term.dtype
+            else:
+                self.src = group.leaf_index(src)
+                self.in_view, self.in_dtype = self.operands[self.src].view, self.operands[self.src].dtype
+
+    def variant_key(self) -> str:
+        return self.choice.variant + (f":{self.code.key()}" if self.code else "")
+
     def operand_type(self, i: int) -> str:
-        return vtype(self.operands[0].dtype, self.kernel_element(), storage=True)
+        if i != self.src and self.code is not None:
+            return self.code.operand_type(i)
+        return vtype(self.in_dtype, self.kernel_element(), storage=True)
 
     def metadata(self) -> Meta:
-        v = self.operands[0].view
+        v = self.in_view
         r = len(v.shape)
-        meta: Meta = [("rows", "u32", self.node.size // max(self.node.shape[-1], 1)), ("n", "u32", v.shape[-1]), ("offset", "u32", v.offset)]
-        meta += [(f"ks{d}", "u32", v.shape[d]) for d in range(r - 1)] + [(f"kt{d}", "i32", v.strides[d]) for d in range(r - 1)]
+        meta: Meta = [
+            ("rows", "u32", self.core.size // max(self.core.shape[-1], 1)),
+            ("n", "u32", v.shape[-1]),
+            ("offset", "u32", v.offset),
+        ]
+        meta += [(f"ks{d}", "u32", v.shape[d]) for d in range(r - 1)] + [
+            (f"kt{d}", "i32", v.strides[d]) for d in range(r - 1)
+        ]
         meta.append(("inner", "i32", v.strides[-1]))
-        return meta
+        return meta + (self.code.metadata() if self.code else [])
 
     def calculate_dispatch(self) -> Workload:
-        rows = self.node.size // max(self.node.shape[-1], 1)
+        rows = self.core.size // max(self.core.shape[-1], 1)
         return Workload.for_workgroups(rows, self.choice.workgroup, self.max_workgroups)
 
     def render(self, b: WgslBuilder) -> None:
         w = self.kernel_element()
         wgx = self.choice.workgroup[0]
-        r = len(self.operands[0].view.shape)
+        r = len(self.in_view.shape)
         vt = f"vec{w}<f32>" if w > 1 else "f32"
-        out_t = vtype(self.node.dtype, w, storage=True)
+        if self.code:
+            self.code.describe(b)
         b.workgroup_var(f"sh_m: array<f32, {wgx}>")
         b.workgroup_var(f"sh_s: array<f32, {wgx}>")
         b.helper(
@@ -44,6 +82,8 @@ class SoftmaxKernel(Kernel):
             "  let m = max(m1, m2);\n"
             "  if (s1 == 0.0) { return vec2<f32>(m2, s2); }\n"
             "  if (s2 == 0.0) { return vec2<f32>(m1, s1); }\n"
+            "  // equal maxima (both -inf for masked-out entries) would make exp(-inf - -inf) a NaN\n"
+            "  if (m1 == m2) { return vec2<f32>(m1, s1 + s2); }\n"
             "  return vec2<f32>(m, s1 * exp(m1 - m) + s2 * exp(m2 - m));\n}",
         )
         b.line("let row = wg;")
@@ -51,17 +91,18 @@ class SoftmaxKernel(Kernel):
         for line in index_to_coords("row", [f"ks{d}" for d in range(r - 1)], "k"):
             b.line(line)
         b.line(f"let base = {address('offset', [f'kt{d}' for d in range(r - 1)], [f'k{d}' for d in range(r - 1)])};")
+        name = self.in_name(self.src) if self.src is not None else ""
         if w > 1:
-            load = f"{vt}(in0[u32(base) / {w}u + j])"
+            load = f"{vt}({name}[u32(base) / {w}u + j])"
             count = f"params.n / {w}u"
         else:
-            load = "f32(in0[u32(base + i32(j) * params.inner)])"
+            load = f"f32({name}[u32(base + i32(j) * params.inner)])"
             count = "params.n"
         b.line("var inf_bits = 0x7f800000u;  // a var: an infinite constant is a WGSL compile error")
         b.line("var m = -bitcast<f32>(inf_bits);")
         b.line("var s = 0.0;")
         b.line(f"for (var j = lidx; j < {count}; j += {wgx}u) {{")
-        b.line(f"  let x = {load};")
+        b.line(f"  let x = {self._prologue(b, 'p', load)};")
         lanes = [f"x.{c}" for c in "xyzw"[:w]] if w > 1 else ["x"]
         for lane in lanes:
             b.line(f"  {{ let ms = merge(m, s, {lane}, 1.0); m = ms.x; s = ms.y; }}")
@@ -80,9 +121,25 @@ class SoftmaxKernel(Kernel):
         b.line("let row_sum = sh_s[0];")
         b.line(f"let out_base = row * {count};")
         b.line(f"for (var j = lidx; j < {count}; j += {wgx}u) {{")
-        b.line(f"  let x = {load};")
-        if self.node.op is Op.SOFTMAX:
-            b.line(f"  out[out_base + j] = {out_t}(exp(x - {vt}(row_max)) / {vt}(row_sum));")
+        b.line(f"  let x = {self._prologue(b, 'q', load)};")
+        ct = vtype(self.core.dtype, w)
+        if self.core.op is Op.SOFTMAX:
+            value = f"{ct}(exp(x - {vt}(row_max)) / {vt}(row_sum))"
         else:
-            b.line(f"  out[out_base + j] = {out_t}(x - {vt}(row_max) - {vt}(log(row_sum)));")
+            value = f"{ct}(x - {vt}(row_max) - {vt}(log(row_sum)))"
+        if self.code is not None and self.node.id != self.core.id:
+            b.line(f"  let y = {value};")
+            value = self.code.emit(b, "out", "e", f"(out_base + j) * {w}u", "(out_base + j)", acc="y", indent="  ")
+        b.line(f"  out[out_base + j] = {store_cast(value, self.node.dtype, w)};")
         b.line("}")
+
+    def _prologue(self, b: WgslBuilder, tag: str, load: str) -> str:
+        """The row element j in f32 lanes: loaded, or computed by the fused prologue."""
+        if self.src is not None:
+            return load
+        w = self.kernel_element()
+        vt = f"vec{w}<f32>" if w > 1 else "f32"
+        elem, vidx = (
+            (f"(u32(base) + j * {w}u)", f"(u32(base) / {w}u + j)") if w > 1 else ("(u32(base) + j)", "(u32(base) + j)")
+        )
+        return f"{vt}({self.code.emit(b, 'in', tag, elem, vidx, indent='  ')})"

@@ -1,0 +1,66 @@
+"""Direct 1-D convolution (N, Cin, L) * (Cout, Cin/groups, K) -> (N, Cout, Lout), f32 accumulation.
+
+One thread per output element sums over its group's input channels and the K taps.
+Zero padding is a bounds test on the input position, so nothing is copied; stride,
+padding, dilation and groups live in the uniform, so one shader serves every shape.
+Whisper's front end (two convolutions over 80/384 channels) is the size this is for;
+a tiled im2col-GEMM would be the kernel to add for large channel counts.
+"""
+
+from __future__ import annotations
+
+from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
+from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.ops import Conv1dArg
+
+
+class Conv1dKernel(Kernel):
+    name = "conv1d"
+
+    def metadata(self) -> Meta:
+        arg: Conv1dArg = self.node.arg
+        x, w = self.operands[0].view, self.operands[1].view
+        n, cout, lout = self.node.shape
+        meta: Meta = [
+            ("numel", "u32", self.node.size),
+            ("batch", "u32", n),
+            ("cout", "u32", cout),
+            ("lout", "u32", lout),
+        ]
+        meta += [("cin_g", "u32", w.shape[1]), ("cout_g", "u32", cout // arg.groups), ("taps", "u32", w.shape[2])]
+        meta += [
+            ("length", "i32", x.shape[2]),
+            ("stride", "i32", arg.stride),
+            ("pad", "i32", arg.padding),
+            ("dil", "i32", arg.dilation),
+        ]
+        meta += [("x_off", "u32", x.offset)] + [(f"xs{d}", "i32", s) for d, s in enumerate(x.strides)]
+        meta += [("w_off", "u32", w.offset)] + [(f"ws{d}", "i32", s) for d, s in enumerate(w.strides)]
+        return meta
+
+    def calculate_dispatch(self) -> Workload:
+        wg = self.choice.workgroup[0]
+        return Workload.for_workgroups(-(-self.node.size // wg), self.choice.workgroup, self.max_workgroups)
+
+    def render(self, b: WgslBuilder) -> None:
+        out_t = vtype(self.node.dtype, 1, storage=True)
+        b.line(f"let idx = wg * {self.choice.workgroup[0]}u + lidx;")
+        b.line("if (idx >= params.numel) { return; }")
+        for line in index_to_coords("idx", ["batch", "cout", "lout"]):
+            b.line(line)
+        b.line("let group = c1 / params.cout_g;")
+        b.line("let x_base = i32(params.x_off) + i32(c0) * params.xs0 + i32(group * params.cin_g) * params.xs1;")
+        b.line("let w_base = i32(params.w_off) + i32(c1) * params.ws0;")
+        b.line("let start = i32(c2) * params.stride - params.pad;")
+        b.line("var acc = 0.0;")
+        b.line("for (var ci = 0u; ci < params.cin_g; ci++) {")
+        b.line("  for (var k = 0u; k < params.taps; k++) {")
+        b.line("    let pos = start + i32(k) * params.dil;")
+        b.line("    if (pos >= 0 && pos < params.length) {")
+        b.line("      let xv = f32(in0[u32(x_base + i32(ci) * params.xs1 + pos * params.xs2)]);")
+        b.line("      let wv = f32(in1[u32(w_base + i32(ci) * params.ws1 + i32(k) * params.ws2)]);")
+        b.line("      acc = fma(xv, wv, acc);")
+        b.line("    }")
+        b.line("  }")
+        b.line("}")
+        b.line(f"out[idx] = {out_t}(acc);")

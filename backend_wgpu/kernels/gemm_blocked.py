@@ -1,0 +1,215 @@
+"""A register-blocked GEMM: large output tiles, vec4 loads, double-buffered workgroup memory.
+
+Each workgroup computes a tile_m x tile_n block of C; each thread a (tile_m / wy) x (tile_n / wx)
+block held in vec4 registers, so one k step costs 2 + 2 workgroup-memory vec4 reads per
+64 FMAs (for 8x8 per thread). The tiles of A and B for the next k step are loaded from
+global memory into registers while the current step computes, then stored to the other
+half of workgroup memory: one barrier per k step.
+
+How each operand is read is the variant, chosen by passes.select_kernels from the views:
+  A: a_k4 (contiguous along k, vec4 loads), a_m4 (contiguous along m), a_s (any strides)
+  B: b_n4 (contiguous along n, vec4 loads), b_k4 (contiguous along k: x @ W.T), b_s
+  C: o4 (vec4 stores, n % 4 == 0) or o1
+Edges read zeros and skip their stores, so every size is correct. Workgroup memory always
+holds f32 as A[k][m] and B[k][n] (vec4 along m and n), whatever the operand dtype.
+Tiles are walked in groups of `group_m` tile rows so neighbouring workgroups share B in L2.
+All code inside the k loop is unrolled here in Python: no arrays of accumulators, so the
+driver keeps them in registers.
+"""
+
+from __future__ import annotations
+
+from backend_wgpu.kernel import Workload
+from backend_wgpu.kernels.matmul import _MatmulBase
+from backend_wgpu.wgsl import WgslBuilder, vtype
+
+
+class BlockedGemmKernel(_MatmulBase):
+    name = "gemm_blocked"
+
+    # --- variant decoding -------------------------------------------------------------
+    def _modes(self) -> tuple[str, str, str]:
+        a, b, o = self.choice.variant.split(".")
+        return a, b, o
+
+    def _tiles(self) -> tuple[int, int, int, int, int]:
+        tm, tn, tk = self.choice.param("tile_m"), self.choice.param("tile_n"), self.choice.param("tile_k")
+        wx, wy, _ = self.choice.workgroup
+        return tm, tn, tk, wx, wy
+
+    def variant_key(self) -> str:
+        tm, tn, tk, _, _ = self._tiles()
+        fused = f":{self.code.key()}" if self.code else ""
+        return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{fused}"
+
+    def operand_type(self, i: int) -> str:
+        role = self.role(i)
+        if role == "epilogue":
+            return self.code.operand_type(i)
+        mode = self._modes()[0 if role == "a" else 1]
+        return vtype(self.operands[i].dtype, 1 if mode.endswith("_s") else 4, storage=True)
+
+    def output_type(self) -> str:
+        return vtype(self.node.dtype, 4 if self._modes()[2] == "o4" else 1, storage=True)
+
+    def calculate_dispatch(self) -> Workload:
+        batch, m, n, _ = self._dims()
+        tm, tn, _, _, _ = self._tiles()
+        return Workload.for_workgroups(batch * -(-m // tm) * -(-n // tn), self.choice.workgroup, self.max_workgroups)
+
+    # --- rendering ----------------------------------------------------------------------
+    def render(self, b: WgslBuilder) -> None:
+        tm, tn, tk, wx, wy = self._tiles()
+        threads = wx * wy
+        rm, rn = tm // wy, tn // wx  # rows / columns per thread
+        gm_, gn_ = rm // 4, rn // 4  # vec4 groups per thread
+        assert rm % 4 == 0 and rn % 4 == 0 and tk % 4 == 0, "gemm_blocked: per-thread blocks must be multiples of 4"
+        tm4, tn4 = tm // 4, tn // 4
+        stage_a, stage_b = tk * tm4, tk * tn4  # vec4 per stage
+        b.workgroup_var(f"sa: array<vec4<f32>, {2 * stage_a}>")
+        b.workgroup_var(f"sb: array<vec4<f32>, {2 * stage_b}>")
+        group = self.choice.param("group_m", 8)
+        if self.code:
+            self.code.describe(b)
+
+        # which tile: grouped order (group_m tile rows walk the tile columns together)
+        b.line(f"let tiles_n = (params.n + {tn - 1}u) / {tn}u;")
+        b.line(f"let tiles_m = (params.m + {tm - 1}u) / {tm}u;")
+        b.line("let per_batch = tiles_m * tiles_n;")
+        b.line("let bt = wg / per_batch;")
+        b.line("if (bt >= params.batch) { return; }")
+        b.line("let pid = wg % per_batch;")
+        b.line(f"let first_m = (pid / ({group}u * tiles_n)) * {group}u;")
+        b.line(f"let gsize = min(tiles_m - first_m, {group}u);")
+        b.line(f"let inner = pid % ({group}u * tiles_n);")
+        b.line(f"let tm0 = (first_m + inner % gsize) * {tm}u;")
+        b.line(f"let tn0 = (inner / gsize) * {tn}u;")
+        self._batch_offsets(b, "bt")
+        b.line(f"let tx = lidx % {wx}u;")
+        b.line(f"let ty = lidx / {wx}u;")
+        for r in range(rm):
+            for h in range(gn_):
+                b.line(f"var c{r}_{h} = vec4<f32>(0.0);")
+        a_loads = self._declare_loads(b, "a", tm * tk, threads)
+        b_loads = self._declare_loads(b, "b", tn * tk, threads)
+
+        b.line(f"let ntiles = (params.k + {tk - 1}u) / {tk}u;")
+        self._emit_load(b, "a", "0u", a_loads, threads)
+        self._emit_load(b, "b", "0u", b_loads, threads)
+        self._emit_store(b, "a", "0u", a_loads, threads)
+        self._emit_store(b, "b", "0u", b_loads, threads)
+        b.line("workgroupBarrier();")
+        b.line("for (var t = 0u; t < ntiles; t++) {")
+        b.line(f"  let cur_a = (t & 1u) * {stage_a}u;")
+        b.line(f"  let cur_b = (t & 1u) * {stage_b}u;")
+        b.line(f"  let k_next = (t + 1u) * {tk}u;")
+        # the next tile's global loads are in flight while this tile computes
+        self._emit_load(b, "a", "k_next", a_loads, threads, indent="  ")
+        self._emit_load(b, "b", "k_next", b_loads, threads, indent="  ")
+        for kk in range(tk):  # each unrolled k step in its own scope: it declares a*/b* anew
+            b.line("  {")
+            for g in range(gm_):
+                b.line(f"    let a{g} = sa[cur_a + {kk * tm4 + g * wy}u + ty];")
+            for h in range(gn_):
+                b.line(f"    let b{h} = sb[cur_b + {kk * tn4 + h * wx}u + tx];")
+            for g in range(gm_):
+                for c, lane in enumerate("xyzw"):
+                    for h in range(gn_):
+                        b.line(f"    c{g * 4 + c}_{h} = fma(vec4<f32>(a{g}.{lane}), b{h}, c{g * 4 + c}_{h});")
+            b.line("  }")
+        b.line(f"  let nxt_a = {stage_a}u - cur_a;")
+        b.line(f"  let nxt_b = {stage_b}u - cur_b;")
+        self._emit_store(b, "a", "nxt_a", a_loads, threads, indent="  ")
+        self._emit_store(b, "b", "nxt_b", b_loads, threads, indent="  ")
+        b.line("  workgroupBarrier();")
+        b.line("}")
+        self._emit_output(b, rm, gn_, wx, wy)
+
+    # operand loads: each thread moves `count` items (vec4 or scalar) per tile
+    def _declare_loads(self, b: WgslBuilder, which: str, elems: int, threads: int) -> int:
+        mode = self._modes()[0 if which == "a" else 1]
+        per = elems // 4 if not mode.endswith("_s") else elems
+        count = -(-per // threads)
+        zero = "vec4<f32>(0.0)" if not mode.endswith("_s") else "0.0"
+        for li in range(count):
+            b.line(f"var p{which}{li} = {zero};")
+        return count
+
+    def _emit_load(self, b: WgslBuilder, which: str, k0: str, count: int, threads: int, indent: str = "") -> None:
+        tm, tn, tk, _, _ = self._tiles()
+        mode = self._modes()[0 if which == "a" else 1]
+        src = self.in_name(self.ia if which == "a" else self.ib)
+        base = "a_base" if which == "a" else "b_base"
+        extent = tm if which == "a" else tn  # tile extent along m (A) or n (B)
+        origin = "tm0" if which == "a" else "tn0"
+        dim = "params.m" if which == "a" else "params.n"
+        s_mn = "params.a_sm" if which == "a" else "params.b_sn"
+        s_k = "params.a_sk" if which == "a" else "params.b_sk"
+        total = (extent * tk) // (1 if mode.endswith("_s") else 4)
+        for li in range(count):
+            p = f"p{which}{li}"
+            e = f"(lidx + {li * threads}u)"
+            guard = f"{e} < {total}u && " if count * threads > total else ""
+            if mode in ("a_k4", "b_k4"):  # vec4 along k: e -> (mn, kq)
+                mn, kk = f"{e} / {tk // 4}u", f"({e} % {tk // 4}u) * 4u"
+            elif mode in ("a_m4", "b_n4"):  # vec4 along m/n: e -> (k, mnq)
+                kk, mn = f"{e} / {extent // 4}u", f"({e} % {extent // 4}u) * 4u"
+            else:  # scalar: e -> (mn, k), k fastest
+                mn, kk = f"{e} / {tk}u", f"{e} % {tk}u"
+            b.line(f"{indent}{{ let gmn = {origin} + {mn}; let gk = {k0} + {kk};")
+            addr = f"{base} + i32(gmn) * {s_mn} + i32(gk) * {s_k}"
+            if mode.endswith("_s"):
+                b.line(f"{indent}  {p} = 0.0;")
+                b.line(f"{indent}  if ({guard}gmn < {dim} && gk < params.k) {{ {p} = f32({src}[u32({addr})]); }} }}")
+            else:
+                b.line(f"{indent}  {p} = vec4<f32>(0.0);")
+                b.line(
+                    f"{indent}  if ({guard}gmn < {dim} && gk < params.k) {{ {p} = vec4<f32>({src}[u32({addr}) / 4u]); }} }}"
+                )
+
+    def _emit_store(self, b: WgslBuilder, which: str, stage: str, count: int, threads: int, indent: str = "") -> None:
+        tm, tn, tk, _, _ = self._tiles()
+        mode = self._modes()[0 if which == "a" else 1]
+        arr = "sa" if which == "a" else "sb"
+        extent = tm if which == "a" else tn
+        ext4 = extent // 4
+        total = (extent * tk) // (1 if mode.endswith("_s") else 4)
+        for li in range(count):
+            p = f"p{which}{li}"
+            e = f"(lidx + {li * threads}u)"
+            open_, close = (f"{indent}if ({e} < {total}u) {{ ", " }") if count * threads > total else (indent, "")
+            if mode in ("a_m4", "b_n4"):
+                b.line(f"{open_}{arr}[{stage} + ({e} / {ext4}u) * {ext4}u + {e} % {ext4}u] = {p};{close}")
+            elif mode in ("a_k4", "b_k4"):
+                # a vec4 along k lands in four rows k..k+3 of one column mn
+                mn, kq = f"({e} / {tk // 4}u)", f"({e} % {tk // 4}u)"
+                lanes = " ".join(
+                    f"{arr}[{stage} + ({kq} * 4u + {c}u) * {ext4}u + {mn} / 4u][{mn} % 4u] = {p}.{lane};"
+                    for c, lane in enumerate("xyzw")
+                )
+                b.line(f"{open_}{lanes}{close}")
+            else:
+                mn, kk = f"({e} / {tk}u)", f"({e} % {tk}u)"
+                b.line(f"{open_}{arr}[{stage} + {kk} * {ext4}u + {mn} / 4u][{mn} % 4u] = {p};{close}")
+
+    def _emit_output(self, b: WgslBuilder, rm: int, gn_: int, wx: int, wy: int) -> None:
+        vec_out = self._modes()[2] == "o4"
+        b.line("let out_base = bt * params.m * params.n;")
+        for r in range(rm):
+            g, c = divmod(r, 4)
+            b.line(f"{{ let gm = tm0 + ({g * wy}u + ty) * 4u + {c}u;")
+            b.line("  if (gm < params.m) {")
+            for h in range(gn_):
+                b.line(f"    {{ let gn = tn0 + ({h * wx}u + tx) * 4u;")
+                if vec_out:
+                    b.line("      if (gn < params.n) {")
+                    self.store(b, "(out_base + gm * params.n + gn) / 4u", f"c{r}_{h}", lanes=4, indent="        ")
+                    b.line("      } }")
+                else:
+                    for j, lane in enumerate("xyzw"):
+                        b.line(f"      if (gn + {j}u < params.n) {{")
+                        self.store(b, f"out_base + gm * params.n + gn + {j}u", f"c{r}_{h}.{lane}", indent="        ")
+                        b.line("      }")
+                    b.line("    }")
+            b.line("  }")
+            b.line("}")

@@ -1,0 +1,252 @@
+"""Per-kernel GPU time of a compiled program, apart from the normal run path.
+
+Program.run records every dispatch into one compute pass; profiling instead gives each
+launch its own compute pass with timestamp writes at its start and end (WebGPU reports
+timestamps in nanoseconds), all in one encoder and one submit. Where the adapter has no
+timestamp queries, each launch is submitted alone and timed by the wall clock until the
+queue has finished it (`Profile.clock` says which). Each kernel's time is the median over
+`repeats` runs after one warm-up run. Bytes and flops per dispatch are counted from the
+graph (see dispatch_bytes and dispatch_flops) to give GB/s and GFLOP/s.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import wgpu
+
+from backend_wgpu.device import DeviceBuffer
+from ir.graph import Graph
+from ir.ops import ELEMENTWISE, NORM, REDUCE, ROW, Op
+
+if TYPE_CHECKING:
+    from backend_wgpu.program import Program
+
+QUERIES_PER_SET = 4096  # WebGPU's limit on one query set
+# flops per element of a row op (max, subtract, exp, sum, divide): an estimate, said so in the docs
+ROW_FLOPS_PER_ELEMENT = 5
+MOVE_ONLY = frozenset({Op.COPY, Op.CAST, Op.CONCAT, Op.ARANGE, Op.GATHER, Op.INDEX_WRITE})
+# flops per element of a norm (mean, centre, square, sum, scale, affine): an estimate, like ROW's
+NORM_FLOPS_PER_ELEMENT = 8
+
+
+def dispatch_bytes(graph: Graph, node_id: int) -> int:
+    """Bytes a dispatch moves: each operand's distinct elements read once, plus its output written.
+
+    A broadcast operand (stride 0) counts only the buffer it reads, not the elements it
+    covers; an in-place operand is read and then written over.
+    """
+    node = graph[node_id]
+    read = 0
+    for s in node.srcs:
+        src = graph[s]
+        base = graph[src.srcs[0]] if src.op is Op.VIEW else src
+        read += min(src.size, base.size) * src.dtype.itemsize
+    return read + node.nbytes
+
+
+def dispatch_flops(graph: Graph, node_id: int) -> int:
+    """Arithmetic a dispatch does: 2*M*N*K per matmul, one per element for elementwise ops and
+    reductions (per input element), ROW_FLOPS_PER_ELEMENT for softmax rows, none for copies."""
+    node = graph[node_id]
+    if node.op is Op.MATMUL:
+        k = graph[node.srcs[0]].shape[-1]
+        return 2 * node.size * k
+    if node.op in MOVE_ONLY:
+        return 0
+    if node.op in ELEMENTWISE:
+        return node.size
+    if node.op in REDUCE:
+        return graph[node.srcs[0]].size
+    if node.op in ROW:
+        return ROW_FLOPS_PER_ELEMENT * node.size
+    if node.op in NORM:
+        return NORM_FLOPS_PER_ELEMENT * node.size
+    if node.op is Op.CONV1D:
+        cin_g, taps = graph[node.srcs[1]].shape[1:]
+        return 2 * node.size * cin_g * taps
+    return 0
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One dispatch's measured time and the work it did."""
+
+    node: int
+    op: str
+    kernel: str
+    variant: str
+    key: str
+    seconds: float
+    bytes: int
+    flops: int
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Profile:
+    """Where a program's GPU time goes, kernel by kernel."""
+
+    kernels: list[KernelTime]
+    clock: str  # "gpu-timestamps" or "wall-clock"
+    device: str
+    repeats: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(k.seconds for k in self.kernels)
+
+    def by_op(self) -> list[tuple[str, float, float]]:
+        """(op, seconds, share of the total) per op type, the largest first."""
+        totals: dict[str, float] = {}
+        for k in self.kernels:
+            totals[k.op] = totals.get(k.op, 0.0) + k.seconds
+        whole = self.total_seconds or 1.0
+        return sorted(((op, s, s / whole) for op, s in totals.items()), key=lambda t: -t[1])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clock": self.clock,
+            "device": self.device,
+            "repeats": self.repeats,
+            "total_seconds": self.total_seconds,
+            "notes": list(self.notes),
+            "kernels": [asdict(k) | {"gbps": k.gbps, "gflops": k.gflops} for k in self.kernels],
+            "by_op": [{"op": op, "seconds": s, "share": share} for op, s, share in self.by_op()],
+        }
+
+    def summary(self) -> str:
+        lines = [
+            f"Profile on {self.device} ({self.clock}, median of {self.repeats}): total {self.total_seconds * 1e6:.1f} us"
+        ]
+        width = max((len(f"{k.kernel}[{k.variant}]") for k in self.kernels), default=0)
+        for k in self.kernels:
+            label = f"{k.kernel}[{k.variant}]".ljust(width)
+            lines.append(
+                f"  %{k.node:<4} {k.op:<12} {label} {k.seconds * 1e6:10.1f} us {k.gbps:8.2f} GB/s {k.gflops:8.2f} GFLOP/s"
+            )
+        for op, s, share in self.by_op():
+            lines.append(f"  {op:<12} {s * 1e6:10.1f} us {share * 100:5.1f}%")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _buffers(program: Program, inputs: list[DeviceBuffer] | None) -> dict[int, DeviceBuffer]:
+    dev = program.device
+    buffers: dict[int, DeviceBuffer] = dict(program._temps)
+    for i, s in enumerate(program.slots):
+        if s.kind == "input":
+            # fresh buffers read as zeros (WebGPU zero-initializes), enough to time the kernels
+            buffers[i] = inputs[s.index] if inputs is not None else dev.alloc(s.nbytes)
+        elif s.kind == "output":
+            buffers[i] = dev.alloc(s.nbytes)
+    return buffers
+
+
+def _time_with_timestamps(program: Program, groups: list[Any], repeats: int) -> list[float]:
+    dev = program.device
+    launches = program._launches
+    per_set = QUERIES_PER_SET // 2
+    samples: list[list[float]] = [[] for _ in launches]
+    for rep in range(repeats + 1):  # the first run warms caches up and is not counted
+        for start in range(0, len(launches), per_set):
+            chunk = launches[start : start + per_set]
+            count = 2 * len(chunk)
+            qset = dev.device.create_query_set(type=wgpu.QueryType.timestamp, count=count)
+            resolve = dev.device.create_buffer(
+                size=8 * count, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+            )
+            encoder = dev.device.create_command_encoder()
+            for i, launch in enumerate(chunk):
+                writes = {
+                    "query_set": qset,
+                    "beginning_of_pass_write_index": 2 * i,
+                    "end_of_pass_write_index": 2 * i + 1,
+                }
+                cpass = encoder.begin_compute_pass(timestamp_writes=writes)
+                cpass.set_pipeline(launch.pipeline)
+                cpass.set_bind_group(0, groups[start + i])
+                cpass.dispatch_workgroups(*launch.count)
+                cpass.end()
+            encoder.resolve_query_set(qset, 0, count, resolve, 0)
+            dev.queue.submit([encoder.finish()])
+            stamps = np.frombuffer(dev.queue.read_buffer(resolve), dtype=np.uint64).astype(np.int64)
+            if rep > 0:
+                for i in range(len(chunk)):
+                    samples[start + i].append(max(0, int(stamps[2 * i + 1] - stamps[2 * i])) * 1e-9)
+            resolve.destroy()
+    return [statistics.median(s) for s in samples]
+
+
+def _time_with_wall_clock(program: Program, groups: list[Any], repeats: int, probe: DeviceBuffer) -> list[float]:
+    dev = program.device
+    samples: list[list[float]] = [[] for _ in program._launches]
+    for rep in range(repeats + 1):
+        for i, launch in enumerate(program._launches):
+            t0 = time.perf_counter()
+            encoder = dev.device.create_command_encoder()
+            cpass = encoder.begin_compute_pass()
+            cpass.set_pipeline(launch.pipeline)
+            cpass.set_bind_group(0, groups[i])
+            cpass.dispatch_workgroups(*launch.count)
+            cpass.end()
+            dev.queue.submit([encoder.finish()])
+            dev.queue.read_buffer(probe.buffer, 0, 4)  # waits for the submitted work
+            if rep > 0:
+                samples[i].append(time.perf_counter() - t0)
+    return [statistics.median(s) for s in samples]
+
+
+def profile_program(program: Program, inputs: list[DeviceBuffer] | None = None, repeats: int = 3) -> Profile:
+    """Time every dispatch of a program; inputs default to zero-filled buffers of the right sizes."""
+    if repeats < 1:
+        raise ValueError(f"profile: repeats must be at least 1, got {repeats}")
+    dev = program.device
+    dev.check_alive()
+    if inputs is not None and len(inputs) != program.input_count:
+        raise ValueError(f"profile: the program takes {program.input_count} inputs, got {len(inputs)}")
+    buffers = _buffers(program, inputs)
+    groups = [launch.static_group or program._bind_group(launch, buffers) for launch in program._launches]
+    notes: list[str] = []
+    if not program._launches:
+        seconds: list[float] = []
+        clock = "none"
+    elif dev.caps.timestamps:
+        seconds = _time_with_timestamps(program, groups, repeats)
+        clock = "gpu-timestamps"
+    else:
+        probe = dev.alloc(4)
+        seconds = _time_with_wall_clock(program, groups, repeats, probe)
+        clock = "wall-clock"
+        notes.append("this adapter has no timestamp queries: times are wall clock per submit, launch overhead included")
+    if inputs is None and program.input_count:
+        notes.append("inputs were zero-filled buffers of the program's input sizes")
+    kernels = [
+        KernelTime(
+            node=d.node,
+            op=d.op,
+            kernel=d.kernel,
+            variant=d.variant,
+            key=d.key,
+            seconds=s,
+            bytes=dispatch_bytes(program.graph, d.node),
+            flops=dispatch_flops(program.graph, d.node),
+        )
+        for d, s in zip(program.dispatches, seconds, strict=True)
+    ]
+    return Profile(kernels, clock, dev.caps.name, repeats, notes)

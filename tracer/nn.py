@@ -1,0 +1,470 @@
+"""Neural-network ops for transformer inference, exposed as `tr.nn` (and a few as `tr.*`).
+
+Which ops have their own kernel and which are composed from other ops (lossless: the
+same arithmetic the kernel would do, in the same precision):
+
+  kernel    layer_norm, rms_norm (kernels/norm.py), gather/index_select/embedding
+            (kernels/gather.py), conv1d (kernels/conv1d.py), index_write
+            (kernels/index_write.py), erf (an elementwise op)
+  composed  group_norm = layer_norm over (N, groups, -1) + elementwise affine;
+            rope = slices + elementwise + concat; scaled_dot_product_attention =
+            matmul + scale + mask + softmax + matmul (grouped-query attention reshapes q
+            so the fewer kv heads broadcast as zero-copy views); clamp = maximum +
+            minimum; masked_fill = where; linear = matmul + add.
+
+Ids (index_select, embedding, gather) are int32 (uint32 is accepted). Valid ids are
+0 <= id < dim. When the ids are host data known at trace time (a list, a numpy array,
+or a tensor made from one and not yet uploaded), an id outside that range raises
+IndexOutOfRangeError at the call; ids computed on the GPU cannot be checked without a
+read-back, so there an id outside the range is clamped to [0, dim - 1] (never an
+out-of-bounds read, never an error).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ir import shapes
+from ir.dtypes import DType, promote
+from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
+from ir.ops import Conv1dArg, NormArg, Op
+from tracer.tensor import Tensor, binary, make, maximum, minimum, where
+
+__all__ = [
+    "clamp", "conv1d", "embedding", "gather", "group_norm", "index_select", "index_write", "layer_norm",
+    "linear", "masked_fill", "pow", "rms_norm", "rope", "scaled_dot_product_attention",
+]  # fmt: skip
+
+
+def _tensor(x: Any, op: str, what: str = "x") -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, np.ndarray | list | tuple | int | float | bool | np.generic):
+        from tracer.factories import tensor
+
+        return tensor(x)
+    raise DTypeError(f"{op}: {what} must be a Tensor or array-like, got {type(x).__name__}")
+
+
+def _float(x: Tensor) -> Tensor:
+    """Norms and convolutions compute on floats: ints become float32, as numpy's mean does."""
+    return x if x.dtype.is_float else x.astype(DType.float32)
+
+
+# --- norms ---------------------------------------------------------------------------
+
+
+def _affine(op: str, t: Any, x: Tensor, what: str) -> Tensor:
+    t = _float(_tensor(t, op, what))
+    n = x.shape[-1]
+    if t.shape != (n,):
+        raise ShapeError(f"{op}: {what} has shape {t.shape}, expected ({n},) for x of shape {x.shape}")
+    return t
+
+
+def _norm(op: Op, x: Any, weight: Any, bias: Any, eps: float) -> Tensor:
+    name = op.value
+    x = _float(_tensor(x, name))
+    if x.ndim == 0:
+        raise ShapeError(f"{name}: x must have at least one dimension, got shape {x.shape}")
+    if not eps >= 0:
+        raise ValueError(f"{name}: eps must be >= 0, got {eps}")
+    srcs = [x]
+    if weight is not None:
+        srcs.append(_affine(name, weight, x, "weight"))
+    if bias is not None:
+        srcs.append(_affine(name, bias, x, "bias"))
+    return make(op, tuple(srcs), x.shape, x.dtype, NormArg(float(eps), weight is not None, bias is not None))
+
+
+def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis (statistics in f32).
+
+    weight and bias are optional vectors of the last axis' length; the result has x's dtype.
+    """
+    return _norm(Op.LAYER_NORM, x, weight, bias, eps)
+
+
+def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6) -> Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight over the last axis (statistics in f32)."""
+    return _norm(Op.RMS_NORM, x, weight, None, eps)
+
+
+def group_norm(x: Any, groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Tensor:
+    """Group norm of x (N, C, *spatial): statistics per (sample, group of C/groups channels).
+
+    Composed: layer_norm over the (N, groups, -1) reshape, then the per-channel affine.
+    """
+    x = _float(_tensor(x, "group_norm"))
+    if x.ndim < 2:
+        raise ShapeError(f"group_norm: x must be (N, C, ...), got shape {x.shape}")
+    c = x.shape[1]
+    if not isinstance(groups, int) or groups <= 0 or c % groups:
+        raise ShapeError(f"group_norm: {c} channels of x shape {x.shape} do not split into {groups} groups")
+    y = layer_norm(x.reshape(x.shape[0], groups, -1), eps=eps).reshape(x.shape)
+    per_channel = (c,) + (1,) * (x.ndim - 2)
+    for t, what, combine in ((weight, "weight", Tensor.__mul__), (bias, "bias", Tensor.__add__)):
+        if t is None:
+            continue
+        t = _float(_tensor(t, "group_norm", what))
+        if t.shape != (c,):
+            raise ShapeError(f"group_norm: {what} has shape {t.shape}, expected ({c},) for x of shape {x.shape}")
+        y = combine(y, t.reshape(per_channel)).astype(x.dtype)
+    return y
+
+
+# --- gathers ------------------------------------------------------------------------
+
+
+def _ids(op: str, ids: Any, axis: int, x: Tensor) -> Tensor:
+    """ids as an int tensor, checked against [0, dim) when their values are known on the host."""
+    from tracer.factories import tensor
+
+    dim = x.shape[axis]
+    if isinstance(ids, Tensor):
+        host = ids._lazy.host  # host data not uploaded yet: its values are known now
+        t = ids
+    else:
+        host = np.asarray(ids)
+        if host.size == 0:
+            host = host.astype(np.int32)
+        if host.dtype.kind not in "iu":
+            raise DTypeError(f"{op}: ids must be integers, got {host.dtype} for x of shape {x.shape}")
+        t = None
+    if t is not None and t.dtype not in (DType.int32, DType.uint32):
+        raise DTypeError(f"{op}: ids must be int32, got {t.dtype.value} (shape {t.shape}) for x of shape {x.shape}")
+    if host is not None and host.size:
+        lo, hi = int(host.min()), int(host.max())
+        if lo < 0 or hi >= dim:
+            bad = lo if lo < 0 else hi
+            raise IndexOutOfRangeError(
+                f"{op}: id {bad} is out of range for axis {axis} with size {dim} (x shape {x.shape}); valid ids are 0..{dim - 1}"
+            )
+    if dim == 0 and (t.size if t is not None else host.size):
+        raise IndexOutOfRangeError(f"{op}: cannot take ids from axis {axis} of size 0 (x shape {x.shape})")
+    return t if t is not None else tensor(host.astype(np.int32))
+
+
+def index_select(x: Any, ids: Any, axis: int = 0) -> Tensor:
+    """x's entries at `ids` along `axis` (np.take): shape x.shape[:axis] + ids.shape + x.shape[axis+1:]."""
+    return _select("index_select", x, ids, axis)
+
+
+def _select(op: str, x: Any, ids: Any, axis: int) -> Tensor:
+    x = _tensor(x, op)
+    if x.ndim == 0:
+        raise ShapeError(f"{op}: x must have at least one dimension, got shape {x.shape}")
+    a = shapes.normalize_axis(op, axis, x.ndim, x.shape)
+    ids = _ids(op, ids, a, x)
+    flat = ids.reshape(-1)
+    k = flat.shape[0]
+    out_shape = x.shape[:a] + (k,) + x.shape[a + 1 :]
+    # the 1-D ids broadcast over the other axes: a zero-copy view, not a copy per row
+    spread = flat.reshape((1,) * a + (k,) + (1,) * (x.ndim - a - 1)).expand(out_shape)
+    out = make(Op.GATHER, (x, spread), out_shape, x.dtype, a)
+    return out.reshape(x.shape[:a] + ids.shape + x.shape[a + 1 :])
+
+
+def embedding(ids: Any, table: Any) -> Tensor:
+    """Rows of `table` (vocab, dim) at `ids` (any shape): shape ids.shape + (dim,)."""
+    table = _tensor(table, "embedding", "table")
+    if table.ndim != 2:
+        raise ShapeError(f"embedding: table must be (vocab, dim), got shape {table.shape}")
+    return _select("embedding", table, ids, 0)
+
+
+def gather(x: Any, ids: Any, axis: int) -> Tensor:
+    """np.take_along_axis: out[c] = x[c with c[axis] = ids[c]]; x and ids broadcast on the other axes."""
+    x = _tensor(x, "gather")
+    a = shapes.normalize_axis("gather", axis, x.ndim, x.shape)
+    ids = _ids("gather", ids, a, x)
+    if ids.ndim != x.ndim:
+        raise ShapeError(f"gather: ids shape {ids.shape} must have as many dims as x shape {x.shape}")
+    out_shape = []
+    for d, (n, m) in enumerate(zip(x.shape, ids.shape)):
+        if d == a:
+            out_shape.append(m)
+        elif n == m or 1 in (n, m):
+            out_shape.append(max(n, m) if 0 not in (n, m) else 0)
+        else:
+            raise ShapeError(f"gather: x shape {x.shape} and ids shape {ids.shape} do not broadcast on axis {d}")
+    out = tuple(out_shape)
+    x_shape = out[:a] + (x.shape[a],) + out[a + 1 :]
+    return make(Op.GATHER, (x.expand(x_shape), ids.expand(out)), out, x.dtype, a)
+
+
+# --- elementwise compositions --------------------------------------------------------
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """numpy's broadcast_to rule: `shape` stretches to `target` without changing it."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
+def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+    """Elementwise min(max(x, min), max), as np.clip (NaN stays NaN); bounds may be tensors."""
+    x = _tensor(x, "clamp")
+    if min is None and max is None:
+        raise ValueError("clamp: give min, max or both")
+    y = x if min is None else maximum(x, min)
+    return y if max is None else minimum(y, max)
+
+
+def masked_fill(x: Any, mask: Any, value: Any) -> Tensor:
+    """x with `value` where `mask` (bool, broadcast to x's shape) is true; keeps x's dtype."""
+    from tracer.factories import constant
+
+    x = _tensor(x, "masked_fill")
+    mask = _tensor(mask, "masked_fill", "mask")
+    if mask.dtype is not DType.bool:
+        raise DTypeError(f"masked_fill: mask must be bool, got {mask.dtype.value}")
+    if not _broadcasts_to(mask.shape, x.shape):
+        raise ShapeError(f"masked_fill: mask shape {mask.shape} does not broadcast to x shape {x.shape}")
+    if isinstance(value, Tensor):
+        if value.size != 1:
+            raise ShapeError(f"masked_fill: value must be a scalar, got shape {value.shape}")
+        fill = value.reshape(()).astype(x.dtype)
+    elif isinstance(value, bool | int | float):
+        fill = constant(value, x.dtype)
+    else:
+        raise DTypeError(f"masked_fill: value must be a python scalar or a 0-d tensor, got {type(value).__name__}")
+    return where(mask, fill, x)
+
+
+def pow(x: Any, y: Any) -> Tensor:  # noqa: A001
+    """x ** y elementwise, either side a tensor or a scalar (the same as the ** operator)."""
+    return binary(Op.POW, x, y)
+
+
+def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
+    """x @ weight.T + bias, weight (out, in) as torch stores it; leading dims of x are batch."""
+    x = _tensor(x, "linear")
+    weight = _tensor(weight, "linear", "weight")
+    if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"linear: x shape {x.shape} does not fit weight shape {weight.shape} (out, in)")
+    lead = x.shape[:-1]
+    y = x.reshape(-1, x.shape[-1]) @ weight.T  # one GEMM over every row, not a batch of small ones
+    if bias is not None:
+        bias = _tensor(bias, "linear", "bias")
+        if bias.shape != (weight.shape[0],):
+            raise ShapeError(f"linear: bias shape {bias.shape} does not match {weight.shape[0]} outputs")
+        y = y + bias
+    return y.reshape(lead + (weight.shape[0],))
+
+
+# --- rotary embeddings and attention -------------------------------------------------
+
+
+def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
+    """Rotary position embedding of x (..., d) with angles given as cos and sin.
+
+    cos/sin broadcast to x.shape[:-1] + (d/2,), one angle per rotated pair; a last axis of
+    d (the duplicated table Hugging Face models build) is accepted too. Half form
+    (interleaved=False, GPT-NeoX/Llama): pairs are (x[i], x[i + d/2]). Interleaved
+    (GPT-J): pairs are (x[2i], x[2i+1]). Each pair (a, b) becomes
+    (a cos - b sin, b cos + a sin).
+    """
+    x = _tensor(x, "rope")
+    cos, sin = _tensor(cos, "rope", "cos"), _tensor(sin, "rope", "sin")
+    if x.ndim == 0 or x.shape[-1] % 2:
+        raise ShapeError(f"rope: the last axis of x must have an even size, got shape {x.shape}")
+    d = x.shape[-1]
+    half = d // 2
+    pairs: list[Tensor] = []
+    for t, what in ((cos, "cos"), (sin, "sin")):
+        if t.ndim == 0 or t.shape[-1] not in (half, d):
+            raise ShapeError(f"rope: {what} shape {t.shape} must end in {half} (or {d}) for x shape {x.shape}")
+        if t.shape[-1] == d:  # the duplicated table: keep one angle per pair
+            t = t[..., :half] if not interleaved else t[..., ::2]
+        shapes.broadcast_shapes("rope", x.shape[:-1] + (half,), t.shape)
+        pairs.append(t)
+    cos, sin = pairs
+    if interleaved:
+        xr = x.reshape(x.shape[:-1] + (half, 2))
+        a, b = xr[..., 0], xr[..., 1]
+    else:
+        a, b = x[..., :half], x[..., half:]
+    first, second = a * cos - b * sin, b * cos + a * sin
+    if interleaved:
+        from tracer.tensor import stack
+
+        out = stack([first, second], axis=-1).reshape(x.shape)
+    else:
+        from tracer.tensor import concat
+
+        out = concat([first, second], axis=-1)
+    return out.astype(x.dtype)
+
+
+def _causal_mask(q_len: int, kv_len: int) -> Tensor:
+    """True where key j may be seen by query i, aligned bottom-right: j <= i + (kv_len - q_len)."""
+    from tracer.factories import arange
+
+    i = arange(q_len).reshape(q_len, 1)
+    j = arange(kv_len).reshape(1, kv_len)
+    return j <= i + (kv_len - q_len)
+
+
+def scaled_dot_product_attention(
+    q: Any, k: Any, v: Any, mask: Any = None, is_causal: bool = False, scale: float | None = None
+) -> Tensor:
+    """softmax(q k^T * scale + mask) v over (..., L, E) queries and (..., S, E) keys.
+
+    mask: bool (True = attend) or float (added to the scores), broadcast to (..., H, L, S).
+    is_causal: query i sees keys j <= i + S - L (bottom-right aligned, so a single decode
+    query sees the whole cache; the same as top-left when L == S). A row that sees no key
+    is NaN, as in torch. Grouped-query attention: q (..., H, L, E) with k and v
+    (..., Hkv, S, E) where Hkv divides H; query head h uses kv head h // (H / Hkv).
+    Composed from matmul, elementwise, where and softmax (softmax statistics in f32).
+    """
+    q, k, v = _tensor(q, "sdpa", "q"), _tensor(k, "sdpa", "k"), _tensor(v, "sdpa", "v")
+    if min(q.ndim, k.ndim, v.ndim) < 2:
+        raise ShapeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} must be at least 2-D")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ShapeError(
+            f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape}: need q and k to share the last "
+            "axis and k and v the second-to-last"
+        )
+    for t, what in ((q, "q"), (k, "k"), (v, "v")):
+        if not t.dtype.is_float:
+            raise DTypeError(f"scaled_dot_product_attention: {what} must be float, got {t.dtype.value}")
+    q_len, e = q.shape[-2], q.shape[-1]
+    kv_len = k.shape[-2]
+    scale = 1.0 / math.sqrt(e) if scale is None else float(scale)
+    heads = q.shape[-3] if q.ndim >= 3 else 1
+    grouped = q.ndim >= 3 and k.ndim >= 3 and k.shape[-3] != heads
+    if grouped:
+        kv_heads = k.shape[-3]
+        if v.ndim < 3 or v.shape[-3] != kv_heads or heads % kv_heads:
+            raise ShapeError(
+                f"scaled_dot_product_attention: {heads} query heads (q {q.shape}) cannot share {kv_heads} kv heads "
+                f"(k {k.shape}, v {v.shape})"
+            )
+        # q (..., H, L, E) -> (..., Hkv, H/Hkv, L, E); k, v (..., Hkv, 1, S, E) broadcast in the matmul
+        q = q.reshape(q.shape[:-3] + (kv_heads, heads // kv_heads, q_len, e))
+        k, v = k.unsqueeze(-3), v.unsqueeze(-3)
+    scores = (q * scale) @ k.transpose(-2, -1)
+    masks = []
+    if is_causal:
+        masks.append(_causal_mask(q_len, kv_len))
+    if mask is not None:
+        masks.append(_tensor(mask, "sdpa", "mask"))
+    # the mask is written against (..., H, L, S); grouped scores split H as q did
+    target = scores.shape[:-4] + (heads, q_len, kv_len) if grouped else scores.shape
+    for m in masks:
+        if not _broadcasts_to(m.shape, target):
+            raise ShapeError(
+                f"scaled_dot_product_attention: mask shape {m.shape} does not broadcast to the scores' shape {target}"
+            )
+        if grouped:
+            m = m.broadcast_to(target).reshape(scores.shape)
+        scores = where(m, scores, float("-inf")) if m.dtype is DType.bool else scores + m.astype(scores.dtype)
+    out = scores.softmax(-1) @ v
+    if grouped:
+        out = out.reshape(out.shape[:-4] + (heads, q_len, v.shape[-1]))
+    return out
+
+
+# --- convolution ----------------------------------------------------------------------
+
+
+def conv1d(
+    x: Any, weight: Any, bias: Any = None, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1
+) -> Tensor:
+    """1-D cross-correlation as torch.nn.functional.conv1d: x (N, Cin, L) or (Cin, L), weight (Cout, Cin/groups, K)."""
+    x = _float(_tensor(x, "conv1d"))
+    weight = _float(_tensor(weight, "conv1d", "weight"))
+    for name, value, low in (
+        ("stride", stride, 1),
+        ("padding", padding, 0),
+        ("dilation", dilation, 1),
+        ("groups", groups, 1),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"conv1d: {name} must be an int >= {low}, got {value!r}")
+    unbatched = x.ndim == 2
+    if unbatched:
+        x = x.unsqueeze(0)
+    if x.ndim != 3 or weight.ndim != 3:
+        raise ShapeError(
+            f"conv1d: x must be (N, Cin, L) and weight (Cout, Cin/groups, K), got {x.shape} and {weight.shape}"
+        )
+    n, cin, length = x.shape
+    cout, cin_g, taps = weight.shape
+    if cin % groups or cout % groups or cin // groups != cin_g:
+        raise ShapeError(
+            f"conv1d: x shape {x.shape} and weight shape {weight.shape} do not fit {groups} groups "
+            f"(need Cin/groups == weight.shape[1] and Cout divisible by groups)"
+        )
+    lout = (length + 2 * padding - dilation * (taps - 1) - 1) // stride + 1
+    if lout <= 0:
+        raise ShapeError(
+            f"conv1d: input length {length} with padding {padding} is shorter than the kernel's reach "
+            f"{dilation * (taps - 1) + 1} (x {x.shape}, weight {weight.shape})"
+        )
+    dt = promote(x.dtype, weight.dtype, "conv1d")
+    out = make(
+        Op.CONV1D, (x.astype(dt), weight.astype(dt)), (n, cout, lout), dt, Conv1dArg(stride, padding, dilation, groups)
+    )
+    if bias is not None:
+        bias = _float(_tensor(bias, "conv1d", "bias"))
+        if bias.shape != (cout,):
+            raise ShapeError(f"conv1d: bias shape {bias.shape} does not match {cout} output channels")
+        out = (out + bias.reshape(cout, 1)).astype(dt)
+    return out.reshape(cout, lout) if unbatched else out
+
+
+# --- persistent buffers ----------------------------------------------------------------
+
+
+def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
+    """Write `src` into x at per-axis `offsets` (x[o0:o0+s0, o1:o1+s1, ...] = src); returns x.
+
+    The KV-cache append. The rule that keeps it sound with lazy evaluation: the write is a
+    node INDEX_WRITE(old x, src) that produces the new value, and the Tensor `x` is
+    rebound to it (no other Tensor changes: anything computed from the old x, pending or
+    not, keeps seeing the old values). When the new value is realized, passes.inplace lets
+    the kernel write straight into the old buffer, touching only |src| elements, exactly
+    when nothing else can still see the old value: no other Tensor shows it and no
+    pending computation (a lazy view included) reads it; otherwise the kernel copies x
+    and writes src into the copy. Reads of the old value are never reordered after the
+    write, because a pending read makes the old buffer non-donatable.
+    """
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"index_write: x must be a Tensor, got {type(x).__name__}")
+    src = _tensor(src, "index_write", "src")
+    offsets = tuple(offsets)
+    if src.ndim != x.ndim or len(offsets) != x.ndim:
+        raise ShapeError(
+            f"index_write: x shape {x.shape}, src shape {src.shape} and offsets {offsets} must have one entry per axis"
+        )
+    for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
+        if not isinstance(o, int | np.integer) or isinstance(o, bool):
+            raise ShapeError(f"index_write: offsets must be ints, got {offsets}")
+        if o < 0 or o + n > m:
+            raise IndexOutOfRangeError(
+                f"index_write: src shape {src.shape} at offsets {offsets} reaches outside x shape {x.shape} (axis {d})"
+            )
+    if x.dtype is not src.dtype:
+        lossy = (src.dtype.is_float and not x.dtype.is_float) or (x.dtype is DType.bool)
+        if lossy:
+            raise DTypeError(
+                f"index_write: cannot write {src.dtype.value} into {x.dtype.value} without a cast; use astype()"
+            )
+        src = src.astype(x.dtype)
+    if src.size == 0:
+        return x
+    new = make(Op.INDEX_WRITE, (x, src), x.shape, x.dtype, tuple(int(o) for o in offsets))
+    old = x._lazy
+    # rebuilt rather than discard(): WeakSet.discard compares by ==, which Tensor overloads
+    old.handles = weakref.WeakSet([t for t in old.handles if t is not x])
+    x._lazy = new._lazy
+    new._lazy.handles.add(x)
+    return x
