@@ -194,7 +194,8 @@ def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | N
     for config in ("b128k16", "b128", "b64"):
         tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
         tiles = batch * -(-m // tm) * -(-n // tn)
-        useful = batch * m * n / (tiles * tm * tn)  # the share of the tiles' outputs that exist
+        # the share of the tiles' outputs that exist (an empty output has no tiles: it never runs)
+        useful = batch * m * n / (tiles * tm * tn) if tiles else 1.0
         if tm == 128 and (tiles < BIG_GEMM_TILES or useful < 0.85 or k < BIG_GEMM_MIN_K):
             continue
         smem = 2 * 4 * tk * (tm + tn)  # two stages of f32 A and B tiles
