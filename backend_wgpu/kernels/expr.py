@@ -48,6 +48,12 @@ def isinf(x: str, t: str) -> str:
     return f"(({bits} & {u}(0x7fffffffu)) == {u}(0x7f800000u))"
 
 
+def _negative(x: str, t: str) -> str:
+    """WGSL: true where the sign bit of float x is set (-0.0 included)."""
+    bits, u = _float_bits(x, t)
+    return f"(({bits} & {u}(0x80000000u)) != {u}(0u))"
+
+
 def _suffix(t: str) -> str:
     return t.replace("<", "_").replace(">", "")
 
@@ -65,7 +71,9 @@ FLOAT_EXPR: dict[Op, Expr] = {
     Op.COS: lambda a, t: f"cos({a[0]})",
     Op.TANH: lambda a, t: f"wg_tanh_{_suffix(t)}({a[0]})",
     Op.SIGMOID: lambda a, t: f"({t}(1.0) / ({t}(1.0) + exp(-{a[0]})))",
-    Op.RELU: lambda a, t: f"select({a[0]}, {t}(0.0), {a[0]} < {t}(0.0))",
+    # relu tests the sign bit, not `x < 0`: lavapipe's range analysis decides rsqrt(x) >= 0 and
+    # drops the compare, so relu(rsqrt(-0.0)) gave -inf; NaN (any sign) passes through as numpy's
+    Op.RELU: lambda a, t: f"select({a[0]}, {t}(0.0), {_negative(a[0], t)} & !{isnan(a[0], t)})",
     Op.GELU: lambda a, t: f"({t}(0.5) * {a[0]} * ({t}(1.0) + wg_erf_{_suffix(t)}({a[0]} * {t}(0.7071067811865476))))",
     Op.GELU_TANH: lambda a, t: (
         f"({t}(0.5) * {a[0]} * ({t}(1.0) + wg_tanh_{_suffix(t)}({t}(0.7978845608028654) * ({a[0]} + {t}(0.044715) * {a[0]} * {a[0]} * {a[0]}))))"
@@ -74,8 +82,8 @@ FLOAT_EXPR: dict[Op, Expr] = {
     Op.ERF: lambda a, t: f"wg_erf_{_suffix(t)}({a[0]})",
     Op.FLOOR: lambda a, t: f"floor({a[0]})",
     Op.CEIL: lambda a, t: f"ceil({a[0]})",
-    Op.ADD: lambda a, t: f"({a[0]} + {a[1]})",
-    Op.SUB: lambda a, t: f"({a[0]} - {a[1]})",
+    Op.ADD: lambda a, t: f"wg_add_{_suffix(t)}({a[0]}, {a[1]})",
+    Op.SUB: lambda a, t: f"wg_sub_{_suffix(t)}({a[0]}, {a[1]})",
     Op.MUL: lambda a, t: f"({a[0]} * {a[1]})",
     Op.DIV: lambda a, t: f"({a[0]} / {a[1]})",
     Op.FLOORDIV: lambda a, t: f"wg_ffloordiv_{_suffix(t)}({a[0]}, {a[1]})",
@@ -206,6 +214,17 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let x = {f}(x_in);\n  let a = abs(x);\n  let k = {f}(1.0) / ({f}(1.0) + {f}(0.3275911) * a);\n"
             f"  let p = k * ({f}(0.254829592) + k * ({f}(-0.284496736) + k * ({f}(1.421413741) + k * ({f}(-1.453152027) + k * {f}(1.061405429)))));\n"
             f"  return {t}(sign(x) * ({f}(1.0) - p * exp(-a * a)));\n}}"
+        )
+    if op in (Op.ADD, Op.SUB):
+        # lavapipe folds x - x and x + (-x) to 0, also when x - y became x - x by merging equal
+        # subexpressions (exp(a) - exp(a)); IEEE and numpy say NaN for infinite and NaN operands
+        name, sym, inf_signs = ("add", "+", "!=") if op is Op.ADD else ("sub", "-", "==")
+        out[f"wg_{name}_{s}"] = (
+            f"fn wg_{name}_{s}(x: {t}, y: {t}) -> {t} {{\n"
+            f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
+            f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));\n"
+            f"  let inf_nan = {isinf('x', t)} & {isinf('y', t)} & ({_negative('x', t)} {inf_signs} {_negative('y', t)});\n"
+            f"  return select(x {sym} y, nan, {isnan('x', t)} | {isnan('y', t)} | inf_nan);\n}}"
         )
     if op is Op.FLOORDIV:
         # numpy's algorithm (npy_divmod), not floor(x / y): the quotient comes from the
