@@ -23,6 +23,7 @@ def device():  # noqa: ANN201
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--skip-model", action="store_true", help="skip the tests marked `model` (they load a real model)")
     parser.addoption(
         "--fuzz-long",
         action="store_true",
@@ -34,9 +35,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--fuzz-long", default=False):
         os.environ.setdefault("WGJIT_FUZZ_EXAMPLES", "10000")
-
-
-    parser.addoption("--skip-model", action="store_true", help="skip the tests marked `model` (they load a real model)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
