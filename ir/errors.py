@@ -26,5 +26,9 @@ class KernelCompileError(WgjitError, RuntimeError):
         self.wgsl = wgsl
 
 
+class JitError(WgjitError, RuntimeError):
+    """A jitted function's result depends on python state that changed after it was traced."""
+
+
 class IndexOutOfRangeError(ShapeError, IndexError):
     """An index past the end of an axis (also an IndexError, as numpy raises)."""

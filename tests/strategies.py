@@ -673,10 +673,13 @@ def d_binary(
 def small_quotient(x: Any, y: Any) -> bool:
     """Documented limit of float // and %: numpy's answer needs the exact remainder, which the
     GPU gets (with a fused fma) while |x / y| < 2**24; lavapipe's fma is not fused, so stay below."""
-    if result_type(x, y).kind != "f":
+    try:
+        if result_type(x, y).kind != "f":
+            return True
+        with np.errstate(all="ignore"):
+            q = np.abs(np.asarray(x, F64) / np.asarray(y, F64))
+    except ValueError:  # shapes that do not broadcast: Builder.add refuses the step anyway
         return True
-    with np.errstate(all="ignore"):
-        q = np.abs(np.asarray(x, F64) / np.asarray(y, F64))
     return not np.any(np.isfinite(q) & (q >= 2.0**22))
 
 

@@ -7,7 +7,15 @@ y.numpy()                        # compile, run in one submission, read back
 """
 
 from ir.dtypes import DType, bool_, float16, float32, int32, uint32
-from ir.errors import DeviceError, DTypeError, IndexOutOfRangeError, KernelCompileError, ShapeError, WgjitError
+from ir.errors import (
+    DeviceError,
+    DTypeError,
+    IndexOutOfRangeError,
+    JitError,
+    KernelCompileError,
+    ShapeError,
+    WgjitError,
+)
 from tracer import nn
 from tracer.factories import (
     arange,
@@ -101,7 +109,7 @@ def record():  # noqa: ANN201
 
 
 __all__ = [
-    "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "KernelCompileError", "ShapeError",
+    "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "JitError", "KernelCompileError", "ShapeError",
     "Tensor", "WgjitError", "abs", "arange", "argmax", "argmin", "astype", "bool", "bool_",
     "broadcast_to", "ceil", "compile", "concat", "cos", "exp", "expand", "explain", "flatten", "float16",
     "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log", "log_softmax", "matmul", "max",

@@ -20,6 +20,13 @@ weights, tensors it creates, python scalars) is captured as a constant of that t
 side effects happen at trace time only. Pending tensors that do not depend on the
 arguments are computed once, before the trace, so replays do not recompute them.
 
+Because a replay reuses what the trace captured, the first replay of each signature runs
+the function once more and checks that it would build the same graph from the same
+captured values (python scalars by value, host data by content, other tensors by
+identity). A function whose result depends on python state that changed in between (a
+counter, a global rebound to a new tensor, unseeded random numbers) raises JitError at
+that call instead of silently replaying the stale value; pass such values as arguments.
+
 A replay binds the new arguments' buffers and runs the program: pipelines, bind groups
 (cached by buffer identity), temporaries and the metadata uniform are reused; only the
 input and output buffers change, and an output buffer is reused only once nothing holds
@@ -29,6 +36,7 @@ the tensor an earlier call returned in it.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import sys
 from collections import OrderedDict
@@ -41,7 +49,8 @@ import numpy as np
 from backend_wgpu import Program
 from backend_wgpu.device import DeviceBuffer
 from ir.ops import InputArg, Op
-from tracer.graph_builder import build_graph
+from ir.errors import JitError
+from tracer.graph_builder import _postorder, build_graph
 from tracer.lazy import Lazy
 from tracer.realize import _LOCK, _input_buffer, debug_level, note_run, program_for, realize
 from tracer.tensor import Tensor
@@ -112,6 +121,76 @@ def _describe(key: Hashable) -> str:
 # --- one trace --------------------------------------------------------------------------------
 
 
+def _fingerprint(out_leaves: list[tuple[str, Any]], out_structure: Hashable, arg_pos: dict[int, int]) -> tuple:
+    """What a trace computes and what it captured, comparable across two runs of the function.
+
+    Every pending node reachable from the result (op, arg, shape, dtype, operand positions)
+    and every leaf it reads: an argument by position, a python scalar constant by value,
+    host data by content, any other realized tensor by identity.
+    """
+    from tracer.factories import _CONSTANTS
+
+    const_of = {id(lz): key for key, lz in _CONSTANTS.items()}
+    order: list[Lazy] = []
+    seen: set[int] = set()
+    for _, v in out_leaves:
+        if isinstance(v, Tensor):
+            _postorder(v._lazy, order, seen)
+    pos: dict[int, int] = {}
+    parts: list[Hashable] = []
+    for lz in order:
+        pos[id(lz)] = len(parts)
+        if id(lz) in arg_pos:
+            parts.append(("arg", arg_pos[id(lz)]))
+        elif not lz.is_leaf:
+            parts.append((lz.op.value, repr(lz.arg), lz.shape, lz.dtype, tuple(pos[id(s)] for s in lz.srcs)))
+        elif id(lz) in const_of:
+            parts.append(("constant", *const_of[id(lz)]))
+        else:  # the same tensor, or one made again from the same host data (uploaded since: by identity)
+            digest = hashlib.sha1(lz.host.tobytes()).hexdigest() if lz.host is not None else None
+            parts.append(("tensor", lz.shape, lz.dtype, id(lz), digest))
+    result = tuple(("value", pos[id(v._lazy)]) if isinstance(v, Tensor) else ("python", repr(v)) for _, v in out_leaves)
+    return (out_structure, tuple(parts), result)
+
+
+def _same_part(a: Hashable, b: Hashable) -> bool:
+    if a == b:
+        return True
+    if a[0] == b[0] == "tensor" and a[1:3] == b[1:3]:
+        return a[3] == b[3] or (a[4] is not None and a[4] == b[4])
+    return False
+
+
+def _same_trace(old: tuple, new: tuple) -> bool:
+    return (
+        old[0] == new[0]
+        and old[2] == new[2]
+        and len(old[1]) == len(new[1])
+        and all(_same_part(a, b) for a, b in zip(old[1], new[1], strict=True))
+    )
+
+
+def _first_difference(old: tuple, new: tuple) -> str:
+    """A short account of how two fingerprints differ, for the JitError message."""
+    if old[0] != new[0] or len(old[2]) != len(new[2]):
+        return "it returns a different structure"
+    for a, b in zip(old[2], new[2], strict=True):
+        if a != b and a[0] == b[0] == "python":
+            return f"it returns the python value {b[1]} where the trace returned {a[1]}"
+    for a, b in zip(old[1], new[1]):
+        if _same_part(a, b):
+            continue
+        if a[0] == b[0] == "constant":
+            return f"a captured python scalar was {a[1]} when traced and is {b[1]} now"
+        if a[0] == b[0] == "tensor":
+            return (
+                f"it reads another tensor of shape {b[1]} than when traced (a rebound global, or new data "
+                "made inside the function)"
+            )
+        return f"its graph differs from the traced one ({a[0]} became {b[0]})"
+    return "its graph differs from the traced one"
+
+
 @dataclass
 class _Trace:
     program: Program
@@ -119,6 +198,8 @@ class _Trace:
     # per returned leaf: ("out", program output), ("arg", leaf position), ("const", Lazy) or ("py", value)
     outputs: list[tuple[str, Any]]
     out_structure: Hashable
+    fingerprint: tuple = ()  # _fingerprint at trace time; the first replay checks it still holds
+    verified: bool = False
 
     def replay(self, leaves: list[Any]) -> Any:
         buffers: list[DeviceBuffer] = []
@@ -231,6 +312,8 @@ def _trace(
     ]
     if captured:
         realize(*[Tensor(lz) for lz in captured])
+    # after the captured values became leaves (as they are when a replay is checked), before the run
+    fingerprint = _fingerprint(out_leaves, out_structure, arg_pos)
 
     with _LOCK:
         if targets:
@@ -268,9 +351,9 @@ def _trace(
             v._lazy.pinned = True
             outputs.append(("const", v._lazy))
     trace = (
-        _Trace(program, inputs, outputs, out_structure)
+        _Trace(program, inputs, outputs, out_structure, fingerprint)
         if program is not None
-        else _NoProgram(inputs, outputs, out_structure)
+        else _NoProgram(inputs, outputs, out_structure, fingerprint=fingerprint)
     )
     return trace, result
 
@@ -283,6 +366,8 @@ class _NoProgram:
     outputs: list[tuple[str, Any]]
     out_structure: Hashable
     program: None = None
+    fingerprint: tuple = ()
+    verified: bool = False
 
     def replay(self, leaves: list[Any]) -> Any:
         out = [leaves[w] if k == "arg" else Tensor(w) if k == "const" else w for k, w in self.outputs]
@@ -338,6 +423,8 @@ class JitFunction:
         trace = self.traces.get(signature)
         if trace is not None:
             self.traces.move_to_end(signature)
+            if not trace.verified:
+                self._verify(trace, structure, leaves)
             self._remember(fast, trace, args, leaves)
             self.replay_count += 1
             with _LOCK:
@@ -350,8 +437,23 @@ class JitFunction:
         if len(self.traces) > MAX_SIGNATURES:
             self.traces.popitem(last=False)
             self._fast.clear()
-        self._remember(fast, trace, args, leaves)
-        return result
+        return result  # not remembered for the fast path yet: the next call checks the trace
+
+    def _verify(self, trace: _Trace | _NoProgram, structure: Hashable, leaves: list[Any]) -> None:
+        """Run fn once more (tracing only) and check it builds what was traced; see the module docstring."""
+        call_args, call_kwargs = self._call_args(structure, leaves)
+        result = self.fn(*call_args, **call_kwargs)
+        out_leaves: list[tuple[str, Any]] = []
+        out_structure = _flatten(result, "result", out_leaves)
+        arg_pos = {id(leaf._lazy): i for i, leaf in enumerate(leaves) if isinstance(leaf, Tensor)}
+        now = _fingerprint(out_leaves, out_structure, arg_pos)
+        if not _same_trace(trace.fingerprint, now):
+            raise JitError(
+                f"jit {self.__name__}: the result depends on python state that changed since the function was "
+                f"traced: {_first_difference(trace.fingerprint, now)}. A replay would return the traced value; "
+                "pass that value as an argument (a tensor, or a python scalar: a new value traces again)"
+            )
+        trace.verified = True
 
     def _remember(self, fast: Hashable | None, trace: _Trace | _NoProgram, args: tuple, leaves: list[Any]) -> None:
         """Let later calls with this fast key skip binding: each leaf is an argument (by index) or a default."""
