@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
+from collections.abc import Iterator
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +20,10 @@ from ir.errors import DeviceError, KernelCompileError
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences Mesa's warning on headless machines
 
 MAX_CACHED_PIPELINES = 512
+LOST_HELP = (
+    "the GPU device was lost (driver reset, device destroyed or out of memory); call tr.reset_device() "
+    "for a new one, then recreate the tensors that were on the GPU (their data is gone)"
+)
 _USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _NO_ADAPTER_HELP = (
     "no WebGPU adapter found. On a machine without a GPU install Mesa's software Vulkan driver "
@@ -143,10 +149,35 @@ class Device:
         self.lock = threading.RLock()
         self.lost = False
 
-    # --- buffers -------------------------------------------------------------------
+    # --- loss -----------------------------------------------------------------------
     def check_alive(self) -> None:
         if self.lost:
-            raise DeviceError("the GPU device was lost; call tracer.reset_device() to get a new one")
+            raise DeviceError(LOST_HELP)
+        if self is not _DEVICE:
+            raise DeviceError(
+                "this was made on a GPU device that tr.reset_device() has since replaced; tensors realized "
+                "there are gone: recreate them (host data that was never uploaded carries over)"
+            )
+
+    @contextlib.contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Turn wgpu's errors after a device loss into DeviceError (and remember the loss).
+
+        wgpu-py 0.32 has no device-lost promise: a lost or destroyed device shows up as a
+        validation error ("Parent device is lost") on the next call, which is where we see it.
+        """
+        self.check_alive()
+        try:
+            yield
+        except DeviceError:
+            raise
+        except Exception as e:
+            if "lost" not in str(e).lower():
+                raise
+            self.lost = True
+            raise DeviceError(f"{what}: {LOST_HELP}") from e
+
+    # --- buffers -------------------------------------------------------------------
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
         self.check_alive()
@@ -156,7 +187,8 @@ class Device:
                 f"buffer of {nbytes} bytes exceeds the device's max storage binding of {self.caps.max_storage_binding} bytes"
             )
         self.stats["buffers_allocated"] += 1
-        return DeviceBuffer(self.device.create_buffer(size=size, usage=_USAGE), nbytes, self)
+        with self.guard("allocating a buffer"):
+            return DeviceBuffer(self.device.create_buffer(size=size, usage=_USAGE), nbytes, self)
 
     def upload(self, array: np.ndarray) -> DeviceBuffer:
         data = np.ascontiguousarray(array)
@@ -166,18 +198,21 @@ class Device:
         buf = self.alloc(len(raw))
         if raw:
             pad = (-len(raw)) % 4
-            self.queue.write_buffer(buf.buffer, 0, raw + b"\0" * pad)
+            with self.guard("uploading data"):
+                self.queue.write_buffer(buf.buffer, 0, raw + b"\0" * pad)
         self.stats["uploads"] += 1
         return buf
 
     def read(self, buf: DeviceBuffer) -> bytes:
         self.check_alive()
+        buf.device.check_alive()  # a buffer of a replaced device
         if buf.nbytes == 0:
             return b""
         size = (buf.nbytes + 3) & ~3
         # queue.read_buffer also waits for the submitted work (on_submitted_work_done_sync
         # is broken in wgpu 0.32.0)
-        data = self.queue.read_buffer(buf.buffer, 0, size)
+        with self.guard("reading a tensor back"):
+            data = self.queue.read_buffer(buf.buffer, 0, size)
         return bytes(data)[: buf.nbytes]
 
     # --- pipelines -----------------------------------------------------------------
@@ -195,6 +230,7 @@ class Device:
             self.pipelines.move_to_end(cache_key)
             self.stats["pipeline_cache_hits"] += 1
             return hit
+        self.check_alive()
         try:
             module = self.device.create_shader_module(code=code)
             bgl = self.device.create_bind_group_layout(entries=layout_entries)
@@ -203,6 +239,9 @@ class Device:
                 layout=layout, compute={"module": module, "entry_point": "main"}
             )
         except Exception as e:  # noqa: BLE001  wgpu raises its own validation errors
+            if "lost" in str(e).lower():  # not the kernel's fault: the device is gone
+                self.lost = True
+                raise DeviceError(f"compiling kernel {key}: {LOST_HELP}") from e
             raise KernelCompileError(f"kernel {key} failed to compile: {e}\n--- WGSL ---\n{code}", key, code) from e
         self.stats["pipelines_compiled"] += 1
         self.pipelines[cache_key] = (pipeline, bgl)
@@ -231,7 +270,10 @@ def device_if_created() -> Device | None:
 
 
 def reset_device() -> None:
-    """Forget the current device (after a loss); the next use creates a new one."""
+    """Forget the current device (after a loss); the next use creates a new one.
+
+    Users call tracer.reset_device(), which also drops what was compiled for this one.
+    """
     global _DEVICE
     with _DEVICE_LOCK:
         _DEVICE = None

@@ -29,6 +29,7 @@ import wgpu
 from backend_wgpu.device import Device, DeviceBuffer
 from backend_wgpu.kernel import Kernel, Workload
 from backend_wgpu.kernels import KERNELS
+from ir.errors import DeviceError
 from ir.graph import Graph
 from ir.ops import Op
 
@@ -87,7 +88,8 @@ class Program:
         self.compile_seconds = 0.0
         self.runs = 0
         t0 = time.perf_counter()
-        self._build()
+        with device.guard("compiling a program"):
+            self._build()
         self.compile_seconds = time.perf_counter() - t0
 
     def _build(self) -> None:
@@ -194,7 +196,15 @@ class Program:
         pass with GPU timestamps: the benchmark harness times programs with it.
         """
         dev = self.device
-        dev.check_alive()
+        with dev.guard("running a program"):
+            return self._run(inputs, timestamp_writes)
+
+    def _run(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None) -> list[DeviceBuffer]:
+        dev = self.device
+        for buf in inputs:
+            if buf.device is not dev:  # a tensor realized before tr.reset_device()
+                buf.device.check_alive()
+                raise DeviceError("an input tensor lives on another GPU device than this program; recreate it")
         raw = list(self._raw_template)
         for slot, index in self._input_slots:
             raw[slot] = inputs[index].buffer

@@ -31,7 +31,7 @@ from tracer.factories import (
 )
 from tracer.jit import jit
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
-from tracer.realize import compile, realize
+from tracer.realize import compile, realize, reset_device
 from tracer.tensor import Tensor, concat, matmul, maximum, minimum, stack, where
 from tracer.weights import load_safetensors
 
@@ -114,7 +114,7 @@ __all__ = [
     "broadcast_to", "ceil", "compile", "concat", "cos", "exp", "expand", "explain", "flatten", "float16",
     "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log", "log_softmax", "matmul", "max",
     "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
-    "reciprocal", "record", "relu", "reshape", "rsqrt", "sigmoid", "silu", "sin", "softmax", "sqrt", "square",
+    "reciprocal", "record", "relu", "reset_device", "reshape", "rsqrt", "sigmoid", "silu", "sin", "softmax", "sqrt", "square",
     "squeeze", "stack", "sum", "tanh", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
     # transformer inference (tracer/nn.py, tracer/weights.py)

@@ -394,6 +394,8 @@ class JitFunction:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.traces and not self._same_device():
+            self.cache_clear()  # compiled for a device tr.reset_device() replaced: trace again
         fast = None if kwargs else _fast_key(args)
         if fast is not None:
             hit = self._fast.get(fast)
@@ -487,6 +489,12 @@ class JitFunction:
             if a != b
         ]
         return "retracing: " + "; ".join(diffs)
+
+    def _same_device(self) -> bool:
+        from backend_wgpu.device import device_if_created
+
+        program = next(reversed(self.traces.values())).program
+        return program is None or program.device is device_if_created()
 
     def cache_clear(self) -> None:
         self.traces.clear()

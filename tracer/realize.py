@@ -14,6 +14,7 @@ Tools (`wgjit dump`, tracer.inspect) see every program through add_compile_liste
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -172,6 +173,8 @@ def _input_buffer(lz: Lazy) -> DeviceBuffer:
     if lz.buffer is None:
         lz.buffer = get_device().upload(lz.host)
         lz.host = None
+    elif lz.buffer.device is not get_device():
+        lz.buffer.device.check_alive()  # raises: lost, or replaced by tr.reset_device()
     return lz.buffer
 
 
@@ -228,3 +231,26 @@ def read(t: Tensor) -> np.ndarray:
 def clear_program_cache() -> None:
     with _LOCK:
         _PROGRAMS.clear()
+
+
+def reset_device() -> None:
+    """Drop the GPU device and everything compiled or cached for it; the next op makes a new one.
+
+    The way back after a lost device (a DeviceError says so). wgjit has one device per
+    process: tensors realized before the reset lived on the old one and raise DeviceError
+    when used; tensors whose host data was never uploaded carry over; jitted functions
+    trace again.
+    """
+    from backend_wgpu import device as backend_device
+    from tracer import factories
+
+    with _LOCK:
+        old = backend_device.device_if_created()
+        _PROGRAMS.clear()
+        factories._CONSTANTS.clear()  # cached scalars live in the old device's buffers
+        backend_device.reset_device()
+        if old is not None:
+            old.pipelines.clear()
+            if not old.lost:  # free its memory now; what lived there is unusable anyway
+                with contextlib.suppress(Exception):
+                    old.device.destroy()
