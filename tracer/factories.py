@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -60,20 +61,22 @@ def tensor(data: Any, dtype: DType | str | None = None) -> Tensor:
 
 _CONSTANTS: OrderedDict[tuple[Any, DType], Lazy] = OrderedDict()
 _MAX_CONSTANTS = 512
+_CONSTANTS_LOCK = threading.Lock()
 
 
 def constant(value: bool | int | float, dtype: DType) -> Tensor:
     """A 0-d tensor for a python scalar; cached so `x * 2` in a loop uploads 2 once."""
     key = (repr(value), dtype)
-    lz = _CONSTANTS.get(key)
-    if lz is None:
-        lz = Lazy.from_host(np.array(value).astype(dtype.np), dtype)
-        lz.pinned = True
-        _CONSTANTS[key] = lz
-        if len(_CONSTANTS) > _MAX_CONSTANTS:
-            _CONSTANTS.popitem(last=False)
-    else:
-        _CONSTANTS.move_to_end(key)
+    with _CONSTANTS_LOCK:  # threads trace at once: get, move and evict must not interleave
+        lz = _CONSTANTS.get(key)
+        if lz is None:
+            lz = Lazy.from_host(np.array(value).astype(dtype.np), dtype)
+            lz.pinned = True
+            _CONSTANTS[key] = lz
+            if len(_CONSTANTS) > _MAX_CONSTANTS:
+                _CONSTANTS.popitem(last=False)
+        else:
+            _CONSTANTS.move_to_end(key)
     return Tensor(lz)
 
 

@@ -308,7 +308,7 @@ def _trace(
         stack.extend(lz.srcs)
     target_ids = {id(lz) for lz in targets}
     captured = [
-        lz for lz in order if list(lz.handles) and id(lz) not in target_ids and not _depends_on(lz, set(arg_pos), memo)
+        lz for lz in order if lz.live_handles() and id(lz) not in target_ids and not _depends_on(lz, set(arg_pos), memo)
     ]
     if captured:
         realize(*[Tensor(lz) for lz in captured])

@@ -16,6 +16,17 @@ from ir.dtypes import DType
 from ir.ops import Op
 
 
+def alive(refs: weakref.WeakSet) -> list[Any]:
+    """The live members of a WeakSet, read from one snapshot of its references.
+
+    Tracing takes no lock, so another thread may add a consumer or a handle to a shared
+    value (a weight both use) while a realization walks it; iterating the WeakSet itself
+    would then fail with "set changed size during iteration". list() of the underlying
+    set is one C call, which the GIL keeps whole.
+    """
+    return [x for r in list(refs.data) if (x := r()) is not None]
+
+
 class Lazy:
     __slots__ = (
         "op",
@@ -59,6 +70,14 @@ class Lazy:
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
+    def live_handles(self) -> list[Any]:
+        """The user Tensors that show this value (see `alive`)."""
+        return alive(self.handles)
+
+    def live_consumers(self) -> list[Lazy]:
+        """The pending Lazies that read this value (see `alive`)."""
+        return alive(self.consumers)
 
     def mark_realized(self, buffer: Any) -> None:
         self.buffer = buffer
