@@ -152,6 +152,11 @@ class Program:
         self._run_pipelines = [launch.pipeline for launch in self._launches]
         self._run_counts = [launch.count for launch in self._launches]
 
+    @property
+    def temp_bytes(self) -> int:
+        """GPU bytes this program holds for as long as it lives: its temporaries (arena once)."""
+        return sum({id(b.buffer): b.buffer.size for b in self._temps.values()}.values())
+
     def _allocate_temps(self) -> dict[int, DeviceBuffer]:
         """One buffer per pooled temporary slot, and one arena buffer holding the ranges of the others."""
         temps: dict[int, DeviceBuffer] = {}

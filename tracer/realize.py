@@ -41,6 +41,10 @@ from tracer.tensor import Tensor
 _LOCK = threading.RLock()  # one realization at a time: the runtime is thread-safe by serializing
 _PROGRAMS: OrderedDict[str, Program] = OrderedDict()
 MAX_CACHED_PROGRAMS = 256
+# Cached programs keep their temporaries allocated; a loop over many large shapes would
+# otherwise hold up to MAX_CACHED_PROGRAMS arenas. Past this many bytes, the least recently
+# used programs go first (the newest always stays).
+MAX_CACHED_TEMP_BYTES = int(os.environ.get("WGJIT_PROGRAM_CACHE_BYTES", str(1 << 30)))
 # Programs keep their last run's bind groups and output buffers for cheap replays (that
 # holds those buffers); only the most recently run few keep them.
 MAX_WARM_PROGRAMS = 8
@@ -125,7 +129,9 @@ def program_for(graph: Graph) -> Program:
     program.stages = run.stages  # type: ignore[attr-defined]
     stats["programs_compiled"] += 1
     _PROGRAMS[key] = program
-    if len(_PROGRAMS) > MAX_CACHED_PROGRAMS:
+    while len(_PROGRAMS) > 1 and (
+        len(_PROGRAMS) > MAX_CACHED_PROGRAMS or sum(p.temp_bytes for p in _PROGRAMS.values()) > MAX_CACHED_TEMP_BYTES
+    ):
         _PROGRAMS.popitem(last=False)[1].trim()
     _debug_report(key, program, run.seconds, time.perf_counter() - t0)
     _notify(CompileEvent(graph, program, False, run))

@@ -213,7 +213,9 @@ class FusedCode:
         if t.op is Op.CAST:
             to, src = vtype(t.dtype, width), arg_dtypes[0]
             if src.is_float and t.dtype.is_int:  # saturating (WGSL) and NaN -> 0 (documented)
-                return f"select({to}({args[0]}), {to}(0), {expr.isnan(args[0], vtype(src, width))})"
+                # float16 goes via float32: i32(f16) clamps to the f16 range, so inf gave 65504
+                x = f"{vtype(DType.float32, width)}({args[0]})" if src is DType.float16 else args[0]
+                return f"select({to}({x}), {to}(0), {expr.isnan(x, vtype(DType.float32, width))})"
             return f"{to}({args[0]})"
         # comparisons and where compute in their operands' type; everything else in the result's
         math_dtype = arg_dtypes[-1] if t.op in COMPARISON or t.op is Op.WHERE else t.dtype

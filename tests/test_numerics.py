@@ -1,0 +1,200 @@
+"""The numerics rules of NUMERICS.md, checked on the GPU: NaN/inf as numpy, integer division
+by zero, float floor division, saturating casts. Each row states numpy's answer (or the
+documented rule where numpy has none) for a vector of awkward values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import tracer as tr
+
+pytestmark = pytest.mark.gpu
+
+NAN, INF = np.nan, np.inf
+SPECIAL = np.array([NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 2.5, -3.5, 1e-30, 3e38], np.float32)
+OTHER = np.array([1.0, INF, INF, -0.0, 2.0, NAN, INF, 0.0, -INF, 1e30, 3e38], np.float32)
+
+
+def check(got: np.ndarray, want: np.ndarray) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.dtype, want.dtype, got.shape, want.shape)
+    if want.dtype.kind == "f":
+        # exact NaN/inf placement; finite values within rounding (transcendental builtins)
+        assert np.array_equal(np.isnan(got), np.isnan(want)), f"NaN at {np.isnan(got)} vs {np.isnan(want)}\n{got}\n{want}"
+        signed_inf = [np.where(np.isinf(v), np.sign(v), 0) for v in (got, want)]
+        assert np.array_equal(*signed_inf), f"infinities differ\n{got}\n{want}"
+        fin = np.isfinite(want)
+        np.testing.assert_allclose(got[fin].astype(np.float64), want[fin].astype(np.float64), rtol=2e-6, atol=1e-30)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+BINARY: list[tuple[str, Callable, Callable]] = [
+    ("add", lambda a, b: a + b, np.add),
+    ("sub", lambda a, b: a - b, np.subtract),
+    ("mul", lambda a, b: a * b, np.multiply),
+    ("div", lambda a, b: a / b, np.divide),
+    ("maximum", tr.maximum, np.maximum),
+    ("minimum", tr.minimum, np.minimum),
+    ("pow", lambda a, b: a**b, np.power),
+    ("lt", lambda a, b: a < b, np.less),
+    ("le", lambda a, b: a <= b, np.less_equal),
+    ("gt", lambda a, b: a > b, np.greater),
+    ("ge", lambda a, b: a >= b, np.greater_equal),
+    ("eq", lambda a, b: a == b, np.equal),
+    ("ne", lambda a, b: a != b, np.not_equal),
+    ("floordiv", lambda a, b: a // b, np.floor_divide),
+    ("mod", lambda a, b: a % b, np.mod),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize(("name", "op", "ref"), BINARY, ids=[b[0] for b in BINARY])
+def test_binary_nan_inf_as_numpy(name: str, op: Callable, ref: Callable, dtype: str) -> None:
+    with np.errstate(over="ignore"):  # 3e38 is inf in float16
+        a, b = SPECIAL.astype(dtype), OTHER.astype(dtype)
+    if name in ("floordiv", "mod"):  # documented range: |x / y| < 2**24 (1e30 / 1e-30 is not)
+        a[SPECIAL == np.float32(1e-30)] = 0.5
+    with np.errstate(all="ignore"):
+        want = ref(a, b)
+        check(op(tr.tensor(a), tr.tensor(b)).numpy(), want)
+        check(op(tr.tensor(b), tr.tensor(a)).numpy(), ref(b, a))
+
+
+def test_self_subtraction_of_inf_is_nan() -> None:
+    # lavapipe folds x - x (and exp(x) - exp(x), after merging the two exps) to 0
+    x = tr.tensor(SPECIAL)
+    with np.errstate(all="ignore"):
+        check((x - x).numpy(), SPECIAL - SPECIAL)
+        check((x + -x).numpy(), SPECIAL + -SPECIAL)
+        check((x.exp() - x.exp()).numpy(), np.exp(SPECIAL) - np.exp(SPECIAL))
+
+
+UNARY: list[tuple[str, Callable, Callable]] = [
+    ("neg", lambda x: -x, np.negative),
+    ("abs", abs, np.abs),
+    ("relu", lambda x: x.relu(), lambda x: np.maximum(x, np.float32(0))),
+    ("exp", lambda x: x.exp(), np.exp),
+    ("log", lambda x: x.log(), np.log),
+    ("sqrt", lambda x: x.sqrt(), np.sqrt),
+    ("tanh", lambda x: x.tanh(), np.tanh),
+    ("sigmoid", lambda x: x.sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
+    ("floor", lambda x: x.floor(), np.floor),
+    ("ceil", lambda x: x.ceil(), np.ceil),
+    ("relu(rsqrt)", lambda x: x.rsqrt().relu(), lambda x: np.maximum(1 / np.sqrt(x), np.float32(0))),
+]
+
+
+@pytest.mark.parametrize(("name", "op", "ref"), UNARY, ids=[u[0] for u in UNARY])
+def test_unary_nan_inf_as_numpy(name: str, op: Callable, ref: Callable) -> None:
+    with np.errstate(all="ignore"):
+        check(op(tr.tensor(SPECIAL)).numpy(), ref(SPECIAL).astype(np.float32))
+
+
+ROWS = np.array([[1, NAN, 3, 2], [1, INF, 3, -INF], [-INF] * 4, [INF, INF, 1, 2], [1, -INF, 3, 4], [1, 2, 3, 4]], np.float32)
+
+
+@pytest.mark.parametrize("width", [1, 40], ids=["short-rows", "long-rows"])  # 4 or 160: both reduce kernels
+@pytest.mark.parametrize(
+    ("name", "op", "ref"),
+    [
+        ("sum", lambda x: x.sum(axis=1), lambda r: r.sum(axis=1)),
+        ("mean", lambda x: x.mean(axis=1), lambda r: r.mean(axis=1)),
+        ("max", lambda x: x.max(axis=1), lambda r: r.max(axis=1)),
+        ("min", lambda x: x.min(axis=1), lambda r: r.min(axis=1)),
+        ("argmax", lambda x: x.argmax(axis=1), lambda r: r.argmax(axis=1).astype(np.int32)),
+        ("argmin", lambda x: x.argmin(axis=1), lambda r: r.argmin(axis=1).astype(np.int32)),
+        ("softmax", lambda x: x.softmax(-1), lambda r: np.exp(r - r.max(1, keepdims=True)) / np.exp(r - r.max(1, keepdims=True)).sum(1, keepdims=True)),
+        ("log_softmax", lambda x: x.log_softmax(-1), lambda r: (r - r.max(1, keepdims=True)) - np.log(np.exp(r - r.max(1, keepdims=True)).sum(1, keepdims=True))),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_reductions_and_rows_propagate_nan_inf(name: str, op: Callable, ref: Callable, width: int) -> None:
+    rows = np.tile(ROWS, (1, width))
+    with np.errstate(all="ignore"):
+        check(op(tr.tensor(rows)).numpy(), ref(rows))
+
+
+def test_matmul_propagates_nan_and_inf() -> None:
+    a = np.array([[1, NAN], [INF, 1], [INF, -INF]], np.float32)
+    b = np.array([[1, 0], [0, 1]], np.float32)
+    with np.errstate(all="ignore"):
+        check((tr.tensor(a) @ tr.tensor(b)).numpy(), a @ b)
+
+
+def test_empty_reductions() -> None:
+    with np.errstate(all="ignore"):
+        check(tr.zeros((0,)).mean().numpy(), np.float32(NAN))
+    check(tr.zeros((0,)).sum().numpy(), np.float32(0))
+    with pytest.raises(tr.ShapeError, match="max"):
+        tr.zeros((2, 0)).max(axis=1)
+
+
+def test_integer_division_and_modulo_by_zero_give_zero() -> None:
+    x = np.array([7, -7, 0, 2**31 - 1, -(2**31)], np.int32)
+    z = tr.tensor(np.zeros(5, np.int32))
+    check((tr.tensor(x) // z).numpy(), np.zeros(5, np.int32))
+    check((tr.tensor(x) % z).numpy(), np.zeros(5, np.int32))
+    check((tr.tensor(x) // 0).numpy(), np.zeros(5, np.int32))
+
+
+def test_integer_floor_semantics_and_overflow_as_numpy() -> None:
+    a = np.array([7, -7, 7, -7, -(2**31), -(2**31), 2**31 - 1, 5], np.int32)
+    b = np.array([2, 2, -2, -2, -1, 1, 1, -3], np.int32)
+    x, y = tr.tensor(a), tr.tensor(b)
+    with np.errstate(all="ignore"):
+        check((x // y).numpy(), a // b)
+        check((x % y).numpy(), a % b)
+        check((x + y).numpy(), a + b)  # 2**31 - 1 + 1 wraps
+        check((x * y).numpy(), a * b)
+        check((tr.tensor(np.array([3, -2, 5], np.int32)) ** 3).numpy(), np.array([27, -8, 125], np.int32))
+
+
+def test_float_floor_division_follows_numpy_divmod() -> None:
+    a = np.array([-1e-30, 0.001, -0.001, 7, -7, INF, 5, -5, 0, 3], np.float32)
+    b = np.array([1e30, -INF, -INF, 2, 2, 2, 0, 0, 0, INF], np.float32)
+    with np.errstate(all="ignore"):
+        check((tr.tensor(a) // tr.tensor(b)).numpy(), a // b)
+        check((tr.tensor(a) % tr.tensor(b)).numpy(), a % b)
+
+
+def _saturate(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The documented float -> int rule, written out independently of wgjit."""
+    info = np.iinfo(dtype)
+    hi = float(np.nextafter(np.float32(info.max), np.float32(0)))  # the largest float32 inside the range
+    out = np.where(np.isnan(x), 0.0, np.clip(np.trunc(x.astype(np.float64)), info.min, hi))
+    return out.astype(dtype)
+
+
+@pytest.mark.parametrize("src", ["float32", "float16"])
+@pytest.mark.parametrize("dst", ["int32", "uint32"])
+def test_float_to_int_casts_saturate_and_nan_is_zero(src: str, dst: str) -> None:
+    x = np.array([NAN, INF, -INF, 3e9, -3e9, 2.7, -2.7, 0.0, 65504, -65504, 2**31, 1e20], np.float32)
+    with np.errstate(all="ignore"):
+        x = x.astype(src)
+    got = tr.tensor(x).astype(dst).numpy()
+    check(got, _saturate(x.astype(np.float32), np.dtype(dst)))
+    assert got[0] == 0  # NaN -> 0
+    assert got[2] == (np.iinfo(dst).min if dst == "int32" else 0)
+
+
+def test_float_to_bool_is_nonzero_and_nan_is_true() -> None:
+    check(tr.tensor(SPECIAL).astype(tr.bool).numpy(), SPECIAL != 0)
+
+
+def test_int_to_float_and_float16_rounding() -> None:
+    i = np.array([2**24 + 1, -(2**31), 2**31 - 1, 3], np.int32)
+    check(tr.tensor(i).astype(tr.float32).numpy(), i.astype(np.float32))
+    f = np.array([1e5, 65504, 65520, 1.0009765625, -7e-8], np.float32)
+    with np.errstate(all="ignore"):
+        check(tr.tensor(f).astype(tr.float16).numpy(), f.astype(np.float16))
+
+
+def test_pow_special_cases_as_numpy() -> None:
+    a = np.array([0, 0, NAN, 1, -1, -2, -INF, -INF, 2, -8], np.float32)
+    b = np.array([0, -1, 0, NAN, INF, 0.5, -0.5, 3, -INF, 1 / 3], np.float32)
+    with np.errstate(all="ignore"):
+        check((tr.tensor(a) ** tr.tensor(b)).numpy(), a**b)
