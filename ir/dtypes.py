@@ -95,9 +95,10 @@ def to_dtype(dt: DType | str | np.dtype | type) -> DType:
     if dt is int:
         return DType.int32
     try:
-        return from_numpy(np.dtype(dt))
+        np_dtype = np.dtype(dt)
     except TypeError:
-        raise DTypeError(f"{dt!r} is not a dtype") from None
+        raise DTypeError(f"{dt!r} is not a dtype (use float32, float16, int32, uint32 or bool)") from None
+    return from_numpy(np_dtype)  # DTypeError naming the dtype when wgjit cannot store it
 
 
 def promote(a: DType, b: DType, op: str = "op") -> DType:

@@ -18,18 +18,23 @@ def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
         dims.discard(1)
         if len(dims) > 1:
             listed = ", ".join(str(tuple(s)) for s in shapes)
-            raise ShapeError(f"{op}: shapes {listed} do not broadcast (axis {i - ndim}: sizes {sorted(dims)})")
+            raise ShapeError(
+                f"{op}: shapes {listed} do not broadcast (axis {i - ndim}: sizes {sorted(dims)}); "
+                "sizes must match or be 1 from the right: reshape or unsqueeze an operand"
+            )
         out.append(dims.pop() if dims else 1)
     return tuple(out)
 
 
 def normalize_axis(op: str, axis: int, ndim: int, shape: Shape | None = None) -> int:
     if not isinstance(axis, int | bool) or isinstance(axis, bool):
-        raise ShapeError(f"{op}: axis must be an int, got {axis!r}")
+        where = f" (shape {shape})" if shape is not None else ""
+        raise ShapeError(f"{op}: axis must be an int, got {axis!r}{where}")
     # a 0-d tensor takes axis 0 or -1 (as torch does); the old single range test refused -1
     if (ndim == 0 and axis not in (0, -1)) or (ndim > 0 and not -ndim <= axis < ndim):
         where = f" for shape {shape}" if shape is not None else ""
-        raise ShapeError(f"{op}: axis {axis} is out of range{where} (ndim {ndim})")
+        valid = "0 or -1" if ndim == 0 else f"{-ndim}..{ndim - 1}"
+        raise ShapeError(f"{op}: axis {axis} is out of range{where} (ndim {ndim}); valid axes are {valid}")
     return axis % ndim if ndim else 0
 
 
@@ -37,27 +42,32 @@ def normalize_axes(op: str, axis: int | Sequence[int] | None, shape: Shape) -> t
     ndim = len(shape)
     if axis is None:
         return tuple(range(ndim))
+    if not isinstance(axis, int | tuple | list):
+        raise ShapeError(f"{op}: axis must be None, an int or a tuple of ints, got {axis!r} (shape {shape})")
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     out = tuple(normalize_axis(op, a, ndim, shape) for a in axes)
     if len(set(out)) != len(out):
-        raise ShapeError(f"{op}: repeated axis in {axis!r} for shape {shape}")
+        raise ShapeError(f"{op}: repeated axis in {axis!r} for shape {shape}; name each axis once")
     return tuple(sorted(out))
 
 
 def resolve_reshape(op: str, old: Shape, new: Sequence[int]) -> Shape:
     new = tuple(int(d) for d in new)
     if sum(d == -1 for d in new) > 1:
-        raise ShapeError(f"{op}: only one -1 allowed in {new}")
+        raise ShapeError(f"{op}: only one -1 allowed in {new} (reshaping {old}); give the other sizes")
     if any(d < -1 for d in new):
-        raise ShapeError(f"{op}: negative size in {new}")
+        raise ShapeError(f"{op}: negative size in {new} (reshaping {old}); sizes are >= 0, or -1 for one inferred size")
     size = math.prod(old)
     if -1 in new:
         known = math.prod(d for d in new if d != -1)
         if known == 0 or size % known:
-            raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) to {new}")
+            raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) to {new}: no size for -1 fits; the product of sizes must be {size}")
         new = tuple(size // known if d == -1 else d for d in new)
     if math.prod(new) != size:
-        raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) to {new} ({math.prod(new)} elements)")
+        raise ShapeError(
+            f"{op}: cannot reshape {old} ({size} elements) to {new} ({math.prod(new)} elements); "
+            f"the product of sizes must stay {size}"
+        )
     return new
 
 
@@ -65,22 +75,26 @@ def check_permutation(op: str, order: Sequence[int], shape: Shape) -> tuple[int,
     ndim = len(shape)
     norm = tuple(normalize_axis(op, a, ndim, shape) for a in order)
     if sorted(norm) != list(range(ndim)):
-        raise ShapeError(f"{op}: {tuple(order)} is not a permutation of the axes of shape {shape}")
+        raise ShapeError(
+            f"{op}: {tuple(order)} is not a permutation of the axes of shape {shape}; name each of the {ndim} axes once"
+        )
     return norm
 
 
 def check_expand(op: str, old: Shape, new: Sequence[int]) -> Shape:
     new = tuple(int(d) for d in new)
     if len(new) < len(old):
-        raise ShapeError(f"{op}: cannot expand {old} to fewer dims {new}")
+        raise ShapeError(f"{op}: cannot expand {old} to fewer dims {new}; expand adds leading dims, never drops any")
     lead = len(new) - len(old)
     out = list(new[:lead])
     if any(d < 0 for d in out):
-        raise ShapeError(f"{op}: -1 is only allowed for existing dims, got {new}")
+        raise ShapeError(f"{op}: -1 is only allowed for existing dims, got {new} (expanding {old}); give new dims a size")
     for o, n in zip(old, new[lead:]):
         n = o if n == -1 else n
         if o != n and o != 1:
-            raise ShapeError(f"{op}: cannot expand {old} to {new}: size {o} is not 1 and differs from {n}")
+            raise ShapeError(
+                f"{op}: cannot expand {old} to {new}: size {o} is not 1 and differs from {n}; only size-1 dims expand"
+            )
         out.append(n)
     return tuple(out)
 
@@ -88,8 +102,16 @@ def check_expand(op: str, old: Shape, new: Sequence[int]) -> Shape:
 def matmul_shapes(a: Shape, b: Shape) -> tuple[Shape, Shape, Shape]:
     """Broadcast batch dims of (..., M, K) @ (..., K, N); both already at least 2-D."""
     if a[-1] != b[-2]:
-        raise ShapeError(f"matmul: {a} @ {b}: inner dimensions {a[-1]} and {b[-2]} differ")
-    batch = broadcast_shapes("matmul", a[:-2], b[:-2])
+        raise ShapeError(
+            f"matmul: {a} @ {b}: inner dimensions {a[-1]} and {b[-2]} differ; the last dim of the left operand "
+            "must equal the second-to-last of the right (transpose one?)"
+        )
+    try:
+        batch = broadcast_shapes("matmul", a[:-2], b[:-2])
+    except ShapeError:
+        raise ShapeError(
+            f"matmul: {a} @ {b}: batch dims {a[:-2]} and {b[:-2]} do not broadcast; they must match or be 1"
+        ) from None
     return batch + a[-2:], batch + b[-2:], batch + (a[-2], b[-1])
 
 
@@ -98,5 +120,7 @@ def concat_shape(axis: int, shapes: Sequence[Shape]) -> Shape:
     for s in shapes[1:]:
         if len(s) != len(first) or any(x != y for i, (x, y) in enumerate(zip(s, first)) if i != axis):
             listed = ", ".join(str(t) for t in shapes)
-            raise ShapeError(f"concat: shapes {listed} differ outside axis {axis}")
+            raise ShapeError(
+                f"concat: shapes {listed} differ outside axis {axis}; all dims but the concatenated one must match"
+            )
     return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1 :]

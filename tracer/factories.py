@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -56,6 +57,10 @@ def tensor(data: Any, dtype: DType | str | None = None) -> Tensor:
         from tracer.realize import check_binding_size
 
         check_binding_size("tensor", arr.shape, dt, nbytes)
+    if dt is DType.float16:
+        from tracer.realize import check_float16
+
+        check_float16("tensor", arr.shape)
     return Tensor(Lazy.from_host(arr, dt))
 
 
@@ -67,6 +72,10 @@ _CONSTANTS_LOCK = threading.Lock()
 def constant(value: bool | int | float, dtype: DType) -> Tensor:
     """A 0-d tensor for a python scalar; cached so `x * 2` in a loop uploads 2 once."""
     key = (repr(value), dtype)
+    if dtype is DType.float16:
+        from tracer.realize import check_float16
+
+        check_float16("constant", ())
     with _CONSTANTS_LOCK:  # threads trace at once: get, move and evict must not interleave
         lz = _CONSTANTS.get(key)
         if lz is None:
@@ -84,7 +93,7 @@ def _shape(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, int):
         shape = (shape,)
     try:
-        out = tuple(int(d) for d in shape)
+        out = tuple(operator.index(d) for d in shape)  # index(): 2.5 is refused, not truncated to 2
     except TypeError:
         raise ShapeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
     if any(d < 0 for d in out):

@@ -25,10 +25,12 @@ def getitem(x: Tensor, index: Any) -> Tensor:
             raise DTypeError(f"index: {it!r} is not a valid index for shape {x.shape}; use ints, slices, None or ...")
     n_ellipsis = sum(it is Ellipsis for it in items)
     if n_ellipsis > 1:
-        raise ShapeError(f"index: more than one Ellipsis in {index!r}")
+        raise ShapeError(f"index: more than one Ellipsis in {index!r} (shape {x.shape}); use ... at most once")
     n_real = sum(it is not None and it is not Ellipsis for it in items)
     if n_real > x.ndim:
-        raise IndexOutOfRangeError(f"index: too many indices ({n_real}) for shape {x.shape}")
+        raise IndexOutOfRangeError(
+            f"index: too many indices ({n_real}) for shape {x.shape}; a {x.ndim}-d tensor takes at most {x.ndim}"
+        )
     if n_ellipsis == 0:
         items = items + (Ellipsis,)
     pos = items.index(Ellipsis)
@@ -44,7 +46,10 @@ def getitem(x: Tensor, index: Any) -> Tensor:
             continue
         dim = x.shape[axis]
         if isinstance(it, slice):
-            start, stop, step = it.indices(dim)
+            try:
+                start, stop, step = it.indices(dim)
+            except (ValueError, TypeError) as e:  # step 0, or float bounds
+                raise ShapeError(f"index: bad slice {it!r} for axis {axis} of shape {x.shape}: {e}") from None
             spec.append((start, stop, step))
             n = len(range(start, stop, step))
             out_shape.append(n)
@@ -56,7 +61,8 @@ def getitem(x: Tensor, index: Any) -> Tensor:
                 raise DTypeError(f"index: {it!r} is not a valid index for shape {x.shape}") from None
             if not -dim <= i < dim:
                 raise IndexOutOfRangeError(
-                    f"index: {i} is out of range for axis {axis} with size {dim} (shape {x.shape})"
+                    f"index: {i} is out of range for axis {axis} with size {dim} (shape {x.shape}); "
+                    f"valid indices are {-dim}..{dim - 1}"
                 )
             i %= dim
             spec.append((i, i + 1, 1))

@@ -73,6 +73,16 @@ def max_storage_buffers() -> int:
     return get_device().caps.max_storage_buffers_per_stage
 
 
+def check_float16(op: str, shape: tuple[int, ...]) -> None:
+    """Raise at the call that makes a float16 tensor when the adapter cannot run float16."""
+    caps = get_device().caps
+    if not caps.shader_f16:
+        raise DTypeError(
+            f"{op}: a float16 tensor of shape {tuple(shape)} needs the adapter feature shader-f16, which "
+            f"{caps.name} lacks; use float32 (or another adapter: WGJIT_ADAPTER, `wgjit devices`)"
+        )
+
+
 def _check_features(graph: Graph) -> None:
     caps = get_device().caps
     if not caps.shader_f16 and any(n.dtype is DType.float16 for n in graph):

@@ -81,7 +81,9 @@ class Tensor:
 
     def item(self) -> Scalar:
         if self.size != 1:
-            raise ShapeError(f"item: tensor of shape {self.shape} has {self.size} elements, not 1")
+            raise ShapeError(
+                f"item: tensor of shape {self.shape} has {self.size} elements, not 1; use numpy() or tolist()"
+            )
         return self.numpy().reshape(()).item()
 
     def tolist(self) -> Any:
@@ -146,6 +148,11 @@ class Tensor:
         return binary(Op.MOD, o, self)
 
     def __pow__(self, o: Any) -> Tensor:
+        if isinstance(o, int) and not isinstance(o, bool) and o < 0 and not self.dtype.is_float:
+            raise DTypeError(
+                f"pow: {self.dtype.value} tensor of shape {self.shape} to the negative power {o}: integers to "
+                "negative integer powers are not allowed (as numpy); cast to float first: x.astype(tr.float32) ** n"
+            )
         if isinstance(o, int | float) and not isinstance(o, bool) and o == 2:
             return unary(Op.SQUARE, self)
         return binary(Op.POW, self, o)
@@ -346,7 +353,10 @@ class Tensor:
             axes = shapes.normalize_axes("squeeze", axis, self.shape)
             for a in axes:
                 if self.shape[a] != 1:
-                    raise ShapeError(f"squeeze: axis {a} of shape {self.shape} has size {self.shape[a]}, not 1")
+                    raise ShapeError(
+                        f"squeeze: axis {a} of shape {self.shape} has size {self.shape[a]}, not 1; "
+                        "only size-1 axes can be squeezed"
+                    )
         return self.reshape(tuple(d for i, d in enumerate(self.shape) if i not in axes))
 
     def unsqueeze(self, axis: int) -> Tensor:
@@ -359,7 +369,9 @@ class Tensor:
         s = shapes.normalize_axis("flatten", start_axis, self.ndim, self.shape)
         e = shapes.normalize_axis("flatten", end_axis, self.ndim, self.shape)
         if s > e:
-            raise ShapeError(f"flatten: start axis {start_axis} comes after end axis {end_axis}")
+            raise ShapeError(
+                f"flatten: start axis {start_axis} comes after end axis {end_axis} (shape {self.shape}); swap them"
+            )
         return self.reshape(self.shape[:s] + (math.prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def contiguous(self) -> Tensor:
@@ -389,6 +401,10 @@ def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType,
         from tracer.realize import check_binding_size
 
         check_binding_size(op.value, shape, dtype, nbytes)
+    if dtype is DType.float16 and not any(s.dtype is DType.float16 for s in srcs):
+        from tracer.realize import check_float16
+
+        check_float16(op.value, shape)  # where float16 enters a graph, not later at realize
     return Tensor(Lazy(op, tuple(s._lazy for s in srcs), shape, dtype, arg))
 
 
@@ -499,7 +515,10 @@ def reduce(op: Op, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
     name = op.value
     axes = shapes.normalize_axes(name, axis, x.shape)
     if op in (Op.MAX, Op.MIN) and any(x.shape[a] == 0 for a in axes):
-        raise ShapeError(f"{name}: zero-size reduction over axes {axes} of shape {x.shape} has no identity")
+        raise ShapeError(
+            f"{name}: zero-size reduction over axes {axes} of shape {x.shape} has no identity; "
+            "reduce non-empty axes (sum and mean do accept empty ones)"
+        )
     if x.dtype is DType.bool and op in (Op.MAX, Op.MIN):
         x = x.astype(DType.int32)
         return reduce(op, x, axis, keepdims).astype(DType.bool)
@@ -517,7 +536,7 @@ def arg_reduce(op: Op, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
     else:
         axes = (shapes.normalize_axis(name, axis, x.ndim, x.shape),)
     if any(x.shape[a] == 0 for a in axes):
-        raise ShapeError(f"{name}: attempt to get {name} of an empty sequence (shape {x.shape})")
+        raise ShapeError(f"{name}: attempt to get {name} of an empty sequence (shape {x.shape}); the axis must be non-empty")
     if x.dtype is DType.bool:
         x = x.astype(DType.int32)
     kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
@@ -556,7 +575,10 @@ def matmul(a: Any, b: Any) -> Tensor:
     a2 = a.reshape(1, a.shape[0]) if a.ndim == 1 else a
     b2 = b.reshape(b.shape[0], 1) if b.ndim == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
-        raise ShapeError(f"matmul: {a.shape} @ {b.shape}: inner dimensions {a2.shape[-1]} and {b2.shape[-2]} differ")
+        raise ShapeError(
+            f"matmul: {a.shape} @ {b.shape}: inner dimensions {a2.shape[-1]} and {b2.shape[-2]} differ; the last "
+            "dim of the left operand must equal the second-to-last of the right (transpose one?)"
+        )
     sa, sb, so = shapes.matmul_shapes(a2.shape, b2.shape)
     out = make(Op.MATMUL, (broadcast_to(a2.astype(dt), sa), broadcast_to(b2.astype(dt), sb)), so, dt)
     if a.ndim == 1 and b.ndim == 1:
@@ -585,9 +607,12 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
 
     ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
     if not ts:
-        raise ShapeError("concat: needs at least one tensor")
+        raise ShapeError("concat: needs at least one tensor, got an empty list")
     if any(t.ndim == 0 for t in ts):
-        raise ShapeError(f"concat: zero-dimensional tensors cannot be concatenated (shapes {[t.shape for t in ts]})")
+        raise ShapeError(
+            f"concat: zero-dimensional tensors cannot be concatenated (shapes {[t.shape for t in ts]}); "
+            "use tr.stack, or reshape them to (1,)"
+        )
     a = shapes.normalize_axis("concat", axis, ts[0].ndim, ts[0].shape)
     shape = shapes.concat_shape(a, [t.shape for t in ts])
     dt = ts[0].dtype
@@ -607,8 +632,8 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
 
     ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
     if not ts:
-        raise ShapeError("stack: needs at least one tensor")
+        raise ShapeError("stack: needs at least one tensor, got an empty list")
     if any(t.shape != ts[0].shape for t in ts):
-        raise ShapeError(f"stack: all shapes must be equal, got {[t.shape for t in ts]}")
+        raise ShapeError(f"stack: all shapes must be equal, got {[t.shape for t in ts]}; tr.concat joins unequal sizes")
     a = shapes.normalize_axis("stack", axis, ts[0].ndim + 1, ts[0].shape)
     return concat([t.unsqueeze(a) for t in ts], a)
