@@ -245,7 +245,7 @@ class Device:
             raise KernelCompileError(f"kernel {key} failed to compile: {e}\n--- WGSL ---\n{code}", key, code) from e
         self.stats["pipelines_compiled"] += 1
         self.pipelines[cache_key] = (pipeline, bgl)
-        if len(self.pipelines) > MAX_CACHED_PIPELINES:
+        while len(self.pipelines) > MAX_CACHED_PIPELINES:
             self.pipelines.popitem(last=False)
             self.stats["pipelines_evicted"] += 1
         return pipeline, bgl
