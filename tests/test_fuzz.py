@@ -172,3 +172,109 @@ def test_a_wrong_program_is_caught() -> None:
     got = (tr.tensor(program.inputs[0]) * 2).numpy()
     with pytest.raises(AssertionError):
         compare(got, ref.plain[1], [n[1] for n in ref.noisy], "wrong")
+
+
+# --- what the fuzzer found: one regression test per bug (minimal programs) ------------------------
+
+F32 = np.float32
+
+
+def _graph_stages_agree(t: tr.Tensor) -> None:
+    """(b) and (c) for one tensor: interpret before and after every pass, and the GPU, agree."""
+    from backend_wgpu import get_device
+
+    built = build_graph([t._lazy])
+    inputs = [host_value(lz) for lz in built.inputs]
+    stages = run_pipeline(built.graph, get_device().caps, keep=True).stages
+    first = interpret(stages[0][1], inputs)[0]
+    for name, g in stages[1:]:
+        _same(interpret(g, inputs)[0], first, f"after {name}")
+    _same(t.numpy(), first, "GPU")
+
+
+REGRESSIONS: dict[str, tuple[Any, Any]] = {
+    # tr.tensor of 0-d data gave shape (1,) (np.ascontiguousarray makes 0-d arrays 1-d)
+    "0-d data stays 0-d": (lambda: tr.tensor(np.float32(2.5)).numpy(), lambda: np.float32(2.5)),
+    # WGSL has no ordering of bools: <, <=, maximum, minimum on bool tensors did not compile
+    "bool ordering": (
+        lambda: [f(tr.tensor([False, True, True]), tr.tensor([True, True, False])).numpy() for f in (tr.maximum, tr.minimum, lambda a, b: a <= b, lambda a, b: a > b)],
+        lambda: [f(np.array([False, True, True]), np.array([True, True, False])) for f in (np.maximum, np.minimum, np.less_equal, np.greater)],
+    ),
+    # `!=` compiled to an ordered compare: NaN != 1 gave False
+    "NaN != x": (lambda: (tr.tensor([np.nan, 1.0]) != 1.0).numpy(), lambda: np.array([True, False])),
+    # x % inf gave NaN (inf * trunc(x / inf) = inf * 0)
+    "x % inf": (lambda: (tr.tensor(F32([3.0, -3.0])) % float("inf")).numpy(), lambda: F32([3.0, -3.0]) % np.inf),
+    # softmax(axis=-1) of a 0-d tensor was refused; transpose(0, 0) of one raised IndexError
+    "0-d axis -1": (lambda: (tr.tensor(F32(3)).softmax(-1).numpy(), tr.tensor(F32(3)).transpose(0, -1).numpy()), lambda: (F32(1), F32(3))),
+    # a vec4 binding of an empty tensor (matmul with k = 0) failed validation (4-byte buffer)
+    "matmul k=0": (lambda: (tr.zeros((1, 1, 0)) @ tr.zeros((1, 0, 4))).numpy(), lambda: np.zeros((1, 1, 4), F32)),
+    # an empty matmul output made the GEMM tile choice divide by zero
+    "matmul m=0": (lambda: (tr.zeros((0, 3)) @ tr.ones((3, 70))).numpy(), lambda: np.zeros((0, 70), F32)),
+    # pow: 0 ** 0 gave 0, NaN ** 0 NaN, 0 ** -0.5 gave 0, (-inf) ** -0.5 NaN
+    "pow specials": (
+        lambda: (tr.tensor(F32([0, np.nan, 0, -np.inf, 1])) ** tr.tensor(F32([0, 0, -0.5, -0.5, np.nan]))).numpy(),
+        lambda: F32([1, 1, np.inf, 0, 1]),
+    ),
+    # float //: -1e-30 // 1e30 gave -0 (numpy -1), inf // 0.25 gave inf (numpy NaN), 0.001 // -inf gave -0 (numpy -1)
+    "float floordiv": (
+        lambda: (tr.tensor(F32([-1e-30, np.inf, 0.001, 7])) // tr.tensor(F32([1e30, 0.25, -np.inf, 0]))).numpy(),
+        lambda: F32([-1, np.nan, -1, np.inf]),
+    ),
+    # NaN -> int gave INT_MIN; float16 inf -> int gave 65504
+    "cast NaN and f16 inf": (
+        lambda: (tr.tensor(F32([np.nan])).astype(tr.int32).numpy(), tr.tensor(np.float16([np.inf])).astype(tr.int32).numpy()),
+        lambda: (np.int32([0]), np.int32([2**31 - 128])),
+    ),
+    # x - x, x + -x and exp(x) - exp(x) were folded to 0 by the driver, also for inf and NaN
+    "x - x of inf": (
+        lambda: [f(tr.tensor(F32([np.inf, np.nan, 2]))).numpy() for f in (lambda x: x - x, lambda x: x + -x, lambda x: x.exp() - x.exp())],
+        lambda: [F32([np.nan, np.nan, 0])] * 3,
+    ),
+    # the driver's range analysis decided rsqrt(x) >= 0 and dropped relu: relu(rsqrt(-0.0)) was -inf
+    "relu of rsqrt(-0)": (lambda: tr.tensor(F32([-0.0, 4])).rsqrt().relu().numpy(), lambda: F32([0, 0.5])),
+    # float16 gelu in native f16 lost every digit in the tails (0 instead of -7e-5)
+    "f16 gelu tail": (
+        lambda: tr.tensor(np.float16([-4.0])).gelu(approximate="tanh").numpy(),
+        lambda: (0.5 * -4.0 * (1 + np.tanh(np.sqrt(2 / np.pi) * (-4.0 + 0.044715 * -64.0)))).astype(np.float16).reshape(1),
+    ),
+    # tanh(NaN) gave 0
+    "tanh NaN": (lambda: tr.tensor(F32([np.nan])).tanh().numpy(), lambda: F32([np.nan])),
+    # np.where(c, 1, 2) with two python scalars was refused
+    "where of two scalars": (lambda: tr.where(tr.tensor([True, False]), 1, 2.5).numpy(), lambda: F32([1, 2.5])),
+    # concat(x, y, y) reused a pipeline compiled for another axis (the axis was not in the kernel key)
+    "concat axis in key": (
+        lambda: (tr.concat([tr.ones((2, 1)), tr.zeros((2, 1))], axis=0).numpy(), tr.concat([tr.ones((2, 1)), tr.zeros((2, 1))], axis=1).numpy()),
+        lambda: (np.concatenate([np.ones((2, 1)), np.zeros((2, 1))], 0).astype(F32), np.concatenate([np.ones((2, 1)), np.zeros((2, 1))], 1).astype(F32)),
+    ),
+    # x + x in place binds one buffer; the kernel key did not say so and aliased x + y's pipeline
+    "in-place x + x": (
+        lambda: ((tr.ones(8) * 3) + (tr.ones(8) * 3).contiguous()).numpy().tolist() + ((lambda t: t + t)(tr.ones(8) * 3)).numpy().tolist(),
+        lambda: [6.0] * 16,
+    ),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(REGRESSIONS))
+def test_fuzz_regression(name: str) -> None:
+    got_fn, want_fn = REGRESSIONS[name]
+    with np.errstate(all="ignore"):
+        got, want = got_fn(), want_fn()
+    for g, w in zip(got, want, strict=True) if isinstance(want, list | tuple) else [(got, want)]:
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape, (g.shape, w.shape)
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=2e-3 if w.dtype == np.float16 else 1e-6, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.gpu
+def test_fuzz_regression_interpreter_slices_and_empty_rows() -> None:
+    # the interpreter read x[-2:-2:-1] of a 1-element axis as one element (a normalized stop of -1
+    # is "before index 0", a python slice reads it as "the last"); softmax of empty rows crashed it;
+    # gelu of a 0-d value crashed it
+    x = tr.tensor(np.array([True]))
+    _graph_stages_agree(x[-2:-2:-1].astype(tr.int32) + 1)
+    _graph_stages_agree(tr.zeros((3, 0)).softmax(-1) + 1)
+    _graph_stages_agree(tr.tensor(F32(0.5)).gelu() * 2)
