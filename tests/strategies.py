@@ -275,6 +275,13 @@ class Builder:
             return self.draw(st.integers(-5, 5))
         return self.draw(st.sampled_from([0.5, -1.5, 2.0, 0.25, 3.0, -0.125, 1e-3, 100.0, float("nan"), float("inf")]))
 
+    def fresh_ids(self, shape: tuple[int, ...], high: int) -> Ref:
+        """A new int32 input of indices in [0, high) (what gathers take)."""
+        self.inputs.append(self.rng.integers(0, max(high, 1), shape).astype(I32))
+        ref = self.add("input", (), (("index", len(self.inputs) - 1), ("realized", False)))
+        assert ref is not None
+        return ref
+
     def fresh(self, shape: tuple[int, ...], dt: np.dtype) -> Ref:
         """A new input tensor with random data."""
         a = self._data(shape, dt)
@@ -931,6 +938,245 @@ def _arange(start: float, stop: float, step: float) -> np.ndarray:
     return (start + step * np.arange(n, dtype=F64)).astype(dt)
 
 
+# --- transformer ops (tracer/nn.py) ---------------------------------------------------------
+
+
+def _opt(srcs: list[str], params: dict[str, Any], name: str, pos: int) -> str:
+    """The source of an optional tensor operand: args[pos] when params[name], else None."""
+    return srcs[pos] if params.get(name) else "None"
+
+
+def d_clamp(b: Builder) -> Call | None:
+    x = operand(b, _NUM)
+    lo = b.draw(st.one_of(st.none(), st.sampled_from([-1.0, 0, 0.5, -2])))
+    hi = b.draw(st.one_of(st.none(), st.sampled_from([1.0, 2, 0.25, -1])))
+    if lo is None and hi is None:
+        return None
+    return Call((x,), (("lo", lo), ("hi", hi)))
+
+
+def _clamp(x: np.ndarray, lo: Any, hi: Any) -> Result:
+    maximum, minimum = _elementwise(np.maximum, "always"), _elementwise(np.minimum, "always")
+    y = x if lo is None else maximum(x, lo).value
+    return Result(y if hi is None else minimum(y, hi).value, True)
+
+
+def d_masked_fill(b: Builder) -> Call | None:
+    x = operand(b, _ANY)
+    xv = b.value(x)
+    shape = tuple(d if b.draw(st.booleans()) else 1 for d in xv.shape[len(xv.shape) - b.draw(st.integers(0, xv.ndim)) :])
+    mask = b.pick_or_fresh(lambda v: v.dtype == BOOL and v.ndim <= xv.ndim and all(m in (1, d) for m, d in zip(v.shape[::-1], xv.shape[::-1])), shape, (BOOL,))
+    value = b.scalar(xv.dtype)
+    if xv.dtype.kind in "iub" and isinstance(value, float) and not math.isfinite(value):
+        return None  # NaN/inf into an int tensor: numpy's own cast is undefined there
+    return Call((x, mask), (("value", value),))
+
+
+def _masked_fill(x: np.ndarray, mask: np.ndarray, value: Any) -> Result:
+    with np.errstate(all="ignore"):
+        fill = np.array(value).astype(x.dtype)
+    return Result(np.where(mask, fill, x), True)
+
+
+def d_norm(rms: bool) -> Callable[[Builder], Call | None]:
+    def draw(b: Builder) -> Call | None:
+        x = operand(b, _NUM)
+        xv = b.value(x)
+        if xv.ndim == 0:
+            return None
+        n = xv.shape[-1]
+        args: list[Arg] = [x]
+        w = b.draw(st.booleans())
+        if w:
+            args.append(b.fresh((n,), F32))
+        bias = not rms and b.draw(st.booleans())
+        if bias:
+            args.append(b.fresh((n,), F32))
+        return Call(tuple(args), (("w", w), ("b", bias), ("eps", b.draw(st.sampled_from([1e-5, 1e-3])))))
+
+    return draw
+
+
+def _norm_ref(rms: bool) -> Callable[..., Result]:
+    def ref(x: np.ndarray, *affine: np.ndarray, w: bool, b: bool, eps: float) -> Result:
+        dt = to_float(x.dtype)
+        a = x.astype(F32)
+        if rms:
+            scale = np.sqrt(np.mean(a * a, axis=-1, keepdims=True) + np.float32(eps))
+            y, mag = a / scale, np.abs(a) / scale
+        else:
+            mean = np.mean(a, axis=-1, keepdims=True)
+            scale = np.sqrt(np.mean((a - mean) ** 2, axis=-1, keepdims=True) + np.float32(eps))
+            y, mag = (a - mean) / scale, (np.abs(a) + np.abs(mean)) / scale
+        rest = list(affine)
+        if w:
+            wt = rest.pop(0).astype(F32)
+            y, mag = y * wt, mag * np.abs(wt)
+        if b:
+            bt = rest.pop(0).astype(F32)
+            y, mag = y + bt, mag + np.abs(bt)
+        return Result(y.astype(dt), False, mag)
+
+    return ref
+
+
+def d_index_select(b: Builder) -> Call | None:
+    x = operand(b, _ANY)
+    xv = b.value(x)
+    if xv.ndim == 0:
+        return None
+    axis = b.draw(st.integers(-xv.ndim, xv.ndim - 1))
+    ids_shape = tuple(b.draw(st.sampled_from([0, 1, 2, 3, 5])) for _ in range(b.draw(st.integers(0, 2))))
+    if xv.shape[axis] == 0 and math.prod(ids_shape):
+        return None
+    if math.prod(ids_shape) * max(xv.size, 1) // max(xv.shape[axis], 1) > MAX_SIZE * 2:
+        return None
+    return Call((x, b.fresh_ids(ids_shape, xv.shape[axis])), (("axis", axis),))
+
+
+def d_embedding(b: Builder) -> Call | None:
+    t = b.pick(lambda v: v.ndim == 2 and v.shape[0] > 0)
+    if t is None or b.draw(st.booleans()):
+        t = b.fresh((b.draw(st.integers(1, 9)), b.draw(st.sampled_from([1, 3, 4, 8]))), b.dtype((F32, F16)))
+    rows = b.value(t).shape[0]
+    ids_shape = tuple(b.draw(st.sampled_from([1, 2, 3, 4])) for _ in range(b.draw(st.integers(0, 2))))
+    return Call((t, b.fresh_ids(ids_shape, rows)))
+
+
+def d_gather(b: Builder) -> Call | None:
+    x = operand(b, _ANY)
+    xv = b.value(x)
+    if xv.ndim == 0:
+        return None
+    axis = b.draw(st.integers(-xv.ndim, xv.ndim - 1))
+    if xv.shape[axis] == 0:
+        return None
+    shape = [d if b.draw(st.integers(0, 2)) else 1 for d in xv.shape]
+    shape[axis] = b.draw(st.sampled_from([0, 1, 2, 3]))
+    return Call((x, b.fresh_ids(tuple(shape), xv.shape[axis])), (("axis", axis),))
+
+
+def d_linear(b: Builder) -> Call | None:
+    x = operand(b, FLOATS)
+    xv = b.value(x)
+    if xv.ndim == 0:
+        return None
+    n = b.draw(st.sampled_from([1, 2, 3, 4, 8]))
+    args: list[Arg] = [x, b.fresh((n, xv.shape[-1]), xv.dtype)]
+    bias = b.draw(st.booleans())
+    if bias:
+        args.append(b.fresh((n,), xv.dtype))
+    return Call(tuple(args), (("bias", bias),))
+
+
+def _linear(x: np.ndarray, w: np.ndarray, *rest: np.ndarray, bias: bool) -> Result:
+    dt = result_type(x, w, *rest)
+    y = _up(x.astype(dt)) @ _up(w.astype(dt)).T
+    mag = np.abs(x.astype(F64)) @ np.abs(w.astype(F64)).T
+    if bias:
+        y, mag = y + _up(rest[0].astype(dt)), mag + np.abs(rest[0].astype(F64))
+    return Result(y.astype(dt), False, mag)
+
+
+def d_conv1d(b: Builder) -> Call | None:
+    groups = b.draw(st.sampled_from([1, 1, 2, 3]))
+    cin, cout = groups * b.draw(st.integers(1, 3)), groups * b.draw(st.integers(1, 3))
+    k, length = b.draw(st.integers(1, 4)), b.draw(st.integers(1, 12))
+    batched = b.draw(st.booleans())
+    dt = b.dtype(FLOATS)
+    x = b.fresh(((b.draw(st.integers(1, 3)),) if batched else ()) + (cin, length), dt)
+    args: list[Arg] = [x, b.fresh((cout, cin // groups, k), dt)]
+    bias = b.draw(st.booleans())
+    if bias:
+        args.append(b.fresh((cout,), dt))
+    stride, padding, dilation = b.draw(st.integers(1, 2)), b.draw(st.integers(0, 2)), b.draw(st.integers(1, 2))
+    if length + 2 * padding - dilation * (k - 1) < 1:
+        return None
+    params = (("bias", bias), ("stride", stride), ("padding", padding), ("dilation", dilation), ("groups", groups))
+    return Call(tuple(args), params)
+
+
+def _conv1d(x: np.ndarray, w: np.ndarray, *rest: np.ndarray, bias: bool, stride: int, padding: int, dilation: int, groups: int) -> Result:
+    """torch's conv1d written as loops over outputs (independent of the interpreter's einsum)."""
+    dt = result_type(x, w, *rest)
+    xs = x.astype(F64)[None] if x.ndim == 2 else x.astype(F64)
+    wf = w.astype(F64)
+    n, cin, length = xs.shape
+    cout, cin_g, k = wf.shape
+    lout = (length + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+    xp = np.pad(xs, ((0, 0), (0, 0), (padding, padding)))
+    out, mag = np.zeros((n, cout, lout)), np.zeros((n, cout, lout))
+    for co in range(cout):
+        g = co // (cout // groups)
+        for j in range(lout):
+            taps = xp[:, g * cin_g : (g + 1) * cin_g, j * stride : j * stride + dilation * (k - 1) + 1 : dilation]
+            out[:, co, j] = np.sum(taps * wf[co], axis=(1, 2))
+            mag[:, co, j] = np.sum(np.abs(taps * wf[co]), axis=(1, 2))
+    if bias:
+        out, mag = out + rest[0].astype(F64)[:, None], mag + np.abs(rest[0].astype(F64))[:, None]
+    if x.ndim == 2:
+        out, mag = out[0], mag[0]
+    return Result(out.astype(dt), False, mag)
+
+
+def d_sdpa(b: Builder) -> Call | None:
+    dt = b.dtype(FLOATS)
+    batch = tuple(b.draw(st.sampled_from([1, 2, 3])) for _ in range(b.draw(st.integers(0, 2))))
+    seq_q, seq_k, e, ev = (b.draw(st.sampled_from([1, 2, 3, 5, 8])) for _ in range(4))
+    q, k, v = b.fresh(batch + (seq_q, e), dt), b.fresh(batch + (seq_k, e), dt), b.fresh(batch + (seq_k, ev), dt)
+    args: list[Arg] = [q, k, v]
+    causal = b.draw(st.booleans())
+    mask = not causal and b.draw(st.booleans())
+    if mask:
+        args.append(b.fresh((seq_q, seq_k), BOOL))
+    scale = b.draw(st.sampled_from([None, 0.5]))
+    return Call(tuple(args), (("mask", mask), ("causal", causal), ("scale", scale)))
+
+
+def _sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, *rest: np.ndarray, mask: bool, causal: bool, scale: float | None) -> Result:
+    dt = result_type(q, k, v)
+    qf, kf, vf = (t.astype(F64) for t in (q, k, v))
+    s = qf @ np.swapaxes(kf, -1, -2) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    lq, lk = q.shape[-2], k.shape[-2]
+    if causal:
+        allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq)
+    elif mask:
+        allowed = rest[0]
+    else:
+        allowed = np.ones((lq, lk), bool)
+    s = np.where(allowed, s, -np.inf)
+    m = np.max(s, axis=-1, keepdims=True)
+    p = np.exp(s - m)
+    p = p / p.sum(-1, keepdims=True)  # a row that sees no key is NaN, as torch
+    out = p @ vf
+    spread = np.where(np.isfinite(s), np.abs(s - m), 0).max(-1, keepdims=True) + 1
+    return Result(out.astype(dt), False, (np.nan_to_num(np.abs(p)) @ np.abs(vf)) * spread)
+
+
+def d_rope(b: Builder) -> Call | None:
+    dt = b.dtype(FLOATS)
+    shape = b.shape(b.draw(st.integers(1, 3)))[:-1] + (2 * b.draw(st.integers(1, 4)),)
+    x = b.fresh(shape, dt)
+    half = shape[-1] // 2
+    angles = b.fresh(shape[:-1] + (half,), F32)  # cos and sin of one angle table
+    cos, sin = b.add("cos", (angles,)), b.add("sin", (angles,))
+    if cos is None or sin is None:
+        return None
+    return Call((x, cos, sin), (("interleaved", b.draw(st.booleans())),))
+
+
+def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -> Result:
+    dt = x.dtype  # rope keeps x's dtype (float16 activations with float32 angle tables stay float16)
+    xf, c, s = x.astype(F64), cos.astype(F64), sin.astype(F64)
+    h = x.shape[-1] // 2
+    a, b_ = (xf[..., 0::2], xf[..., 1::2]) if interleaved else (xf[..., :h], xf[..., h:])
+    first, second = a * c - b_ * s, b_ * c + a * s
+    out = np.stack([first, second], -1).reshape(x.shape) if interleaved else np.concatenate([first, second], -1)
+    mag = np.abs(a * c) + np.abs(b_ * s)
+    mag = np.stack([mag, mag], -1).reshape(x.shape) if interleaved else np.concatenate([mag, mag], -1)
+    return Result(out.astype(dt), False, mag)
+
+
 # --- the op table -------------------------------------------------------------------------
 
 _ADD_MAG = lambda a, c: a + c  # noqa: E731
@@ -1009,6 +1255,19 @@ OPS: dict[str, OpSpec] = {
         OpSpec("arange", d_factory("arange"), "tr.arange({start!r}, {stop!r}, {step!r})", _arange, "always"),
         OpSpec("full", d_factory("full"), "tr.full({shape!r}, {value!r})", _full, "always"),
         OpSpec("full_like", d_like, "tr.full_like({0}, {value!r})", _full_like, "always"),
+        # transformer ops (tracer/nn.py)
+        OpSpec("erf", d_unary(_NUM), "tr.erf({0})", _unary(lambda a: _erf(a), mag=lambda a: np.full_like(a, 0.05))),
+        OpSpec("clamp", d_clamp, "tr.clamp({0}, {lo!r}, {hi!r})", _clamp, "always"),
+        OpSpec("masked_fill", d_masked_fill, "{0}.masked_fill({1}, {value!r})", _masked_fill, "always"),
+        OpSpec("layer_norm", d_norm(False), lambda s, p: f"tr.nn.layer_norm({s[0]}, {_opt(s, p, 'w', 1)}, {_opt(s, p, 'b', 1 + p['w'])}, eps={p['eps']})", _norm_ref(False)),
+        OpSpec("rms_norm", d_norm(True), lambda s, p: f"tr.nn.rms_norm({s[0]}, {_opt(s, p, 'w', 1)}, eps={p['eps']})", _norm_ref(True)),
+        OpSpec("index_select", d_index_select, "tr.index_select({0}, {1}, {axis})", lambda x, ids, axis: np.take(x, ids, axis), "always"),
+        OpSpec("embedding", d_embedding, "tr.nn.embedding({1}, {0})", lambda table, ids: table[ids], "always"),
+        OpSpec("gather", d_gather, "tr.gather({0}, {1}, {axis})", lambda x, ids, axis: np.take_along_axis(x, ids, axis), "always"),
+        OpSpec("linear", d_linear, lambda s, p: f"tr.nn.linear({s[0]}, {s[1]}, {_opt(s, p, 'bias', 2)})", _linear, eps=1e-6),
+        OpSpec("conv1d", d_conv1d, lambda s, p: f"tr.nn.conv1d({s[0]}, {s[1]}, {_opt(s, p, 'bias', 2)}, stride={p['stride']}, padding={p['padding']}, dilation={p['dilation']}, groups={p['groups']})", _conv1d, eps=1e-6),
+        OpSpec("sdpa", d_sdpa, lambda s, p: f"tr.nn.scaled_dot_product_attention({s[0]}, {s[1]}, {s[2]}, {_opt(s, p, 'mask', 3)}, is_causal={p['causal']}, scale={p['scale']!r})", _sdpa),
+        OpSpec("rope", d_rope, "tr.nn.rope({0}, {1}, {2}, interleaved={interleaved})", _rope),
     ]
 }
 

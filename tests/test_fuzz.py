@@ -278,3 +278,15 @@ def test_fuzz_regression_interpreter_slices_and_empty_rows() -> None:
     _graph_stages_agree(x[-2:-2:-1].astype(tr.int32) + 1)
     _graph_stages_agree(tr.zeros((3, 0)).softmax(-1) + 1)
     _graph_stages_agree(tr.tensor(F32(0.5)).gelu() * 2)
+
+
+@pytest.mark.gpu
+def test_fuzz_regression_transformer_ops() -> None:
+    # conv1d skipped padded taps, so an infinite weight over padding gave a number, not NaN
+    x = tr.tensor(np.float32([[[1.0, 2.0]]]))
+    w = tr.tensor(np.float32([[[np.inf, 1.0, 1.0]]]))
+    got = tr.nn.conv1d(x, w, padding=1).numpy()
+    assert np.isnan(got[0, 0, 0]) and got[0, 0, 1] == np.inf
+    # linear of rows with zero features: x.reshape(-1, 0) is ambiguous and raised
+    y = tr.nn.linear(tr.zeros((3, 0)), tr.zeros((2, 0)), tr.tensor(np.float32([1, 2]))).numpy()
+    np.testing.assert_array_equal(y, np.float32([[1, 2]] * 3))

@@ -250,7 +250,8 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"linear: x shape {x.shape} does not fit weight shape {weight.shape} (out, in)")
     lead = x.shape[:-1]
-    y = x.reshape(-1, x.shape[-1]) @ weight.T  # one GEMM over every row, not a batch of small ones
+    # one GEMM over every row, not a batch of small ones (rows counted: reshape(-1, 0) is ambiguous)
+    y = x.reshape(math.prod(lead), x.shape[-1]) @ weight.T
     if bias is not None:
         bias = _tensor(bias, "linear", "bias")
         if bias.shape != (weight.shape[0],):
