@@ -6,8 +6,8 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Iterator
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 

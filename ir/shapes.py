@@ -61,7 +61,9 @@ def resolve_reshape(op: str, old: Shape, new: Sequence[int]) -> Shape:
     if -1 in new:
         known = math.prod(d for d in new if d != -1)
         if known == 0 or size % known:
-            raise ShapeError(f"{op}: cannot reshape {old} ({size} elements) to {new}: no size for -1 fits; the product of sizes must be {size}")
+            raise ShapeError(
+                f"{op}: cannot reshape {old} ({size} elements) to {new}: no size for -1 fits; the product of sizes must be {size}"
+            )
         new = tuple(size // known if d == -1 else d for d in new)
     if math.prod(new) != size:
         raise ShapeError(
@@ -88,7 +90,9 @@ def check_expand(op: str, old: Shape, new: Sequence[int]) -> Shape:
     lead = len(new) - len(old)
     out = list(new[:lead])
     if any(d < 0 for d in out):
-        raise ShapeError(f"{op}: -1 is only allowed for existing dims, got {new} (expanding {old}); give new dims a size")
+        raise ShapeError(
+            f"{op}: -1 is only allowed for existing dims, got {new} (expanding {old}); give new dims a size"
+        )
     for o, n in zip(old, new[lead:]):
         n = o if n == -1 else n
         if o != n and o != 1:

@@ -32,6 +32,7 @@ def _resources() -> str:
     import wgpu
 
     from backend_wgpu.device import device_if_created
+
     realize = sys.modules["tracer.realize"]  # the package exports a function of that name
     from tracer import factories
 
@@ -58,7 +59,9 @@ def main() -> None:
     kinds: dict[str, int] = {}
     t0 = time.time()
 
-    @settings(max_examples=n, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n, deadline=None, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)
+    )
     @given(programs(f16=_has_f16()))
     def run(program: Program) -> None:
         counts["run"] += 1
@@ -75,7 +78,10 @@ def main() -> None:
             with open(os.path.join(logdir, f"fail_{name}.py"), "w") as f:
                 f.write(program.source() + "\n\n'''\n" + "".join(traceback.format_exception(e))[-4000:] + "\n'''\n")
         if counts["run"] % 500 == 0:
-            print(f"{counts['run']} programs, {counts['failed']} failed, {time.time() - t0:.0f}s, {_resources()}", flush=True)
+            print(
+                f"{counts['run']} programs, {counts['failed']} failed, {time.time() - t0:.0f}s, {_resources()}",
+                flush=True,
+            )
 
     run()
     print(f"done: {counts['run']} programs, {counts['failed']} failed, {time.time() - t0:.0f}s")

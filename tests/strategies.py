@@ -99,7 +99,8 @@ class Program:
         lines.append("]")
         for i, s in enumerate(self.steps):
             lines.append(f"v{i} = {OPS[s.op].render([_arg_src(a) for a in s.args], s.kw)}")
-        lines.append(f"# outputs {['v%d' % o for o in self.outputs]}, keep {['v%d' % k for k in self.keep]}, realize={self.realize}")
+        outs, keep = [f"v{o}" for o in self.outputs], [f"v{k}" for k in self.keep]
+        lines.append(f"# outputs {outs}, keep {keep}, realize={self.realize}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -247,7 +248,9 @@ class Builder:
             cands = cands[-3:]
         return Ref(self.draw(st.sampled_from(cands)))
 
-    def pick_or_fresh(self, pred: Callable[[np.ndarray], bool], shape: tuple[int, ...], dtypes: Sequence[np.dtype]) -> Ref:
+    def pick_or_fresh(
+        self, pred: Callable[[np.ndarray], bool], shape: tuple[int, ...], dtypes: Sequence[np.dtype]
+    ) -> Ref:
         if self.draw(st.integers(0, 2)) == 0:
             r = self.pick(pred)
             if r is not None:
@@ -261,7 +264,10 @@ class Builder:
     def shape(self, ndim: int | None = None) -> tuple[int, ...]:
         if ndim is None:
             ndim = self.draw(st.integers(0, 4))
-        dims = [self.draw(st.sampled_from(BIG_DIMS if self.draw(st.integers(0, 7)) == 0 else SMALL_DIMS)) for _ in range(ndim)]
+        dims = [
+            self.draw(st.sampled_from(BIG_DIMS if self.draw(st.integers(0, 7)) == 0 else SMALL_DIMS))
+            for _ in range(ndim)
+        ]
         while math.prod(dims) > MAX_SIZE:
             dims[dims.index(max(dims))] = self.draw(st.sampled_from(SMALL_DIMS))
         return tuple(dims)
@@ -366,7 +372,12 @@ def evaluate(program: Program) -> Reference:
             spec = OPS[step.op]
             args = [vals[a.index] if isinstance(a, Ref) else a for a in step.args]
             if not exact[i] and spec.noise == "input":
-                args = [_perturb(a, spec.eps, None, rng, sign) if isinstance(a, np.ndarray) and a.dtype in FLOATS and a.size else a for a in args]
+                args = [
+                    _perturb(a, spec.eps, None, rng, sign)
+                    if isinstance(a, np.ndarray) and a.dtype in FLOATS and a.size
+                    else a
+                    for a in args
+                ]
             res = run_step(step, args, program.inputs)
             v = res.value
             if not exact[i] and spec.noise == "output" and v.dtype in FLOATS and v.size:
@@ -376,7 +387,9 @@ def evaluate(program: Program) -> Reference:
     return ref
 
 
-def _perturb(v: np.ndarray, eps: float, mag: np.ndarray | None, rng: np.random.Generator, sign: float | None) -> np.ndarray:
+def _perturb(
+    v: np.ndarray, eps: float, mag: np.ndarray | None, rng: np.random.Generator, sign: float | None
+) -> np.ndarray:
     if v.dtype == F16:
         eps = max(eps, F16_EPS)
     u1 = rng.uniform(-1, 1, v.shape) if sign is None else sign
@@ -490,7 +503,13 @@ def axes_of(b: Builder, ndim: int, allow_none: bool = True, single: bool = False
 # --- reference functions ----------------------------------------------------------------
 
 
-def _elementwise(core: Callable[..., np.ndarray], exact: str, mag: Callable[..., np.ndarray] | None = None, float_out: bool = False, cmp: bool = False) -> Callable[..., Result]:
+def _elementwise(
+    core: Callable[..., np.ndarray],
+    exact: str,
+    mag: Callable[..., np.ndarray] | None = None,
+    float_out: bool = False,
+    cmp: bool = False,
+) -> Callable[..., Result]:
     """numpy's meaning of a binary elementwise op, with wgjit's dtype rules."""
 
     def ref(x: Any, y: Any) -> Result:
@@ -512,7 +531,9 @@ def _elementwise(core: Callable[..., np.ndarray], exact: str, mag: Callable[...,
     return ref
 
 
-def _unary(core: Callable[[np.ndarray], np.ndarray], floats: bool = True, mag: Callable[[np.ndarray], np.ndarray] | None = None) -> Callable[..., Result]:
+def _unary(
+    core: Callable[[np.ndarray], np.ndarray], floats: bool = True, mag: Callable[[np.ndarray], np.ndarray] | None = None
+) -> Callable[..., Result]:
     def ref(x: np.ndarray) -> Result:
         dt = to_float(x.dtype) if floats else x.dtype
         a = x.astype(dt)
@@ -662,7 +683,10 @@ def d_unary(dtypes: Sequence[np.dtype]) -> Callable[[Builder], Call | None]:
 
 
 def d_binary(
-    dtypes: Sequence[np.dtype], scalars: bool = True, no_bool_result: bool = True, guard: Callable[[Any, Any], bool] | None = None
+    dtypes: Sequence[np.dtype],
+    scalars: bool = True,
+    no_bool_result: bool = True,
+    guard: Callable[[Any, Any], bool] | None = None,
 ) -> Callable[[Builder], Call | None]:
     def draw(b: Builder) -> Call | None:
         x = operand(b, dtypes)
@@ -872,7 +896,9 @@ def d_flatten(b: Builder) -> Call | None:
         return Call((x,), (("start", 0), ("end", -1)))
     s = b.draw(st.integers(0, nd - 1))
     e = b.draw(st.integers(s, nd - 1))
-    return Call((x,), (("start", s - nd if b.draw(st.booleans()) else s), ("end", e - nd if b.draw(st.booleans()) else e)))
+    return Call(
+        (x,), (("start", s - nd if b.draw(st.booleans()) else s), ("end", e - nd if b.draw(st.booleans()) else e))
+    )
 
 
 def d_index(b: Builder) -> Call | None:
@@ -964,8 +990,16 @@ def _clamp(x: np.ndarray, lo: Any, hi: Any) -> Result:
 def d_masked_fill(b: Builder) -> Call | None:
     x = operand(b, _ANY)
     xv = b.value(x)
-    shape = tuple(d if b.draw(st.booleans()) else 1 for d in xv.shape[len(xv.shape) - b.draw(st.integers(0, xv.ndim)) :])
-    mask = b.pick_or_fresh(lambda v: v.dtype == BOOL and v.ndim <= xv.ndim and all(m in (1, d) for m, d in zip(v.shape[::-1], xv.shape[::-1])), shape, (BOOL,))
+    shape = tuple(
+        d if b.draw(st.booleans()) else 1 for d in xv.shape[len(xv.shape) - b.draw(st.integers(0, xv.ndim)) :]
+    )
+    mask = b.pick_or_fresh(
+        lambda v: (
+            v.dtype == BOOL and v.ndim <= xv.ndim and all(m in (1, d) for m, d in zip(v.shape[::-1], xv.shape[::-1]))
+        ),
+        shape,
+        (BOOL,),
+    )
     value = b.scalar(xv.dtype)
     if xv.dtype.kind in "iub" and isinstance(value, float) and not math.isfinite(value):
         return None  # NaN/inf into an int tensor: numpy's own cast is undefined there
@@ -1096,7 +1130,9 @@ def d_conv1d(b: Builder) -> Call | None:
     return Call(tuple(args), params)
 
 
-def _conv1d(x: np.ndarray, w: np.ndarray, *rest: np.ndarray, bias: bool, stride: int, padding: int, dilation: int, groups: int) -> Result:
+def _conv1d(
+    x: np.ndarray, w: np.ndarray, *rest: np.ndarray, bias: bool, stride: int, padding: int, dilation: int, groups: int
+) -> Result:
     """torch's conv1d written as loops over outputs (independent of the interpreter's einsum)."""
     dt = result_type(x, w, *rest)
     xs = x.astype(F64)[None] if x.ndim == 2 else x.astype(F64)
@@ -1133,7 +1169,9 @@ def d_sdpa(b: Builder) -> Call | None:
     return Call(tuple(args), (("mask", mask), ("causal", causal), ("scale", scale)))
 
 
-def _sdpa(q: np.ndarray, k: np.ndarray, v: np.ndarray, *rest: np.ndarray, mask: bool, causal: bool, scale: float | None) -> Result:
+def _sdpa(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *rest: np.ndarray, mask: bool, causal: bool, scale: float | None
+) -> Result:
     dt = result_type(q, k, v)
     qf, kf, vf = (t.astype(F64) for t in (q, k, v))
     s = qf @ np.swapaxes(kf, -1, -2) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
@@ -1186,31 +1224,84 @@ _NUM = (F32, I32, F16)
 OPS: dict[str, OpSpec] = {
     s.name: s
     for s in [
-        OpSpec("input", lambda b: None, lambda srcs, p: f"tr.tensor(IN[{p['index']}])" + (".realize()" if p["realized"] else ""), lambda: None, "always"),
+        OpSpec(
+            "input",
+            lambda b: None,
+            lambda srcs, p: f"tr.tensor(IN[{p['index']}])" + (".realize()" if p["realized"] else ""),
+            lambda: None,
+            "always",
+        ),
         # elementwise binary (python scalars on either side)
         OpSpec("add", d_binary(_NUM + (BOOL,)), "{0} + {1}", _elementwise(np.add, "representable", _ADD_MAG), eps=1e-6),
-        OpSpec("sub", d_binary(_NUM + (BOOL,)), "{0} - {1}", _elementwise(np.subtract, "representable", _ADD_MAG), eps=1e-6),
+        OpSpec(
+            "sub", d_binary(_NUM + (BOOL,)), "{0} - {1}", _elementwise(np.subtract, "representable", _ADD_MAG), eps=1e-6
+        ),
         OpSpec("mul", d_binary(_NUM + (BOOL,)), "{0} * {1}", _elementwise(np.multiply, "representable"), eps=1e-6),
-        OpSpec("truediv", d_binary(_ANY, no_bool_result=False), "{0} / {1}", _elementwise(np.true_divide, "never", float_out=True)),
-        OpSpec("floordiv", d_binary(_NUM, guard=small_quotient), "{0} // {1}", _elementwise(np.floor_divide, "quotient"), noise="input", eps=1e-6),
-        OpSpec("mod", d_binary(_NUM, guard=small_quotient), "{0} % {1}", _elementwise(np.mod, "quotient"), noise="input", eps=1e-6),
+        OpSpec(
+            "truediv",
+            d_binary(_ANY, no_bool_result=False),
+            "{0} / {1}",
+            _elementwise(np.true_divide, "never", float_out=True),
+        ),
+        OpSpec(
+            "floordiv",
+            d_binary(_NUM, guard=small_quotient),
+            "{0} // {1}",
+            _elementwise(np.floor_divide, "quotient"),
+            noise="input",
+            eps=1e-6,
+        ),
+        OpSpec(
+            "mod",
+            d_binary(_NUM, guard=small_quotient),
+            "{0} % {1}",
+            _elementwise(np.mod, "quotient"),
+            noise="input",
+            eps=1e-6,
+        ),
         OpSpec("pow", d_pow, "{0} ** {1}", _pow),
-        OpSpec("maximum", d_binary(_ANY, no_bool_result=False), "tr.maximum({0}, {1})", _elementwise(np.maximum, "always")),
-        OpSpec("minimum", d_binary(_ANY, no_bool_result=False), "tr.minimum({0}, {1})", _elementwise(np.minimum, "always")),
+        OpSpec(
+            "maximum", d_binary(_ANY, no_bool_result=False), "tr.maximum({0}, {1})", _elementwise(np.maximum, "always")
+        ),
+        OpSpec(
+            "minimum", d_binary(_ANY, no_bool_result=False), "tr.minimum({0}, {1})", _elementwise(np.minimum, "always")
+        ),
         OpSpec("lt", d_binary(_ANY, no_bool_result=False), "{0} < {1}", _elementwise(np.less, "always", cmp=True)),
-        OpSpec("le", d_binary(_ANY, no_bool_result=False), "{0} <= {1}", _elementwise(np.less_equal, "always", cmp=True)),
+        OpSpec(
+            "le", d_binary(_ANY, no_bool_result=False), "{0} <= {1}", _elementwise(np.less_equal, "always", cmp=True)
+        ),
         OpSpec("gt", d_binary(_ANY, no_bool_result=False), "{0} > {1}", _elementwise(np.greater, "always", cmp=True)),
-        OpSpec("ge", d_binary(_ANY, no_bool_result=False), "{0} >= {1}", _elementwise(np.greater_equal, "always", cmp=True)),
+        OpSpec(
+            "ge", d_binary(_ANY, no_bool_result=False), "{0} >= {1}", _elementwise(np.greater_equal, "always", cmp=True)
+        ),
         OpSpec("eq", d_binary(_ANY, no_bool_result=False), "{0} == {1}", _elementwise(np.equal, "always", cmp=True)),
-        OpSpec("ne", d_binary(_ANY, no_bool_result=False), "{0} != {1}", _elementwise(np.not_equal, "always", cmp=True)),
-        OpSpec("and", d_binary((BOOL,), scalars=False, no_bool_result=False), "{0} & {1}", _elementwise(np.logical_and, "always", cmp=True)),
-        OpSpec("or", d_binary((BOOL,), scalars=False, no_bool_result=False), "{0} | {1}", _elementwise(np.logical_or, "always", cmp=True)),
+        OpSpec(
+            "ne", d_binary(_ANY, no_bool_result=False), "{0} != {1}", _elementwise(np.not_equal, "always", cmp=True)
+        ),
+        OpSpec(
+            "and",
+            d_binary((BOOL,), scalars=False, no_bool_result=False),
+            "{0} & {1}",
+            _elementwise(np.logical_and, "always", cmp=True),
+        ),
+        OpSpec(
+            "or",
+            d_binary((BOOL,), scalars=False, no_bool_result=False),
+            "{0} | {1}",
+            _elementwise(np.logical_or, "always", cmp=True),
+        ),
         OpSpec("where", d_where, "tr.where({0}, {1}, {2})", _where, "always"),
         # elementwise unary
         OpSpec("neg", d_unary(_NUM), "-{0}", _unary(np.negative, floats=False), "always"),
         OpSpec("abs", d_unary(_NUM), "abs({0})", _unary(np.abs, floats=False), "always"),
         OpSpec("square", d_unary(_NUM), "{0}.square()", _unary(np.square, floats=False), eps=1e-6),
-        OpSpec("relu", d_unary(_NUM), "{0}.relu()", _unary(lambda a: np.maximum(a, a.dtype.type(0)), floats=False), "always"),
+        OpSpec(
+            "relu",
+            d_unary(_NUM),
+            "{0}.relu()",
+            _unary(lambda a: np.maximum(a, a.dtype.type(0)), floats=False),
+            "always",
+        ),
         OpSpec("exp", d_unary(_NUM), "{0}.exp()", _unary(np.exp, mag=lambda a: np.exp(a) * np.abs(a))),
         OpSpec("log", d_unary(_NUM), "{0}.log()", _unary(np.log, mag=lambda a: np.ones_like(a))),
         OpSpec("sqrt", d_unary(_NUM), "tr.sqrt({0})", _unary(np.sqrt)),
@@ -1219,10 +1310,30 @@ OPS: dict[str, OpSpec] = {
         OpSpec("sin", d_unary(_NUM), "{0}.sin()", _unary(np.sin, mag=lambda a: np.abs(a))),
         OpSpec("cos", d_unary(_NUM), "{0}.cos()", _unary(np.cos, mag=lambda a: np.abs(a))),
         OpSpec("tanh", d_unary(_NUM), "{0}.tanh()", _unary(np.tanh, mag=lambda a: np.full_like(a, 1e-1))),
-        OpSpec("sigmoid", d_unary(_NUM), "tr.sigmoid({0})", _unary(lambda a: 1 / (1 + np.exp(-a)), mag=lambda a: np.full_like(a, 1e-1))),
-        OpSpec("gelu", d_unary(_NUM), "{0}.gelu()", _unary(lambda a: 0.5 * a * (1 + _erf(a / math.sqrt(2))), mag=lambda a: np.abs(a) * 0.1)),
-        OpSpec("gelu_tanh", d_unary(_NUM), "{0}.gelu(approximate='tanh')", _unary(lambda a: 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a**3))), mag=lambda a: np.abs(a) * 0.1)),
-        OpSpec("silu", d_unary(_NUM), "{0}.silu()", _unary(lambda a: a / (1 + np.exp(-a)), mag=lambda a: np.abs(a) * 0.1)),
+        OpSpec(
+            "sigmoid",
+            d_unary(_NUM),
+            "tr.sigmoid({0})",
+            _unary(lambda a: 1 / (1 + np.exp(-a)), mag=lambda a: np.full_like(a, 1e-1)),
+        ),
+        OpSpec(
+            "gelu",
+            d_unary(_NUM),
+            "{0}.gelu()",
+            _unary(lambda a: 0.5 * a * (1 + _erf(a / math.sqrt(2))), mag=lambda a: np.abs(a) * 0.1),
+        ),
+        OpSpec(
+            "gelu_tanh",
+            d_unary(_NUM),
+            "{0}.gelu(approximate='tanh')",
+            _unary(
+                lambda a: 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a**3))),
+                mag=lambda a: np.abs(a) * 0.1,
+            ),
+        ),
+        OpSpec(
+            "silu", d_unary(_NUM), "{0}.silu()", _unary(lambda a: a / (1 + np.exp(-a)), mag=lambda a: np.abs(a) * 0.1)
+        ),
         OpSpec("floor", d_unary(_NUM), "{0}.floor()", _unary(np.floor, floats=False), "always"),
         OpSpec("ceil", d_unary(_NUM), "tr.ceil({0})", _unary(np.ceil, floats=False), "always"),
         OpSpec("not", d_unary((BOOL,)), "~{0}", np.logical_not, "always"),
@@ -1231,25 +1342,61 @@ OPS: dict[str, OpSpec] = {
         # reductions and row ops
         OpSpec("sum", d_reduce(_ANY), "{0}.sum(axis={axis!r}, keepdims={keepdims!r})", _sum, eps=1e-6),
         OpSpec("mean", d_reduce(_ANY), "tr.mean({0}, axis={axis!r}, keepdims={keepdims!r})", _mean, eps=1e-6),
-        OpSpec("max", d_reduce(_ANY, nonempty=True), "{0}.max(axis={axis!r}, keepdims={keepdims!r})", _extreme(np.max), "always"),
-        OpSpec("min", d_reduce(_ANY, nonempty=True), "tr.min({0}, axis={axis!r}, keepdims={keepdims!r})", _extreme(np.min), "always"),
+        OpSpec(
+            "max",
+            d_reduce(_ANY, nonempty=True),
+            "{0}.max(axis={axis!r}, keepdims={keepdims!r})",
+            _extreme(np.max),
+            "always",
+        ),
+        OpSpec(
+            "min",
+            d_reduce(_ANY, nonempty=True),
+            "tr.min({0}, axis={axis!r}, keepdims={keepdims!r})",
+            _extreme(np.min),
+            "always",
+        ),
         OpSpec("argmax", d_argreduce, "{0}.argmax(axis={axis!r}, keepdims={keepdims!r})", _arg(np.argmax), "always"),
-        OpSpec("argmin", d_argreduce, "tr.argmin({0}, axis={axis!r}, keepdims={keepdims!r})", _arg(np.argmin), "always"),
+        OpSpec(
+            "argmin", d_argreduce, "tr.argmin({0}, axis={axis!r}, keepdims={keepdims!r})", _arg(np.argmin), "always"
+        ),
         OpSpec("softmax", d_softmax, "{0}.softmax(axis={axis})", _softmax(False)),
         OpSpec("log_softmax", d_softmax, "tr.log_softmax({0}, axis={axis})", _softmax(True)),
         # contraction and joins
         OpSpec("matmul", d_matmul, "{0} @ {1}", _matmul, eps=1e-6),
-        OpSpec("concat", d_concat(False), lambda s, p: f"tr.concat([{', '.join(s)}], axis={p['axis']})", _concat, "always"),
+        OpSpec(
+            "concat", d_concat(False), lambda s, p: f"tr.concat([{', '.join(s)}], axis={p['axis']})", _concat, "always"
+        ),
         OpSpec("stack", d_concat(True), lambda s, p: f"tr.stack([{', '.join(s)}], axis={p['axis']})", _stack, "always"),
         # movement
         OpSpec("reshape", d_reshape, "{0}.reshape({shape!r})", lambda x, shape: x.reshape(shape), "always"),
         OpSpec("permute", d_permute, "{0}.permute({order!r})", lambda x, order: np.transpose(x, order), "always"),
-        OpSpec("transpose", d_transpose, "{0}.transpose({a0}, {a1})", lambda x, a0, a1: np.swapaxes(x, a0, a1), "always"),
+        OpSpec(
+            "transpose", d_transpose, "{0}.transpose({a0}, {a1})", lambda x, a0, a1: np.swapaxes(x, a0, a1), "always"
+        ),
         OpSpec("T", d_unary(_ANY), "{0}.T", lambda x: x.T, "always"),
-        OpSpec("expand", d_expand, "{0}.expand({shape!r})", lambda x, shape: np.broadcast_to(x, tuple(d if d != -1 else x.shape[i - len(shape) + x.ndim] for i, d in enumerate(shape))), "always"),
+        OpSpec(
+            "expand",
+            d_expand,
+            "{0}.expand({shape!r})",
+            lambda x, shape: np.broadcast_to(
+                x, tuple(d if d != -1 else x.shape[i - len(shape) + x.ndim] for i, d in enumerate(shape))
+            ),
+            "always",
+        ),
         OpSpec("squeeze", d_squeeze, "{0}.squeeze({axis!r})", lambda x, axis: np.squeeze(x, axis), "always"),
         OpSpec("unsqueeze", d_unsqueeze, "{0}.unsqueeze({axis})", lambda x, axis: np.expand_dims(x, axis), "always"),
-        OpSpec("flatten", d_flatten, "{0}.flatten({start}, {end})", lambda x, start, end: x.reshape(x.shape[: start % max(x.ndim, 1)] + (-1,) + x.shape[end % max(x.ndim, 1) + 1 :]) if x.ndim else x.reshape(1), "always"),
+        OpSpec(
+            "flatten",
+            d_flatten,
+            "{0}.flatten({start}, {end})",
+            lambda x, start, end: (
+                x.reshape(x.shape[: start % max(x.ndim, 1)] + (-1,) + x.shape[end % max(x.ndim, 1) + 1 :])
+                if x.ndim
+                else x.reshape(1)
+            ),
+            "always",
+        ),
         OpSpec("index", d_index, lambda s, p: f"{s[0]}[{_index_src(p['index'])}]", _getitem, "always"),
         # factories
         OpSpec("arange", d_factory("arange"), "tr.arange({start!r}, {stop!r}, {step!r})", _arange, "always"),
@@ -1259,14 +1406,55 @@ OPS: dict[str, OpSpec] = {
         OpSpec("erf", d_unary(_NUM), "tr.erf({0})", _unary(lambda a: _erf(a), mag=lambda a: np.full_like(a, 0.05))),
         OpSpec("clamp", d_clamp, "tr.clamp({0}, {lo!r}, {hi!r})", _clamp, "always"),
         OpSpec("masked_fill", d_masked_fill, "{0}.masked_fill({1}, {value!r})", _masked_fill, "always"),
-        OpSpec("layer_norm", d_norm(False), lambda s, p: f"tr.nn.layer_norm({s[0]}, {_opt(s, p, 'w', 1)}, {_opt(s, p, 'b', 1 + p['w'])}, eps={p['eps']})", _norm_ref(False)),
-        OpSpec("rms_norm", d_norm(True), lambda s, p: f"tr.nn.rms_norm({s[0]}, {_opt(s, p, 'w', 1)}, eps={p['eps']})", _norm_ref(True)),
-        OpSpec("index_select", d_index_select, "tr.index_select({0}, {1}, {axis})", lambda x, ids, axis: np.take(x, ids, axis), "always"),
+        OpSpec(
+            "layer_norm",
+            d_norm(False),
+            lambda s, p: (
+                f"tr.nn.layer_norm({s[0]}, {_opt(s, p, 'w', 1)}, {_opt(s, p, 'b', 1 + p['w'])}, eps={p['eps']})"
+            ),
+            _norm_ref(False),
+        ),
+        OpSpec(
+            "rms_norm",
+            d_norm(True),
+            lambda s, p: f"tr.nn.rms_norm({s[0]}, {_opt(s, p, 'w', 1)}, eps={p['eps']})",
+            _norm_ref(True),
+        ),
+        OpSpec(
+            "index_select",
+            d_index_select,
+            "tr.index_select({0}, {1}, {axis})",
+            lambda x, ids, axis: np.take(x, ids, axis),
+            "always",
+        ),
         OpSpec("embedding", d_embedding, "tr.nn.embedding({1}, {0})", lambda table, ids: table[ids], "always"),
-        OpSpec("gather", d_gather, "tr.gather({0}, {1}, {axis})", lambda x, ids, axis: np.take_along_axis(x, ids, axis), "always"),
-        OpSpec("linear", d_linear, lambda s, p: f"tr.nn.linear({s[0]}, {s[1]}, {_opt(s, p, 'bias', 2)})", _linear, eps=1e-6),
-        OpSpec("conv1d", d_conv1d, lambda s, p: f"tr.nn.conv1d({s[0]}, {s[1]}, {_opt(s, p, 'bias', 2)}, stride={p['stride']}, padding={p['padding']}, dilation={p['dilation']}, groups={p['groups']})", _conv1d, eps=1e-6),
-        OpSpec("sdpa", d_sdpa, lambda s, p: f"tr.nn.scaled_dot_product_attention({s[0]}, {s[1]}, {s[2]}, {_opt(s, p, 'mask', 3)}, is_causal={p['causal']}, scale={p['scale']!r})", _sdpa),
+        OpSpec(
+            "gather",
+            d_gather,
+            "tr.gather({0}, {1}, {axis})",
+            lambda x, ids, axis: np.take_along_axis(x, ids, axis),
+            "always",
+        ),
+        OpSpec(
+            "linear", d_linear, lambda s, p: f"tr.nn.linear({s[0]}, {s[1]}, {_opt(s, p, 'bias', 2)})", _linear, eps=1e-6
+        ),
+        OpSpec(
+            "conv1d",
+            d_conv1d,
+            lambda s, p: (
+                f"tr.nn.conv1d({s[0]}, {s[1]}, {_opt(s, p, 'bias', 2)}, stride={p['stride']}, padding={p['padding']}, dilation={p['dilation']}, groups={p['groups']})"
+            ),
+            _conv1d,
+            eps=1e-6,
+        ),
+        OpSpec(
+            "sdpa",
+            d_sdpa,
+            lambda s, p: (
+                f"tr.nn.scaled_dot_product_attention({s[0]}, {s[1]}, {s[2]}, {_opt(s, p, 'mask', 3)}, is_causal={p['causal']}, scale={p['scale']!r})"
+            ),
+            _sdpa,
+        ),
         OpSpec("rope", d_rope, "tr.nn.rope({0}, {1}, {2}, interleaved={interleaved})", _rope),
     ]
 }

@@ -72,7 +72,9 @@ def trace(program: Program) -> tuple[dict[int, tr.Tensor], dict[int, int]]:
 
 
 def _same(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {got.shape} {got.dtype} vs {want.shape} {want.dtype}"
+    assert got.shape == want.shape and got.dtype == want.dtype, (
+        f"{what}: {got.shape} {got.dtype} vs {want.shape} {want.dtype}"
+    )
     if want.dtype.kind == "f":  # summation order may follow the layout a pass chose
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True, err_msg=what)
     else:
@@ -167,7 +169,11 @@ def test_unstable_elements_are_not_compared() -> None:
 
 def test_a_wrong_program_is_caught() -> None:
     # v1 = v0 + 1 claimed to be v0 * 2: the harness must see the difference
-    program = Program([np.array([1.0, 2.0, 3.0], np.float32)], [Step("input", (), (("index", 0), ("realized", False))), Step("add", (Ref(0), 1))], (1,))
+    program = Program(
+        [np.array([1.0, 2.0, 3.0], np.float32)],
+        [Step("input", (), (("index", 0), ("realized", False))), Step("add", (Ref(0), 1))],
+        (1,),
+    )
     ref = evaluate(program)
     got = (tr.tensor(program.inputs[0]) * 2).numpy()
     with pytest.raises(AssertionError):
@@ -197,15 +203,24 @@ REGRESSIONS: dict[str, tuple[Any, Any]] = {
     "0-d data stays 0-d": (lambda: tr.tensor(np.float32(2.5)).numpy(), lambda: np.float32(2.5)),
     # WGSL has no ordering of bools: <, <=, maximum, minimum on bool tensors did not compile
     "bool ordering": (
-        lambda: [f(tr.tensor([False, True, True]), tr.tensor([True, True, False])).numpy() for f in (tr.maximum, tr.minimum, lambda a, b: a <= b, lambda a, b: a > b)],
-        lambda: [f(np.array([False, True, True]), np.array([True, True, False])) for f in (np.maximum, np.minimum, np.less_equal, np.greater)],
+        lambda: [
+            f(tr.tensor([False, True, True]), tr.tensor([True, True, False])).numpy()
+            for f in (tr.maximum, tr.minimum, lambda a, b: a <= b, lambda a, b: a > b)
+        ],
+        lambda: [
+            f(np.array([False, True, True]), np.array([True, True, False]))
+            for f in (np.maximum, np.minimum, np.less_equal, np.greater)
+        ],
     ),
     # `!=` compiled to an ordered compare: NaN != 1 gave False
     "NaN != x": (lambda: (tr.tensor([np.nan, 1.0]) != 1.0).numpy(), lambda: np.array([True, False])),
     # x % inf gave NaN (inf * trunc(x / inf) = inf * 0)
     "x % inf": (lambda: (tr.tensor(F32([3.0, -3.0])) % float("inf")).numpy(), lambda: F32([3.0, -3.0]) % np.inf),
     # softmax(axis=-1) of a 0-d tensor was refused; transpose(0, 0) of one raised IndexError
-    "0-d axis -1": (lambda: (tr.tensor(F32(3)).softmax(-1).numpy(), tr.tensor(F32(3)).transpose(0, -1).numpy()), lambda: (F32(1), F32(3))),
+    "0-d axis -1": (
+        lambda: (tr.tensor(F32(3)).softmax(-1).numpy(), tr.tensor(F32(3)).transpose(0, -1).numpy()),
+        lambda: (F32(1), F32(3)),
+    ),
     # a vec4 binding of an empty tensor (matmul with k = 0) failed validation (4-byte buffer)
     "matmul k=0": (lambda: (tr.zeros((1, 1, 0)) @ tr.zeros((1, 0, 4))).numpy(), lambda: np.zeros((1, 1, 4), F32)),
     # an empty matmul output made the GEMM tile choice divide by zero
@@ -222,12 +237,18 @@ REGRESSIONS: dict[str, tuple[Any, Any]] = {
     ),
     # NaN -> int gave INT_MIN; float16 inf -> int gave 65504
     "cast NaN and f16 inf": (
-        lambda: (tr.tensor(F32([np.nan])).astype(tr.int32).numpy(), tr.tensor(np.float16([np.inf])).astype(tr.int32).numpy()),
+        lambda: (
+            tr.tensor(F32([np.nan])).astype(tr.int32).numpy(),
+            tr.tensor(np.float16([np.inf])).astype(tr.int32).numpy(),
+        ),
         lambda: (np.int32([0]), np.int32([2**31 - 128])),
     ),
     # x - x, x + -x and exp(x) - exp(x) were folded to 0 by the driver, also for inf and NaN
     "x - x of inf": (
-        lambda: [f(tr.tensor(F32([np.inf, np.nan, 2]))).numpy() for f in (lambda x: x - x, lambda x: x + -x, lambda x: x.exp() - x.exp())],
+        lambda: [
+            f(tr.tensor(F32([np.inf, np.nan, 2]))).numpy()
+            for f in (lambda x: x - x, lambda x: x + -x, lambda x: x.exp() - x.exp())
+        ],
         lambda: [F32([np.nan, np.nan, 0])] * 3,
     ),
     # the driver's range analysis decided rsqrt(x) >= 0 and dropped relu: relu(rsqrt(-0.0)) was -inf
@@ -235,7 +256,9 @@ REGRESSIONS: dict[str, tuple[Any, Any]] = {
     # float16 gelu in native f16 lost every digit in the tails (0 instead of -7e-5)
     "f16 gelu tail": (
         lambda: tr.tensor(np.float16([-4.0])).gelu(approximate="tanh").numpy(),
-        lambda: (0.5 * -4.0 * (1 + np.tanh(np.sqrt(2 / np.pi) * (-4.0 + 0.044715 * -64.0)))).astype(np.float16).reshape(1),
+        lambda: (
+            (0.5 * -4.0 * (1 + np.tanh(np.sqrt(2 / np.pi) * (-4.0 + 0.044715 * -64.0)))).astype(np.float16).reshape(1)
+        ),
     ),
     # tanh(NaN) gave 0
     "tanh NaN": (lambda: tr.tensor(F32([np.nan])).tanh().numpy(), lambda: F32([np.nan])),
@@ -243,12 +266,21 @@ REGRESSIONS: dict[str, tuple[Any, Any]] = {
     "where of two scalars": (lambda: tr.where(tr.tensor([True, False]), 1, 2.5).numpy(), lambda: F32([1, 2.5])),
     # concat(x, y, y) reused a pipeline compiled for another axis (the axis was not in the kernel key)
     "concat axis in key": (
-        lambda: (tr.concat([tr.ones((2, 1)), tr.zeros((2, 1))], axis=0).numpy(), tr.concat([tr.ones((2, 1)), tr.zeros((2, 1))], axis=1).numpy()),
-        lambda: (np.concatenate([np.ones((2, 1)), np.zeros((2, 1))], 0).astype(F32), np.concatenate([np.ones((2, 1)), np.zeros((2, 1))], 1).astype(F32)),
+        lambda: (
+            tr.concat([tr.ones((2, 1)), tr.zeros((2, 1))], axis=0).numpy(),
+            tr.concat([tr.ones((2, 1)), tr.zeros((2, 1))], axis=1).numpy(),
+        ),
+        lambda: (
+            np.concatenate([np.ones((2, 1)), np.zeros((2, 1))], 0).astype(F32),
+            np.concatenate([np.ones((2, 1)), np.zeros((2, 1))], 1).astype(F32),
+        ),
     ),
     # x + x in place binds one buffer; the kernel key did not say so and aliased x + y's pipeline
     "in-place x + x": (
-        lambda: ((tr.ones(8) * 3) + (tr.ones(8) * 3).contiguous()).numpy().tolist() + ((lambda t: t + t)(tr.ones(8) * 3)).numpy().tolist(),
+        lambda: (
+            ((tr.ones(8) * 3) + (tr.ones(8) * 3).contiguous()).numpy().tolist()
+            + ((lambda t: t + t)(tr.ones(8) * 3)).numpy().tolist()
+        ),
         lambda: [6.0] * 16,
     ),
 }
@@ -264,7 +296,9 @@ def test_fuzz_regression(name: str) -> None:
         g, w = np.asarray(g), np.asarray(w)
         assert g.shape == w.shape, (g.shape, w.shape)
         if w.dtype.kind == "f":
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=2e-3 if w.dtype == np.float16 else 1e-6, equal_nan=True)
+            np.testing.assert_allclose(
+                g.astype(np.float64), w.astype(np.float64), rtol=2e-3 if w.dtype == np.float16 else 1e-6, equal_nan=True
+            )
         else:
             np.testing.assert_array_equal(g, w)
 

@@ -89,7 +89,14 @@ def test_pipeline_cache_is_bounded_and_evicted_kernels_still_run(monkeypatch: py
     monkeypatch.setattr(backend_device, "MAX_CACHED_PIPELINES", 4)
     realize_mod.clear_program_cache()
     x = tr.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
-    ops = [lambda t: t.exp(), lambda t: t.sin(), lambda t: t.cos(), lambda t: t.tanh(), lambda t: t.sigmoid(), lambda t: t.sum(axis=0)]
+    ops = [
+        lambda t: t.exp(),
+        lambda t: t.sin(),
+        lambda t: t.cos(),
+        lambda t: t.tanh(),
+        lambda t: t.sigmoid(),
+        lambda t: t.sum(axis=0),
+    ]
     refs = [np.exp, np.sin, np.cos, np.tanh, lambda a: 1 / (1 + np.exp(-a)), lambda a: a.sum(axis=0)]
     for _ in range(2):  # the second round recompiles what the first evicted
         for op, ref in zip(ops, refs, strict=True):

@@ -23,7 +23,9 @@ def check(got: np.ndarray, want: np.ndarray) -> None:
     assert got.shape == want.shape and got.dtype == want.dtype, (got.dtype, want.dtype, got.shape, want.shape)
     if want.dtype.kind == "f":
         # exact NaN/inf placement; finite values within rounding (transcendental builtins)
-        assert np.array_equal(np.isnan(got), np.isnan(want)), f"NaN at {np.isnan(got)} vs {np.isnan(want)}\n{got}\n{want}"
+        assert np.array_equal(np.isnan(got), np.isnan(want)), (
+            f"NaN at {np.isnan(got)} vs {np.isnan(want)}\n{got}\n{want}"
+        )
         signed_inf = [np.where(np.isinf(v), np.sign(v), 0) for v in (got, want)]
         assert np.array_equal(*signed_inf), f"infinities differ\n{got}\n{want}"
         fin = np.isfinite(want)
@@ -94,7 +96,9 @@ def test_unary_nan_inf_as_numpy(name: str, op: Callable, ref: Callable) -> None:
         check(op(tr.tensor(SPECIAL)).numpy(), ref(SPECIAL).astype(np.float32))
 
 
-ROWS = np.array([[1, NAN, 3, 2], [1, INF, 3, -INF], [-INF] * 4, [INF, INF, 1, 2], [1, -INF, 3, 4], [1, 2, 3, 4]], np.float32)
+ROWS = np.array(
+    [[1, NAN, 3, 2], [1, INF, 3, -INF], [-INF] * 4, [INF, INF, 1, 2], [1, -INF, 3, 4], [1, 2, 3, 4]], np.float32
+)
 
 
 @pytest.mark.parametrize("width", [1, 40], ids=["short-rows", "long-rows"])  # 4 or 160: both reduce kernels
@@ -107,8 +111,16 @@ ROWS = np.array([[1, NAN, 3, 2], [1, INF, 3, -INF], [-INF] * 4, [INF, INF, 1, 2]
         ("min", lambda x: x.min(axis=1), lambda r: r.min(axis=1)),
         ("argmax", lambda x: x.argmax(axis=1), lambda r: r.argmax(axis=1).astype(np.int32)),
         ("argmin", lambda x: x.argmin(axis=1), lambda r: r.argmin(axis=1).astype(np.int32)),
-        ("softmax", lambda x: x.softmax(-1), lambda r: np.exp(r - r.max(1, keepdims=True)) / np.exp(r - r.max(1, keepdims=True)).sum(1, keepdims=True)),
-        ("log_softmax", lambda x: x.log_softmax(-1), lambda r: (r - r.max(1, keepdims=True)) - np.log(np.exp(r - r.max(1, keepdims=True)).sum(1, keepdims=True))),
+        (
+            "softmax",
+            lambda x: x.softmax(-1),
+            lambda r: np.exp(r - r.max(1, keepdims=True)) / np.exp(r - r.max(1, keepdims=True)).sum(1, keepdims=True),
+        ),
+        (
+            "log_softmax",
+            lambda x: x.log_softmax(-1),
+            lambda r: (r - r.max(1, keepdims=True)) - np.log(np.exp(r - r.max(1, keepdims=True)).sum(1, keepdims=True)),
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )

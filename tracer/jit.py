@@ -48,8 +48,8 @@ import numpy as np
 
 from backend_wgpu import Program
 from backend_wgpu.device import DeviceBuffer
-from ir.ops import InputArg, Op
 from ir.errors import JitError
+from ir.ops import InputArg, Op
 from tracer.graph_builder import _postorder, build_graph
 from tracer.lazy import Lazy
 from tracer.realize import _LOCK, _input_buffer, debug_level, note_run, program_for, realize

@@ -536,7 +536,9 @@ def arg_reduce(op: Op, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
     else:
         axes = (shapes.normalize_axis(name, axis, x.ndim, x.shape),)
     if any(x.shape[a] == 0 for a in axes):
-        raise ShapeError(f"{name}: attempt to get {name} of an empty sequence (shape {x.shape}); the axis must be non-empty")
+        raise ShapeError(
+            f"{name}: attempt to get {name} of an empty sequence (shape {x.shape}); the axis must be non-empty"
+        )
     if x.dtype is DType.bool:
         x = x.astype(DType.int32)
     kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
