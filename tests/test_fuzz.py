@@ -251,6 +251,13 @@ REGRESSIONS: dict[str, tuple[Any, Any]] = {
         ],
         lambda: [F32([np.nan, np.nan, 0])] * 3,
     ),
+    # sqrt(a) * sqrt(a) (one node squared, or two equal nodes merged) was folded to a: 4, not NaN, for a = -4
+    "sqrt(a) squared": (
+        lambda: [
+            f(tr.tensor(F32([-4.0, 4.0]))).numpy() for f in (lambda x: x.sqrt().square(), lambda x: x.sqrt() * x.sqrt())
+        ],
+        lambda: [F32([np.nan, 4.0])] * 2,
+    ),
     # the driver's range analysis decided rsqrt(x) >= 0 and dropped relu: relu(rsqrt(-0.0)) was -inf
     "relu of rsqrt(-0)": (lambda: tr.tensor(F32([-0.0, 4])).rsqrt().relu().numpy(), lambda: F32([0, 0.5])),
     # float16 gelu in native f16 lost every digit in the tails (0 instead of -7e-5)

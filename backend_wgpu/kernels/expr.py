@@ -66,7 +66,9 @@ FLOAT_EXPR: dict[Op, Expr] = {
     Op.SQRT: lambda a, t: f"sqrt({a[0]})",
     Op.RSQRT: lambda a, t: f"inverseSqrt({a[0]})",
     Op.RECIPROCAL: lambda a, t: f"({t}(1.0) / {a[0]})",
-    Op.SQUARE: lambda a, t: f"({a[0]} * {a[0]})",
+    # x * x of one value through a helper: lavapipe folds sqrt(a) * sqrt(a) to a (or |a|), so
+    # square(sqrt(-4)) gave 4 instead of NaN
+    Op.SQUARE: lambda a, t: f"wg_square_{_suffix(t)}({a[0]})",
     Op.SIN: lambda a, t: f"sin({a[0]})",
     Op.COS: lambda a, t: f"cos({a[0]})",
     Op.TANH: lambda a, t: f"wg_tanh_{_suffix(t)}({a[0]})",
@@ -84,7 +86,7 @@ FLOAT_EXPR: dict[Op, Expr] = {
     Op.CEIL: lambda a, t: f"ceil({a[0]})",
     Op.ADD: lambda a, t: f"wg_add_{_suffix(t)}({a[0]}, {a[1]})",
     Op.SUB: lambda a, t: f"wg_sub_{_suffix(t)}({a[0]}, {a[1]})",
-    Op.MUL: lambda a, t: f"({a[0]} * {a[1]})",
+    Op.MUL: lambda a, t: f"wg_mul_{_suffix(t)}({a[0]}, {a[1]})",  # sqrt(a) * sqrt(a) again, via two nodes
     Op.DIV: lambda a, t: f"({a[0]} / {a[1]})",
     Op.FLOORDIV: lambda a, t: f"wg_ffloordiv_{_suffix(t)}({a[0]}, {a[1]})",
     Op.MOD: lambda a, t: f"wg_fmod_{_suffix(t)}({a[0]}, {a[1]})",
@@ -214,6 +216,15 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let x = {f}(x_in);\n  let a = abs(x);\n  let k = {f}(1.0) / ({f}(1.0) + {f}(0.3275911) * a);\n"
             f"  let p = k * ({f}(0.254829592) + k * ({f}(-0.284496736) + k * ({f}(1.421413741) + k * ({f}(-1.453152027) + k * {f}(1.061405429)))));\n"
             f"  return {t}(sign(x) * ({f}(1.0) - p * exp(-a * a)));\n}}"
+        )
+    if op is Op.SQUARE:
+        out[f"wg_square_{s}"] = (
+            f"fn wg_square_{s}(x: {t}) -> {t} {{\n  return select(x * x, x, {isnan('x', t)});  // NaN stays NaN\n}}"
+        )
+    if op is Op.MUL:
+        out[f"wg_mul_{s}"] = (
+            f"fn wg_mul_{s}(x: {t}, y: {t}) -> {t} {{\n"
+            f"  return select(select(x * y, x, {isnan('x', t)}), y, {isnan('y', t)});  // NaN stays NaN\n}}"
         )
     if op in (Op.ADD, Op.SUB):
         # lavapipe folds x - x and x + (-x) to 0, also when x - y became x - x by merging equal
