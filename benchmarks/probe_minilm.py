@@ -28,7 +28,9 @@ def profile_forward(model: minilm.MiniLM, ids: np.ndarray, mask: np.ndarray, lab
         print(f"  {k.seconds * 1e6:9.1f} us  {k.op:<10} {k.kernel}[{k.variant}]  {k.gbps:8.1f} GB/s")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--sources" in sys.argv:
+    compare_weight_sources()
+elif __name__ == "__main__":
     m = minilm._model()
     ids = np.random.default_rng(0).integers(1000, 20000, (32, 128)).astype(np.int32)
     mask = np.ones_like(ids)
@@ -36,3 +38,27 @@ if __name__ == "__main__":
     profile_forward(m, ids, mask, "weights cast inside the program")
     tr.realize(*m.w.values())
     profile_forward(m, ids, mask, "weights realized first")
+
+
+def one_pass_ms(model: minilm.MiniLM, ids: np.ndarray, mask: np.ndarray) -> float:
+    """GPU time of the whole forward as one compute pass (as `wgjit bench` times it)."""
+    from backend_wgpu import get_device
+    from benchmarks.timing import ProgramTimer, time_program
+
+    hidden = model.forward(ids, np.zeros_like(ids), mask)
+    built = build_graph([hidden._lazy])
+    program = program_for(built.graph)
+    t = time_program(program, [_input_buffer(lz) for lz in built.inputs], ProgramTimer(get_device()), 3, 10)
+    return t.median
+
+
+def compare_weight_sources() -> None:
+    m = minilm._model()
+    ids = np.random.default_rng(0).integers(1000, 20000, (32, 128)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1::2, 96:] = 0
+    print(f"one pass, weights cast inside the program: {one_pass_ms(m, ids, mask):.3f} ms")
+    tr.realize(*m.w.values())
+    print(f"one pass, weights realized by a cast program: {one_pass_ms(m, ids, mask):.3f} ms")
+    m.w = {k: tr.tensor(v.numpy()) for k, v in m.w.items()}
+    print(f"one pass, weights uploaded from the host: {one_pass_ms(m, ids, mask):.3f} ms")
