@@ -28,18 +28,6 @@ def profile_forward(model: minilm.MiniLM, ids: np.ndarray, mask: np.ndarray, lab
         print(f"  {k.seconds * 1e6:9.1f} us  {k.op:<10} {k.kernel}[{k.variant}]  {k.gbps:8.1f} GB/s")
 
 
-if __name__ == "__main__" and "--sources" in sys.argv:
-    compare_weight_sources()
-elif __name__ == "__main__":
-    m = minilm._model()
-    ids = np.random.default_rng(0).integers(1000, 20000, (32, 128)).astype(np.int32)
-    mask = np.ones_like(ids)
-    mask[1::2, 96:] = 0
-    profile_forward(m, ids, mask, "weights cast inside the program")
-    tr.realize(*m.w.values())
-    profile_forward(m, ids, mask, "weights realized first")
-
-
 def one_pass_ms(model: minilm.MiniLM, ids: np.ndarray, mask: np.ndarray) -> float:
     """GPU time of the whole forward as one compute pass (as `wgjit bench` times it)."""
     from backend_wgpu import get_device
@@ -62,3 +50,15 @@ def compare_weight_sources() -> None:
     print(f"one pass, weights realized by a cast program: {one_pass_ms(m, ids, mask):.3f} ms")
     m.w = {k: tr.tensor(v.numpy()) for k, v in m.w.items()}
     print(f"one pass, weights uploaded from the host: {one_pass_ms(m, ids, mask):.3f} ms")
+
+
+if __name__ == "__main__" and "--sources" in sys.argv:
+    compare_weight_sources()
+elif __name__ == "__main__":
+    m = minilm._model()
+    ids = np.random.default_rng(0).integers(1000, 20000, (32, 128)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1::2, 96:] = 0
+    profile_forward(m, ids, mask, "weights cast inside the program")
+    tr.realize(*m.w.values())
+    profile_forward(m, ids, mask, "weights realized first")
