@@ -2,11 +2,9 @@
 
   gemm[tiled]    - 64x64 output tiles, 16-deep k steps staged in workgroup memory, a 4x4
                    register block per thread; zero-filled edges make every size correct.
-  gemv[n_contig] - M == 1 and B contiguous along N: threads own W output columns, four
-                   k-slices per workgroup summed in workgroup memory (vec loads of B rows).
   gemv[k_contig] - M == 1 and B contiguous along K (a transposed weight, x @ W.T): one
                    workgroup per output column, a dot product of two contiguous runs.
-All accumulate in f32. As the core of a fused group (kernels/fused.py) a matmul writes
+(M == 1 with B contiguous along N runs gemv_split, kernels/gemv_split.py.) All accumulate in f32. As the core of a fused group (kernels/fused.py) a matmul writes
 each output element through an elementwise epilogue (bias, activation, residual).
 """
 
@@ -158,38 +156,26 @@ class GemmKernel(_MatmulBase):
 
 
 class GemvKernel(_MatmulBase):
+    """gemv[k_contig]: one workgroup per output column (its only variant)."""
+
     name = "gemv"
 
-    @property
-    def k_contig(self) -> bool:
-        return self.choice.variant == "k_contig"
-
     def out_width(self) -> int:
-        return 1 if self.k_contig else self.kernel_element()
+        return 1
 
     def operand_type(self, i: int) -> str:
         if self.role(i) == "epilogue":
             return self.code.operand_type(i)
-        w = self.kernel_element()
-        width = w if (self.k_contig or self.role(i) == "b") else 1
-        return vtype(self.operands[i].dtype, width, storage=True)
+        return vtype(self.operands[i].dtype, self.kernel_element(), storage=True)
 
     def output_type(self) -> str:
         return vtype(self.node.dtype, self.out_width(), storage=True)
 
     def calculate_dispatch(self) -> Workload:
         batch, _, n, _ = self._dims()
-        if self.k_contig:
-            return Workload.for_workgroups(batch * n, self.choice.workgroup, self.max_workgroups)
-        cols = n // self.kernel_element()
-        return Workload.for_workgroups(
-            batch * -(-cols // self.choice.workgroup[0]), self.choice.workgroup, self.max_workgroups
-        )
+        return Workload.for_workgroups(batch * n, self.choice.workgroup, self.max_workgroups)
 
     def render(self, b: WgslBuilder) -> None:
-        (self._render_k if self.k_contig else self._render_n)(b)
-
-    def _render_k(self, b: WgslBuilder) -> None:
         w = self.kernel_element()
         wgx = self.choice.workgroup[0]
         vt = f"vec{w}<f32>" if w > 1 else "f32"
@@ -222,36 +208,4 @@ class GemvKernel(_MatmulBase):
         b.line("}")
         b.line("if (lidx == 0u) {")
         self.store(b, "bt * params.n + col", "sh[0]", indent="  ")
-        b.line("}")
-
-    def _render_n(self, b: WgslBuilder) -> None:
-        w = self.kernel_element()
-        wx, wy, _ = self.choice.workgroup
-        vt = f"vec{w}<f32>" if w > 1 else "f32"
-        in_a, in_b = self.in_name(self.ia), self.in_name(self.ib)
-        if self.code:
-            self.code.describe(b)
-        b.workgroup_var(f"sh: array<{vt}, {wx * wy}>")
-        b.line(f"let cols = params.n / {w}u;")
-        b.line(f"let tiles = (cols + {wx - 1}u) / {wx}u;")
-        b.line(f"let col = (wg % tiles) * {wx}u + lid.x;")
-        b.line("let bt = wg / tiles;")
-        b.line("if (bt >= params.batch) { return; }")
-        self._batch_offsets(b, "bt")
-        b.line(f"var acc: {vt} = {vt}(0.0);")
-        b.line("if (col < cols) {")
-        b.line(f"  for (var k = lid.y; k < params.k; k += {wy}u) {{")
-        b.line(f"    let a = f32({in_a}[u32(a_base + i32(k) * params.a_sk)]);")
-        if w > 1:
-            b.line(f"    acc = fma({vt}(a), {vt}({in_b}[u32(b_base + i32(k) * params.b_sk) / {w}u + col]), acc);")
-        else:
-            b.line(f"    acc = fma(a, f32({in_b}[u32(b_base + i32(k) * params.b_sk + i32(col) * params.b_sn)]), acc);")
-        b.line("  }")
-        b.line("}")
-        b.line(f"sh[lid.y * {wx}u + lid.x] = acc;")
-        b.line("workgroupBarrier();")
-        b.line("if (lid.y == 0u && col < cols) {")
-        b.line(f"  var total: {vt} = {vt}(0.0);")
-        b.line(f"  for (var r = 0u; r < {wy}u; r++) {{ total += sh[r * {wx}u + lid.x]; }}")
-        self.store(b, "bt * cols + col", "total", lanes=w, indent="  ")
         b.line("}")
