@@ -146,7 +146,6 @@ def _floor_loop(device: Any, n_dispatch: int, elems: int, groups: int) -> Any:
 def dispatch_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     import tracer as tr
     from benchmarks.timing import time_program
-    from tracer import realize as tr_realize
     from tracer.graph_builder import build_graph
     from tracer.realize import clear_program_cache, program_for
     from tracer.tensor import Tensor

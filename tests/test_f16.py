@@ -219,7 +219,8 @@ def test_f16_without_shader_f16_raises_a_clear_dtype_error(device, monkeypatch) 
     clear_program_cache()
     monkeypatch.setattr(device, "caps", replace(device.caps, shader_f16=False))
     with pytest.raises(  # raised where float16 enters the graph, not later at realize
-        tr.DTypeError, match="float16 tensor of shape .* needs the adapter feature shader-f16, which .* lacks; use float32"
+        tr.DTypeError,
+        match="float16 tensor of shape .* needs the adapter feature shader-f16, which .* lacks; use float32",
     ):
         tr.tensor(np.ones((3, 5), np.float32)).astype(tr.float16) * 3
     np.testing.assert_array_equal((tr.ones((2, 2)) * 3).numpy(), np.full((2, 2), 3, np.float32))  # float32 still runs
