@@ -399,6 +399,8 @@ def _perturb(
     with np.errstate(all="ignore"):
         noisy = x + eps * (u1 * np.abs(x) + u2 * (scale - np.abs(x)))
         noisy = np.where(np.isfinite(x), noisy, x)
+        if sign is not None:  # GPUs may flush subnormal results to zero (lavapipe does): so do two runs
+            noisy = np.where(np.abs(x) < np.finfo(np.float32).tiny, 0.0, noisy)
         return noisy.astype(v.dtype)
 
 

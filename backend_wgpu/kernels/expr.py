@@ -152,11 +152,24 @@ def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
         return COMMON_EXPR[op](args, t)
     wide = _widened(op, t, dtype)
     if wide is not None:
-        return f"{t}({FLOAT_EXPR[op]([f'{wide}({a})' for a in args], wide)})"
+        wide_args = [f"{wide}({a})" for a in args]
+        return f"{t}({_opaque(op, FLOAT_EXPR[op](wide_args, wide), wide_args, wide)})"
     table = FLOAT_EXPR if dtype.is_float else INT_EXPR
     if op not in table:
         raise NotImplementedError(f"no WGSL expression for {op.value} on {dtype.value}")
-    return table[op](args, t)
+    code = table[op](args, t)
+    return _opaque(op, code, args, t) if dtype.is_float else code
+
+
+# Transcendentals whose compositions lavapipe rewrites as if no NaN, infinity or overflow
+# existed: exp(log(x)) became x (so exp(log(-2)) gave -2, not NaN), log(exp(x)) would become x
+# (log(exp(100)) is inf in float32). Passing the result through a select on the operand's
+# NaN bits leaves the value alone and hides the composition from those rewrites.
+_OPAQUE = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS})
+
+
+def _opaque(op: Op, code: str, args: list[str], t: str) -> str:
+    return f"select({code}, {args[0]}, {isnan(args[0], t)})" if op in _OPAQUE else code
 
 
 def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
