@@ -143,12 +143,19 @@ def _floor_loop(device: Any, n_dispatch: int, elems: int, groups: int) -> Any:
     return run
 
 
+def program_and_inputs(t: Any) -> tuple[Any, list[Any]]:
+    """The compiled program that computes tensor t and its input buffers (uploaded), to time it."""
+    from tracer.graph_builder import build_graph
+    from tracer.realize import _input_buffer, program_for
+
+    built = build_graph([t._lazy])
+    return program_for(built.graph), [_input_buffer(lz) for lz in built.inputs]
+
+
 def dispatch_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     import tracer as tr
     from benchmarks.timing import time_program
-    from tracer.graph_builder import build_graph
-    from tracer.realize import clear_program_cache, program_for
-    from tracer.tensor import Tensor
+    from tracer.realize import clear_program_cache
 
     s = ctx.settings
     records = []
@@ -159,15 +166,7 @@ def dispatch_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:
         y = x
         for _ in range(n):  # softmax after softmax: nothing fuses, each is its own dispatch
             y = y.softmax(axis=-1)
-        built = build_graph([y._lazy])
-        program = program_for(built.graph)
-        buffers = []
-        for lz in built.inputs:
-            Tensor(lz)
-            if lz.buffer is None:
-                lz.buffer = ctx.device.upload(lz.host)
-                lz.host = None
-            buffers.append(lz.buffer)
+        program, buffers = program_and_inputs(y)
         got = np.frombuffer(ctx.device.read(program.run(buffers)[0]), np.float32).reshape(rows, cols)
         ref = x0.astype(np.float64)
         for _ in range(n):
@@ -234,9 +233,6 @@ def model_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     from benchmarks.timing import time_program
     from tracer import realize as tr_realize
-    from tracer.graph_builder import build_graph
-    from tracer.realize import program_for
-    from tracer.tensor import Tensor
 
     s = ctx.settings
     batch, seq = sizes["batch"], sizes["seq"]
@@ -250,15 +246,7 @@ def model_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     cos = emb @ emb.T
     ok = bool(np.allclose(np.linalg.norm(emb, axis=-1), 1.0, atol=1e-4) and cos[0, 1] > cos[0, 2] + 0.2)
     hidden = model.forward(ids, types, mask)
-    built = build_graph([hidden._lazy])
-    program = program_for(built.graph)
-    buffers = []
-    for lz in built.inputs:
-        Tensor(lz)
-        if lz.buffer is None:
-            lz.buffer = ctx.device.upload(lz.host)
-            lz.host = None
-        buffers.append(lz.buffer)
+    program, buffers = program_and_inputs(hidden)
     out = np.frombuffer(ctx.device.read(program.run(buffers)[0]), np.float32)
     ok = ok and bool(np.isfinite(out).all())
     fwd = time_program(program, buffers, ctx.timer, s.warmup, min(s.repeat, 10))

@@ -18,13 +18,12 @@ import math
 
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.kernels.expr import isnan
-from backend_wgpu.kernels.fused import FusedCode
+from backend_wgpu.kernels.fused import core_input
 from backend_wgpu.wgsl import WgslBuilder, load_cast, store_cast, vtype
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
-from ir.view import View
 
 
 class ReduceKernel(Kernel):
@@ -32,20 +31,9 @@ class ReduceKernel(Kernel):
 
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         super().__init__(node, graph, max_workgroups)
-        self.core = node.arg.core if node.op is Op.FUSED else node
-        self.code: FusedCode | None = None
-        self.src = 0  # operand the reduction reads itself; None when a prologue computes its input
-        self.in_view, self.in_dtype = self.operands[0].view, self.operands[0].dtype
-        if node.op is Op.FUSED:
-            group = node.arg
-            self.code = FusedCode(self, group, {"in": self.kernel_element(), "out": 1})
-            src = self.core.srcs[0]
-            if group.is_term(src):
-                term = group.term(src)
-                self.src, self.in_view, self.in_dtype = None, View.contiguous(term.shape), term.dtype
-            else:
-                self.src = group.leaf_index(src)
-                self.in_view, self.in_dtype = self.operands[self.src].view, self.operands[self.src].dtype
+        read = core_input(self, {"in": self.kernel_element(), "out": 1})
+        self.core, self.code, self.src = read.core, read.code, read.src
+        self.in_view, self.in_dtype = read.view, read.dtype
 
     @property
     def k(self) -> int:

@@ -12,12 +12,11 @@ epilogue; the input is then contiguous, in the order the prologue computes it.
 from __future__ import annotations
 
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
-from backend_wgpu.kernels.fused import FusedCode
+from backend_wgpu.kernels.fused import core_input
 from backend_wgpu.wgsl import WgslBuilder, store_cast, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
-from ir.view import View
 
 
 class SoftmaxKernel(Kernel):
@@ -25,21 +24,9 @@ class SoftmaxKernel(Kernel):
 
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         super().__init__(node, graph, max_workgroups)
-        self.core = node.arg.core if node.op is Op.FUSED else node
-        self.code: FusedCode | None = None
-        self.src = 0  # operand the softmax reads itself; None when a prologue computes its input
-        self.in_view, self.in_dtype = self.operands[0].view, self.operands[0].dtype
-        if node.op is Op.FUSED:
-            group = node.arg
-            w = self.kernel_element()
-            self.code = FusedCode(self, group, {"in": w, "out": w})
-            src = self.core.srcs[0]
-            if group.is_term(src):
-                term = group.term(src)
-                self.src, self.in_view, self.in_dtype = None, View.contiguous(term.shape), term.dtype
-            else:
-                self.src = group.leaf_index(src)
-                self.in_view, self.in_dtype = self.operands[self.src].view, self.operands[self.src].dtype
+        read = core_input(self, {"in": self.kernel_element(), "out": self.kernel_element()})
+        self.core, self.code, self.src = read.core, read.code, read.src
+        self.in_view, self.in_dtype = read.view, read.dtype
 
     def variant_key(self) -> str:
         return self.choice.variant + (f":{self.code.key()}" if self.code else "")
