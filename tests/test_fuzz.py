@@ -338,3 +338,25 @@ def test_fuzz_regression_transformer_ops() -> None:
     # linear of rows with zero features: x.reshape(-1, 0) is ambiguous and raised
     y = tr.nn.linear(tr.zeros((3, 0)), tr.zeros((2, 0)), tr.tensor(np.float32([1, 2]))).numpy()
     np.testing.assert_array_equal(y, np.float32([[1, 2]] * 3))
+
+
+def test_harness_masks_values_within_their_error_of_zero() -> None:
+    # the long run's false alarms: gelu(-9) is -1e-18 in numpy but 0 on the GPU (1 + erf cancels in
+    # float32), and an int32 tensor % 0.001 rounds its quotient on the GPU (x / 0.001 near an integer)
+    for program in (
+        Program(
+            [np.array([-4, -9, 0, 3], np.int32)],
+            [
+                Step("input", (), (("index", 0), ("realized", True))),
+                Step("gelu", (Ref(0),)),
+                Step("where", (Ref(1), 0, 0.5)),
+            ],
+            (2,),
+        ),
+        Program(
+            [np.array([5, -5, -2, -9], np.int32)],
+            [Step("input", (), (("index", 0), ("realized", True))), Step("mod", (Ref(0), 0.001))],
+            (1,),
+        ),
+    ):
+        check_program(program)
