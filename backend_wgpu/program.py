@@ -74,10 +74,21 @@ class _Launch:
 
 
 class Program:
-    def __init__(self, graph: Graph, device: Device) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        device: Device,
+        *,
+        pass_seconds: dict[str, float] | None = None,
+        stages: list[tuple[str, Graph]] | None = None,
+    ) -> None:
         assert graph.schedule is not None, "compile a scheduled graph (passes.run_pipeline)"
         self.graph = graph
         self.device = device
+        # what the pass pipeline reported (for inspection): seconds per pass, and the graph
+        # after each pass when the pipeline kept them (empty otherwise)
+        self.pass_seconds: dict[str, float] = dict(pass_seconds or {})
+        self.stages: list[tuple[str, Graph]] = list(stages or [])
         self.slots = graph.schedule.slots
         self.outputs = [graph[o].slot for o in graph.outputs]
         # an output slot may be larger than its tensor (it hosted temporaries first)

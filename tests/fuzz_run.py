@@ -1,7 +1,9 @@
 """Long differential fuzzing run outside pytest: every failure is logged and the run goes on.
 
-    python tests/fuzz_run.py N [logdir]
+    python tests/fuzz_run.py N [logdir] [--seconds S]
     python tests/fuzz_run.py replay FILE.pkl     (check one saved program in a fresh process)
+
+`--seconds S` ends the survey after S seconds even before N programs (for a fixed time slot).
 
 Writes one file per failing program (the script that replays it, and the error) and a
 summary line every 500 programs. `pytest --fuzz-long` runs the same check under
@@ -11,6 +13,7 @@ hypothesis (it stops at the first failure and shrinks it); this driver is for su
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pickle
 import sys
@@ -44,6 +47,10 @@ def _resources() -> str:
     return f"maxrss {rss} MiB, programs {len(realize._PROGRAMS)}, pipelines {pipes}, constants {len(factories._CONSTANTS)}, wgpu {live}"
 
 
+class _TimeUp(Exception):
+    """Raised inside the hypothesis loop to end a survey at its time limit."""
+
+
 def main() -> None:
     if sys.argv[1:2] == ["replay"]:
         with open(sys.argv[2], "rb") as f:
@@ -52,8 +59,14 @@ def main() -> None:
         check_program(program)
         print("passed")
         return
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-    logdir = sys.argv[2] if len(sys.argv) > 2 else "/tmp/wgjit-fuzz"
+    args = sys.argv[1:]
+    seconds = math.inf
+    if "--seconds" in args:
+        at = args.index("--seconds")
+        seconds = float(args[at + 1])
+        del args[at : at + 2]
+    n = int(args[0]) if args else 1000
+    logdir = args[1] if len(args) > 1 else "/tmp/wgjit-fuzz"
     os.makedirs(logdir, exist_ok=True)
     counts = {"run": 0, "failed": 0}
     kinds: dict[str, int] = {}
@@ -64,6 +77,8 @@ def main() -> None:
     )
     @given(programs(f16=_has_f16()))
     def run(program: Program) -> None:
+        if time.time() - t0 > seconds:
+            raise _TimeUp
         counts["run"] += 1
         try:
             check_program(program)
@@ -83,7 +98,10 @@ def main() -> None:
                 flush=True,
             )
 
-    run()
+    try:
+        run()
+    except _TimeUp:
+        print(f"time limit of {seconds:.0f}s reached")
     print(f"done: {counts['run']} programs, {counts['failed']} failed, {time.time() - t0:.0f}s")
     for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]):
         print(f"{v:6d}  {k}")

@@ -134,9 +134,7 @@ def program_for(graph: Graph) -> Program:
     _check_features(graph)
     t0 = time.perf_counter()
     run = run_pipeline(graph, device.caps, keep=debug_level() >= 2 or bool(_LISTENERS))
-    program = Program(run.graph, device)
-    program.pass_seconds = run.seconds  # type: ignore[attr-defined]
-    program.stages = run.stages  # type: ignore[attr-defined]
+    program = Program(run.graph, device, pass_seconds=run.seconds, stages=run.stages)
     stats["programs_compiled"] += 1
     _PROGRAMS[key] = program
     while len(_PROGRAMS) > 1 and (
@@ -176,7 +174,7 @@ def _debug_report(key: str, program: Program, seconds: dict[str, float], total: 
     )
     print(f"[wgjit] memory: {memory_report(program.graph)}", file=sys.stderr)
     if level >= 2:
-        for name, g in program.stages:  # type: ignore[attr-defined]
+        for name, g in program.stages:
             title = "traced graph" if name == "traced" else f"after {name}"
             print(f"[wgjit] --- {title} ---\n{g}", file=sys.stderr)
         print(program.summary(), file=sys.stderr)

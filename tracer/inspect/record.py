@@ -95,7 +95,7 @@ class Recorder:
         else:
             # compiled before recording began: replay the passes (no GPU work) for the stages
             again = run_pipeline(event.graph, program.device.caps, keep=True)
-            stages, seconds = again.stages, dict(getattr(program, "pass_seconds", again.seconds))
+            stages, seconds = again.stages, dict(program.pass_seconds or again.seconds)
         rec = RecordedProgram(
             index=len(self.programs),
             program=program,
