@@ -91,7 +91,8 @@ def main() -> None:
             with open(os.path.join(logdir, f"fail_{name}.pkl"), "wb") as f:
                 pickle.dump(program, f)
             with open(os.path.join(logdir, f"fail_{name}.py"), "w") as f:
-                f.write(program.source() + "\n\n'''\n" + "".join(traceback.format_exception(e))[-4000:] + "\n'''\n")
+                trace = "".join(traceback.format_exception(e))[-4000:]
+                f.write(f"{program.source()}\n\n'''\n{str(e)[:600]}\n\n{trace}\n'''\n")
         if counts["run"] % 500 == 0:
             print(
                 f"{counts['run']} programs, {counts['failed']} failed, {time.time() - t0:.0f}s, {_resources()}",

@@ -28,7 +28,8 @@ multiples of 1/8 so that much of a program stays exact and its discrete ops get 
 
 Per-op error bounds (relative, float32; float16 results use at least `F16_EPS`):
   +, -, *, square, casts to f16 .......... 1e-6 (correctly rounded; slack for fma contraction)
-  exp, log, sqrt, sin, cos, sigmoid ...... 1e-5 (WGSL builtins are not correctly rounded)
+  exp, log, sqrt, sigmoid ................ 1e-5 (WGSL builtins are not correctly rounded)
+  sin, cos ............................... 1e-5 times max(|x|, 0.1), absolute (WGSL bounds them absolutely)
   tanh, gelu, silu, rsqrt, reciprocal, / . 1e-5, plus `mag` where an approximation is absolute
   pow .................................... 1e-5 times (1 + |y log2 x|): exp2(y * log2 x) scales it
   sum, mean, matmul ...................... 1e-6 times the sum of |terms| (order of summation)
@@ -1314,8 +1315,9 @@ OPS: dict[str, OpSpec] = {
         OpSpec("sqrt", d_unary(_NUM), "tr.sqrt({0})", _unary(np.sqrt)),
         OpSpec("rsqrt", d_unary(_NUM), "{0}.rsqrt()", _unary(lambda a: 1 / np.sqrt(a))),
         OpSpec("reciprocal", d_unary(_NUM), "{0}.reciprocal()", _unary(lambda a: 1 / a)),
-        OpSpec("sin", d_unary(_NUM), "{0}.sin()", _unary(np.sin, mag=lambda a: np.abs(a))),
-        OpSpec("cos", d_unary(_NUM), "{0}.cos()", _unary(np.cos, mag=lambda a: np.abs(a))),
+        # WGSL bounds sin/cos by an absolute error (2**-11 on [-pi, pi]): NVIDIA gives sin(1e-30) = 0
+        OpSpec("sin", d_unary(_NUM), "{0}.sin()", _unary(np.sin, mag=lambda a: np.maximum(np.abs(a), 0.1))),
+        OpSpec("cos", d_unary(_NUM), "{0}.cos()", _unary(np.cos, mag=lambda a: np.maximum(np.abs(a), 0.1))),
         OpSpec("tanh", d_unary(_NUM), "{0}.tanh()", _unary(np.tanh, mag=lambda a: np.full_like(a, 1e-1))),
         OpSpec(
             "sigmoid",

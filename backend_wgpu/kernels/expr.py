@@ -48,6 +48,20 @@ def isinf(x: str, t: str) -> str:
     return f"(({bits} & {u}(0x7fffffffu)) == {u}(0x7f800000u))"
 
 
+def _is_zero(x: str, t: str) -> str:
+    """WGSL: true where float x is +0.0 or -0.0, tested on its bits (see isnan)."""
+    bits, u = _float_bits(x, t)
+    return f"(({bits} & {u}(0x7fffffffu)) == {u}(0u))"
+
+
+def _nan_let(t: str) -> str:
+    """WGSL lines that define `nan` of type t (a NaN literal is a WGSL compile error, so via a var)."""
+    return (
+        "  var nan_bits = 0x7fc00000u;\n"
+        f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));  // via the scalar: f16 has no f32 vector ctor\n"
+    )
+
+
 def _negative(x: str, t: str) -> str:
     """WGSL: true where the sign bit of float x is set (-0.0 included)."""
     bits, u = _float_bits(x, t)
@@ -87,7 +101,7 @@ FLOAT_EXPR: dict[Op, Expr] = {
     Op.ADD: lambda a, t: f"wg_add_{_suffix(t)}({a[0]}, {a[1]})",
     Op.SUB: lambda a, t: f"wg_sub_{_suffix(t)}({a[0]}, {a[1]})",
     Op.MUL: lambda a, t: f"wg_mul_{_suffix(t)}({a[0]}, {a[1]})",  # sqrt(a) * sqrt(a) again, via two nodes
-    Op.DIV: lambda a, t: f"({a[0]} / {a[1]})",
+    Op.DIV: lambda a, t: f"wg_div_{_suffix(t)}({a[0]}, {a[1]})",
     Op.FLOORDIV: lambda a, t: f"wg_ffloordiv_{_suffix(t)}({a[0]}, {a[1]})",
     Op.MOD: lambda a, t: f"wg_fmod_{_suffix(t)}({a[0]}, {a[1]})",
     Op.POW: lambda a, t: f"wg_pow_{_suffix(t)}({a[0]}, {a[1]})",
@@ -125,12 +139,29 @@ COMMON_EXPR: dict[Op, Expr] = {
 }
 
 
+# NVIDIA's compiler folds x >= x, x <= x and x == x to true and x != x to false, as WGSL lets it
+# assume no NaN; numpy says a comparison with NaN is false (true for !=), so floats also test
+# the NaN bits of both sides
+_REFLEXIVE = frozenset({Op.LE, Op.GE, Op.EQ, Op.NE})
+
+
+def _float_compare(op: Op, args: list[str], t: str) -> str:
+    plain = COMMON_EXPR[op](args, t)
+    either_nan = f"({isnan(args[0], t)} | {isnan(args[1], t)})"
+    return f"({plain} | {either_nan})" if op is Op.NE else f"({plain} & !{either_nan})"
+
+
 _BOOL_VIA_U32 = frozenset({Op.LT, Op.LE, Op.GT, Op.GE, Op.MAXIMUM, Op.MINIMUM})
 
 # float16 transcendental math is evaluated in f32 and rounded once at the end: lavapipe's f16
-# exp is off by ~9 ulp, and in f16 1 + erf(x) cancels to 0, so gelu(x < -3) would be 0
+# exp is off by ~9 ulp, and in f16 1 + erf(x) cancels to 0, so gelu(x < -3) would be 0.
+# Division too: NVIDIA's f16 x / y is not correctly rounded (x / x gave 0.9995), so x // y and
+# x % y picked the wrong quotient; in f32 then rounded, the f16 quotient is numpy's
 F32_FOR_F16 = frozenset(
-    {Op.EXP, Op.LOG, Op.RSQRT, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID, Op.GELU, Op.GELU_TANH, Op.SILU, Op.ERF, Op.POW}
+    {
+        *(Op.EXP, Op.LOG, Op.RSQRT, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID, Op.GELU, Op.GELU_TANH, Op.SILU, Op.ERF),
+        *(Op.POW, Op.DIV, Op.FLOORDIV, Op.MOD, Op.RECIPROCAL),
+    }
 )
 
 
@@ -148,6 +179,8 @@ def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
         if op in COMMON_EXPR:
             return COMMON_EXPR[op](ua, u)
         return f"({INT_EXPR[op](ua, u)} != {u}(0u))"
+    if op in _REFLEXIVE and dtype.is_float:
+        return _float_compare(op, args, t)
     if op in COMMON_EXPR:
         return COMMON_EXPR[op](args, t)
     wide = _widened(op, t, dtype)
@@ -245,10 +278,18 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         name, sym, inf_signs = ("add", "+", "!=") if op is Op.ADD else ("sub", "-", "==")
         out[f"wg_{name}_{s}"] = (
             f"fn wg_{name}_{s}(x: {t}, y: {t}) -> {t} {{\n"
-            f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
-            f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));\n"
+            f"{_nan_let(t)}"
             f"  let inf_nan = {isinf('x', t)} & {isinf('y', t)} & ({_negative('x', t)} {inf_signs} {_negative('y', t)});\n"
             f"  return select(x {sym} y, nan, {isnan('x', t)} | {isnan('y', t)} | inf_nan);\n}}"
+        )
+    if op in (Op.DIV, Op.FLOORDIV):
+        # NVIDIA folds x / x to 1 (WGSL lets a compiler assume finite values), so 0 / 0, inf / inf
+        # and NaN / NaN gave 1: those cases are found on the bits and give NaN, as numpy
+        out[f"wg_div_{s}"] = (
+            f"fn wg_div_{s}(x: {t}, y: {t}) -> {t} {{\n{_nan_let(t)}"
+            f"  let undefined = {isnan('x', t)} | {isnan('y', t)} | ({_is_zero('x', t)} & {_is_zero('y', t)})"
+            f" | ({isinf('x', t)} & {isinf('y', t)});\n"
+            f"  return select(x / y, nan, undefined);\n}}"
         )
     if op is Op.FLOORDIV:
         # numpy's algorithm (npy_divmod), not floor(x / y): the quotient comes from the
@@ -257,7 +298,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         z, one = f"{t}(0.0)", f"{t}(1.0)"
         out[f"wg_ffloordiv_{s}"] = (
             f"fn wg_ffloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
-            f"  let q = x / y;\n"
+            f"  let q = wg_div_{s}(x, y);\n"
             f"  let m = select(fma(-y, trunc(q), x), x, {isinf('y', t)} & !{isinf('x', t)});  // fmod; fma: one rounding\n"
             f"  let div = (x - m) / y - select({z}, {one}, (m != {z}) & ((y < {z}) != (m < {z})));\n"
             f"  var f = floor(div);\n"
@@ -270,7 +311,9 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"fn wg_fmod_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  // x mod +-inf is x (y * trunc(x / y) would be inf * 0 = NaN); the sign fix-up below then follows numpy\n"
             f"  let r = select(fma(-y, trunc(x / y), x), x, {isinf('y', t)} & !{isinf('x', t)});  // fma: one rounding, as fmod\n"
-            f"  return select(r, r + y, (r != {t}(0.0)) & ((r < {t}(0.0)) != (y < {t}(0.0))));\n}}"
+            f"  let signed = select(r, r + y, (r != {t}(0.0)) & ((r < {t}(0.0)) != (y < {t}(0.0))));\n{_nan_let(t)}"
+            f"  // NaN for x % 0, inf % y and NaN operands, on the bits: NVIDIA folds x % x to 0\n"
+            f"  return select(signed, nan, {isnan('x', t)} | {isnan('y', t)} | {isinf('x', t)} | {_is_zero('y', t)});\n}}"
         )
     if op is Op.POW:
         out[f"wg_pow_{s}"] = (
@@ -282,8 +325,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let is_int = floor(y) == y;\n"
             f"  let odd = is_int & (abs(y - {t}(2.0) * floor(y * {t}(0.5))) == {t}(1.0));\n"
             f"  let neg = select(m, -m, odd);\n"
-            f"  var nan_bits = 0x7fc00000u;  // a var: a NaN constant is a WGSL compile error\n"
-            f"  let nan = {t}({_scalar_of(t)}(bitcast<f32>(nan_bits)));  // via the scalar type: f16 has no f32 vector ctor\n"
+            f"{_nan_let(t)}"
             f"  // a negative base needs an integer exponent, except -inf (C's pow: (-inf) ** -0.5 is 0)\n"
             f"  let neg_base = select(select(nan, m, {isinf('x', t)}), neg, is_int);\n"
             f"  let r = select(select(m, neg_base, x < {t}(0.0)), nan, {isnan('x', t)} | {isnan('y', t)});\n"
