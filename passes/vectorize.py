@@ -159,6 +159,8 @@ def _row_vector(view: View, k: int, width: int) -> bool:
 
 def _k_contig(b_view: View, width: int) -> bool:
     """B of a k-contiguous GEMV: each column (fixed n) is a contiguous run along k."""
+    if width == 1:  # scalar loads follow any strides (n == 1 picks this kernel for every B)
+        return True
     if b_view.strides[-2] != 1 or b_view.offset % width:
         return False
     return all(

@@ -26,7 +26,8 @@ result is representable ("representable"); sums and matmuls whose every partial 
 representable, checked from the inputs' granularity ("accumulate"). Inputs are mostly
 multiples of 1/8 so that much of a program stays exact and its discrete ops get tested.
 
-Per-op error bounds (relative, float32; float16 results use at least `F16_EPS`):
+Per-op error bounds (relative, float32; float16 results use at least `F16_EPS`, plus
+`F16_ABS_ERROR` absolute for values near zero, where float16 steps are 2**-24):
   +, -, *, square, casts to f16 .......... 1e-6 (correctly rounded; slack for fma contraction)
   exp, log, sqrt, sigmoid ................ 1e-5 (WGSL builtins are not correctly rounded)
   sin, cos ............................... 1e-5 times max(|x|, 0.1), absolute (WGSL bounds them absolutely)
@@ -53,6 +54,7 @@ NUMERIC = (F32, F16, I32)
 NOISY_RUNS = 4
 MARGIN = 4.0
 F16_EPS = 2e-3
+F16_ABS_ERROR = 2.0**-23  # two float16 subnormal steps: the absolute error a float16 chain may carry
 TOL_FLOOR = {F32: (1e-6, 1e-6), F16: (2e-3, 2e-3)}  # (atol, rtol) under any spread
 
 MAX_SIZE = 260  # elements per value: lavapipe is slow and small shapes find the same bugs
@@ -399,6 +401,8 @@ def _perturb(
     u2 = rng.uniform(-1, 1, v.shape) if sign is None else sign
     x = v.astype(F64)
     scale = np.abs(x) if mag is None else np.abs(x) + np.broadcast_to(np.abs(np.asarray(mag, F64)), v.shape)
+    if v.dtype == F16:  # float16 intermediates round to multiples of 2**-24 near zero: an absolute error
+        scale = np.maximum(scale, np.abs(x) + F16_ABS_ERROR / eps)
     with np.errstate(all="ignore"):
         noisy = x + eps * (u1 * np.abs(x) + u2 * (scale - np.abs(x)))
         noisy = np.where(np.isfinite(x), noisy, x)

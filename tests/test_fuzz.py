@@ -297,7 +297,80 @@ REGRESSIONS: dict[str, tuple[Any, Any]] = {
         ),
         lambda: [6.0] * 16,
     ),
+    # x @ ones((k, 1)): a GEMV with n = 1 over a broadcast B (k stride 0) found no vector width
+    "gemv of a broadcast column": (
+        lambda: (tr.tensor(F32([[1, 2, 3]])) @ tr.ones((3, 1))).numpy(),
+        lambda: F32([[6]]),
+    ),
+    # --- found by the first fuzzing runs on the NVIDIA H200 (NUMERICS.md, "Drivers") ---
+    # x / x, x // x folded to 1 and x % x to 0, x >= x to true, also for 0, inf and NaN
+    "x / x of 0, inf, NaN": (
+        lambda: [
+            f(tr.tensor(F32([0.0, np.inf, np.nan, 2.0]))).numpy()
+            for f in (lambda x: x / x, lambda x: x // x, lambda x: x % x, lambda x: x >= x, lambda x: x != x)
+        ],
+        lambda: [
+            F32([np.nan, np.nan, np.nan, 1]),
+            F32([np.nan, np.nan, np.nan, 1]),
+            F32([np.nan, np.nan, np.nan, 0]),
+            np.array([True, True, False, True]),
+            np.array([False, False, True, False]),
+        ],
+    ),
+    # a divisor above 2**126 gave 0 (x * (1 / y) with 1 / y flushed): 3e38 / 3e38 was 0
+    "huge divisor": (
+        lambda: (tr.tensor(F32([3e38, 1.0])) / tr.tensor(F32([3e38, 3e38]))).numpy(),
+        lambda: F32([1, 1 / 3e38]),
+    ),
+    # f16 x / y, x // y, x % y and sqrt were not correctly rounded: (x + 0) // x gave 0
+    "f16 division": (
+        lambda: [
+            f(tr.tensor(np.float16([3.0, 7.0, -5.0, 0.1]))).numpy()
+            for f in (lambda x: (x + 0) // x, lambda x: x % (x * 0.5 + 1), lambda x: abs(x).sqrt())
+        ],
+        lambda: [
+            np.float16([1, 1, 1, 1]),
+            (lambda x: x % (x * np.float16(0.5) + np.float16(1)))(np.float16([3.0, 7.0, -5.0, 0.1])),
+            np.sqrt(np.abs(np.float16([3.0, 7.0, -5.0, 0.1]))),
+        ],
+    ),
+    # a float16 value kept in registers was not rounded to float16: exp(-17.88) stayed 1.7e-8 (float16
+    # says 0) so log gave -17.88, not -inf; exp(12) stayed finite; a GEMV result fed pow unrounded
+    "f16 rounding in a fused chain": (
+        lambda: [
+            tr.tensor(np.float16([-17.88, 1.0])).exp().log().numpy(),
+            (tr.tensor(np.float16([12.0, 1.0])).exp() * 0).numpy(),
+            (
+                (tr.tensor(np.float16([[0.0964, 0.01148, 0.4988]])) @ tr.ones((3, 1), dtype=tr.float16))
+                ** F32(1.120348)
+            ).numpy(),
+        ],
+        lambda: [
+            np.log(np.exp(np.float16([-17.88, 1.0]))),
+            np.exp(np.float16([12.0, 1.0])) * np.float16(0),
+            (np.float16([[0.0964, 0.01148, 0.4988]]) @ np.ones((3, 1), np.float16)) ** F32(1.120348),
+        ],
+    ),
 }
+
+
+@pytest.mark.gpu
+def test_f16_rounding_of_register_values_is_exact() -> None:
+    # expr.f16_rounded on the bits against numpy's float32 -> float16 cast: normals, ties, the
+    # subnormal range, the overflow edge (65504 / 65520), inf and NaN
+    rng = np.random.default_rng(0)
+    edges = F32([65504, 65519.99, 65520, -65520, 1e5, 2**-14, 2**-24, 2**-25, 3 * 2**-26, 2**-26, 0, -0.0])
+    x = np.concatenate(
+        [
+            edges,
+            F32([np.inf, -np.inf, np.nan]),
+            (rng.standard_normal(2000) * 10.0 ** rng.integers(-9, 5, 2000)).astype(F32),
+        ]
+    )
+    # (x * 1) keeps the cast in a fused kernel: the float16 value lives in registers before the f32 cast back
+    got = (tr.tensor(x) * 1).astype(tr.float16).astype(tr.float32).numpy()
+    want = x.astype(np.float16).astype(F32)
+    assert np.array_equal(got, want, equal_nan=True), x[~((got == want) | (np.isnan(got) & np.isnan(want)))][:10]
 
 
 @pytest.mark.gpu

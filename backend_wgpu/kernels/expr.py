@@ -155,14 +155,59 @@ _BOOL_VIA_U32 = frozenset({Op.LT, Op.LE, Op.GT, Op.GE, Op.MAXIMUM, Op.MINIMUM})
 
 # float16 transcendental math is evaluated in f32 and rounded once at the end: lavapipe's f16
 # exp is off by ~9 ulp, and in f16 1 + erf(x) cancels to 0, so gelu(x < -3) would be 0.
-# Division too: NVIDIA's f16 x / y is not correctly rounded (x / x gave 0.9995), so x // y and
-# x % y picked the wrong quotient; in f32 then rounded, the f16 quotient is numpy's
+# Division and sqrt too: NVIDIA's f16 x / y and sqrt are not correctly rounded (x / x gave
+# 0.9995, so x // y and x % y picked the wrong quotient); in f32 then rounded they are numpy's
 F32_FOR_F16 = frozenset(
     {
-        *(Op.EXP, Op.LOG, Op.RSQRT, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID, Op.GELU, Op.GELU_TANH, Op.SILU, Op.ERF),
+        *(
+            Op.EXP,
+            Op.LOG,
+            Op.SQRT,
+            Op.RSQRT,
+            Op.SIN,
+            Op.COS,
+            Op.TANH,
+            Op.SIGMOID,
+            Op.GELU,
+            Op.GELU_TANH,
+            Op.SILU,
+            Op.ERF,
+        ),
         *(Op.POW, Op.DIV, Op.FLOORDIV, Op.MOD, Op.RECIPROCAL),
     }
 )
+
+
+def f16_rounded(x: str, w: str) -> str:
+    """WGSL: f32 expression x (of type w: f32 or vecN<f32>) rounded to the nearest float16 value.
+
+    Wrap every f32 -> f16 conversion of a value that stays in registers: NVIDIA's compiler drops
+    an f32 -> f16 -> f32 round trip (even through pack2x16float), so a fused float16 chain kept
+    values float16 cannot hold (exp(-17.88) stayed 1.7e-8 and log gave back -17.88, not -inf).
+    The helper, `f16_round_helper(w)`, rounds on the bits, which no compiler can skip.
+    """
+    return f"wg_round_f16_{_suffix(w)}({x})"
+
+
+def f16_round_helper(w: str) -> dict[str, str]:
+    """The helper function `f16_rounded` calls, for f32 type w, keyed by name."""
+    u = w.replace("f32", "u32")
+    name = f"wg_round_f16_{_suffix(w)}"
+    code = (
+        f"fn {name}(x: {w}) -> {w} {{\n"
+        f"  let bits = bitcast<{u}>(x);\n"
+        f"  let a = bits & {u}(0x7fffffffu);\n"
+        f"  let sign = bits & {u}(0x80000000u);\n"
+        f"  // normal float16 range: keep 10 mantissa bits, ties to even\n"
+        f"  let normal = bitcast<{w}>(sign | ((a + {u}(0xfffu) + ((a >> {u}(13u)) & {u}(1u))) & {u}(0xffffe000u)));\n"
+        f"  // below 2**-14: float16 subnormals, multiples of 2**-24 (round() ties to even)\n"
+        f"  let subnormal = round(x * {w}(16777216.0)) * {w}(5.9604644775390625e-8);\n"
+        f"  let inf = bitcast<{w}>(sign | {u}(0x7f800000u));\n"
+        f"  // from 65520 up, the nearest float16 is infinity\n"
+        f"  let r = select(select(normal, subnormal, a < {u}(0x38800000u)), inf, a >= {u}(0x477ff000u));\n"
+        f"  return select(r, x, a >= {u}(0x7f800000u));  // inf and NaN as they are\n}}"
+    )
+    return {name: code}
 
 
 def _widened(op: Op, t: str, dtype: DType) -> str | None:
@@ -186,7 +231,7 @@ def expression(op: Op, args: list[str], t: str, dtype: DType) -> str:
     wide = _widened(op, t, dtype)
     if wide is not None:
         wide_args = [f"{wide}({a})" for a in args]
-        return f"{t}({_opaque(op, FLOAT_EXPR[op](wide_args, wide), wide_args, wide)})"
+        return f"{t}({f16_rounded(_opaque(op, FLOAT_EXPR[op](wide_args, wide), wide_args, wide), wide)})"
     table = FLOAT_EXPR if dtype.is_float else INT_EXPR
     if op not in table:
         raise NotImplementedError(f"no WGSL expression for {op.value} on {dtype.value}")
@@ -209,7 +254,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
     """Helper functions the expression of `op` calls, keyed by name."""
     wide = _widened(op, t, dtype)
     if wide is not None:
-        return helpers(op, wide, DType.float32)
+        return helpers(op, wide, DType.float32) | f16_round_helper(wide)
     s = _suffix(t)
     b = _bool_of(t)
     out: dict[str, str] = {}
@@ -282,14 +327,17 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let inf_nan = {isinf('x', t)} & {isinf('y', t)} & ({_negative('x', t)} {inf_signs} {_negative('y', t)});\n"
             f"  return select(x {sym} y, nan, {isnan('x', t)} | {isnan('y', t)} | inf_nan);\n}}"
         )
-    if op in (Op.DIV, Op.FLOORDIV):
+    if op in (Op.DIV, Op.FLOORDIV, Op.MOD):
         # NVIDIA folds x / x to 1 (WGSL lets a compiler assume finite values), so 0 / 0, inf / inf
-        # and NaN / NaN gave 1: those cases are found on the bits and give NaN, as numpy
+        # and NaN / NaN gave 1: those cases are found on the bits and give NaN, as numpy. And it
+        # divides as x * (1 / y), where 1 / y flushes to 0 for |y| > 2**126 (3e38 / 3e38 gave 0):
+        # such a divisor is scaled down first, with the dividend (the quotient is the same)
         out[f"wg_div_{s}"] = (
             f"fn wg_div_{s}(x: {t}, y: {t}) -> {t} {{\n{_nan_let(t)}"
             f"  let undefined = {isnan('x', t)} | {isnan('y', t)} | ({_is_zero('x', t)} & {_is_zero('y', t)})"
             f" | ({isinf('x', t)} & {isinf('y', t)});\n"
-            f"  return select(x / y, nan, undefined);\n}}"
+            f"  let scale = select({t}(1.0), {t}(0.25), abs(y) > {t}(8.5070592e37));\n"
+            f"  return select((x * scale) / (y * scale), nan, undefined);\n}}"
         )
     if op is Op.FLOORDIV:
         # numpy's algorithm (npy_divmod), not floor(x / y): the quotient comes from the
@@ -300,7 +348,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"fn wg_ffloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  let q = wg_div_{s}(x, y);\n"
             f"  let m = select(fma(-y, trunc(q), x), x, {isinf('y', t)} & !{isinf('x', t)});  // fmod; fma: one rounding\n"
-            f"  let div = (x - m) / y - select({z}, {one}, (m != {z}) & ((y < {z}) != (m < {z})));\n"
+            f"  let div = wg_div_{s}(x - m, y) - select({z}, {one}, (m != {z}) & ((y < {z}) != (m < {z})));\n"
             f"  var f = floor(div);\n"
             f"  f += select({z}, {one}, div - f > {t}(0.5));\n"
             f"  f = select(f, q * {z}, div == {z});  // a zero quotient keeps the sign of x / y\n"
@@ -310,7 +358,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         out[f"wg_fmod_{s}"] = (
             f"fn wg_fmod_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  // x mod +-inf is x (y * trunc(x / y) would be inf * 0 = NaN); the sign fix-up below then follows numpy\n"
-            f"  let r = select(fma(-y, trunc(x / y), x), x, {isinf('y', t)} & !{isinf('x', t)});  // fma: one rounding, as fmod\n"
+            f"  let r = select(fma(-y, trunc(wg_div_{s}(x, y)), x), x, {isinf('y', t)} & !{isinf('x', t)});  // fma: one rounding, as fmod\n"
             f"  let signed = select(r, r + y, (r != {t}(0.0)) & ((r < {t}(0.0)) != (y < {t}(0.0))));\n{_nan_let(t)}"
             f"  // NaN for x % 0, inf % y and NaN operands, on the bits: NVIDIA folds x % x to 0\n"
             f"  return select(signed, nan, {isnan('x', t)} | {isnan('y', t)} | {isinf('x', t)} | {_is_zero('y', t)});\n}}"

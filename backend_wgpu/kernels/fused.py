@@ -198,12 +198,21 @@ class FusedCode:
         """The stored form of `value` (`lanes` lanes of the core's result, each lane's element at
         index * lanes + lane) after the epilogue: the right-hand side of `out[index] = ...`."""
         fn = self.epilogue_function(b)
-        core_t = vtype(self.arg.core.dtype, 1)
+        core_dt = self.arg.core.dtype
         dt = self.arg.root.dtype
+
+        def core_value(lane: str) -> str:
+            # the core accumulates in f32: a float16 core value is rounded as its node would be
+            if core_dt is DType.float16:
+                for name, code in expr.f16_round_helper("f32").items():
+                    b.helper(name, code)
+                return f"f16({expr.f16_rounded(f'f32({lane})', 'f32')})"
+            return f"{vtype(core_dt, 1)}({lane})"
+
         if lanes == 1:
-            return store_cast(f"{fn}({core_t}({value}), {index})", dt, 1)
+            return store_cast(f"{fn}({core_value(value)}, {index})", dt, 1)
         parts = [
-            store_cast(f"{fn}({core_t}({value}.{c}), ({index}) * {lanes}u + {j}u)", dt, 1)
+            store_cast(f"{fn}({core_value(f'{value}.{c}')}, ({index}) * {lanes}u + {j}u)", dt, 1)
             for j, c in enumerate("xyzw"[:lanes])
         ]
         return f"{vtype(dt, lanes, storage=True)}({', '.join(parts)})"
@@ -216,6 +225,11 @@ class FusedCode:
                 # float16 goes via float32: i32(f16) clamps to the f16 range, so inf gave 65504
                 x = f"{vtype(DType.float32, width)}({args[0]})" if src is DType.float16 else args[0]
                 return f"select({to}({x}), {to}(0), {expr.isnan(x, vtype(DType.float32, width))})"
+            if t.dtype is DType.float16 and src is not DType.float16:  # see expr.f16_rounded
+                wide = vtype(DType.float32, width)
+                for name, code in expr.f16_round_helper(wide).items():
+                    b.helper(name, code)
+                return f"{to}({expr.f16_rounded(f'{wide}({args[0]})', wide)})"
             return f"{to}({args[0]})"
         # comparisons and where compute in their operands' type; everything else in the result's
         math_dtype = arg_dtypes[-1] if t.op in COMPARISON or t.op is Op.WHERE else t.dtype
