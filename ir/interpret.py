@@ -74,7 +74,8 @@ def _int_safe(op: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[[n
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iu":  # computed in float32 and rounded: exact while |result| < 2**24
         return np.round(np.power(a.astype(np.float32), b.astype(np.float32))).astype(a.dtype)
-    return np.power(a, b)
+    # never a 0-d exponent: numpy computes x ** 0.5 as sqrt(x) then, and (-inf) ** 0.5 is NaN, not inf
+    return np.power(*np.broadcast_arrays(a, b))
 
 
 BINARY_REF: dict[Op, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {

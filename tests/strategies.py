@@ -661,6 +661,10 @@ def _pow(x: Any, y: Any) -> Result:
         if np.any(np.abs(r) >= 2**24):
             raise ValueError("documented: int pow is exact only while |result| < 2**24")
         return Result(r.astype(dt), True)
+    # full-shape exponents: numpy computes x ** 0.5 with a scalar 0.5 as sqrt(x), so (-inf) ** 0.5
+    # gave NaN there and C's inf (NUMERICS.md) for an exponent array, depending on numpy's version
+    shape = np.broadcast_shapes(a.shape, c.shape)
+    a, c = np.array(np.broadcast_to(a, shape)), np.array(np.broadcast_to(c, shape))
     r = np.power(_up(a), _up(c)).astype(dt)
     return Result(r, representable(np.power(a.astype(F64), c.astype(F64)), r), _pow_mag(np.abs(_up(a)), _up(c)))
 

@@ -200,7 +200,9 @@ LOST_DEVICE_SCRIPT = textwrap.dedent(
 
 
 def run_script(code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=ROOT, XDG_RUNTIME_DIR=os.environ.get("XDG_RUNTIME_DIR", "/tmp"))
+    # ROOT in front of the caller's path, which may be where wgpu is installed
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, XDG_RUNTIME_DIR=os.environ.get("XDG_RUNTIME_DIR", "/tmp"))
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
 
 

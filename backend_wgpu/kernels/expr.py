@@ -339,6 +339,18 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let scale = select({t}(1.0), {t}(0.25), abs(y) > {t}(8.5070592e37));\n"
             f"  return select((x * scale) / (y * scale), nan, undefined);\n}}"
         )
+    if op in (Op.FLOORDIV, Op.MOD):
+        # C's fmod from a quotient that may be one off: GPU division is not correctly rounded
+        # (NVIDIA's 2x / x gave 1.9999999, so 2x % x was x), so the remainder is moved back
+        # into [0, |y|) once in either direction; it takes the sign of x, as C's
+        out[f"wg_cfmod_{s}"] = (
+            f"fn wg_cfmod_{s}(x: {t}, y: {t}) -> {t} {{\n"
+            f"  let ax = abs(x);\n  let ay = abs(y);\n"
+            f"  var r = fma(-ay, trunc(wg_div_{s}(ax, ay)), ax);  // fma: one rounding\n"
+            f"  r = select(r, r - ay, r >= ay);\n  r = select(r, r + ay, r < {t}(0.0));\n"
+            f"  r = select(r, ax, {isinf('y', t)} & !{isinf('x', t)});  // x mod +-inf is x (not inf * 0)\n"
+            f"  return select(r, -r, {_negative('x', t)});\n}}"
+        )
     if op is Op.FLOORDIV:
         # numpy's algorithm (npy_divmod), not floor(x / y): the quotient comes from the
         # remainder, so -1e-30 // 1e30 is -1 (the rounded quotient -0.0 would give 0), an
@@ -347,7 +359,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         out[f"wg_ffloordiv_{s}"] = (
             f"fn wg_ffloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  let q = wg_div_{s}(x, y);\n"
-            f"  let m = select(fma(-y, trunc(q), x), x, {isinf('y', t)} & !{isinf('x', t)});  // fmod; fma: one rounding\n"
+            f"  let m = wg_cfmod_{s}(x, y);\n"
             f"  let div = wg_div_{s}(x - m, y) - select({z}, {one}, (m != {z}) & ((y < {z}) != (m < {z})));\n"
             f"  var f = floor(div);\n"
             f"  f += select({z}, {one}, div - f > {t}(0.5));\n"
@@ -355,13 +367,15 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  return select(f, q, y == {z});\n}}"
         )
     if op is Op.MOD:
+        u = t.replace(_scalar_of(t), "u32")
         out[f"wg_fmod_{s}"] = (
             f"fn wg_fmod_{s}(x: {t}, y: {t}) -> {t} {{\n"
-            f"  // x mod +-inf is x (y * trunc(x / y) would be inf * 0 = NaN); the sign fix-up below then follows numpy\n"
-            f"  let r = select(fma(-y, trunc(wg_div_{s}(x, y)), x), x, {isinf('y', t)} & !{isinf('x', t)});  // fma: one rounding, as fmod\n"
-            f"  let signed = select(r, r + y, (r != {t}(0.0)) & ((r < {t}(0.0)) != (y < {t}(0.0))));\n{_nan_let(t)}"
+            f"  let r = wg_cfmod_{s}(x, y);\n"
+            f"  // numpy: a nonzero remainder takes the sign of y (x mod +-inf is x, or +-inf); a zero one is +-0 as y\n"
+            f"  let signed = select(r, r + y, (r != {t}(0.0)) & ((r < {t}(0.0)) != (y < {t}(0.0))));\n"
+            f"  let zero = bitcast<{t}>(bitcast<{u}>(y) & {u}(0x80000000u));\n{_nan_let(t)}"
             f"  // NaN for x % 0, inf % y and NaN operands, on the bits: NVIDIA folds x % x to 0\n"
-            f"  return select(signed, nan, {isnan('x', t)} | {isnan('y', t)} | {isinf('x', t)} | {_is_zero('y', t)});\n}}"
+            f"  return select(select(signed, zero, r == {t}(0.0)), nan, {isnan('x', t)} | {isnan('y', t)} | {isinf('x', t)} | {_is_zero('y', t)});\n}}"
         )
     if op is Op.POW:
         out[f"wg_pow_{s}"] = (
