@@ -808,10 +808,14 @@ def d_matmul(b: Builder) -> Call | None:
     if math.prod(shape) > MAX_SIZE:
         return None
     dt = b.value(x).dtype if b.draw(st.integers(0, 3)) else b.dtype(FLOATS)
-    if b.draw(st.integers(0, 2)) == 0 and len(shape) >= 2:
+    form = b.draw(st.integers(0, 5))
+    if form <= 1 and len(shape) >= 2:
         # the transposed view of a fresh input: a strided B (gemv k_contig, gemm strides)
         t = b.fresh(shape[:-2] + (shape[-1], shape[-2]), dt)
         y = b.add("transpose", (t,), (("a0", -1), ("a1", -2)))
+    elif form == 2:
+        # a broadcast constant (every stride 0): x @ ones((k, 1)) once found no GEMV width
+        y = b.add("full", (), (("shape", shape), ("value", b.scalar(F32))))
     else:
         y = b.pick_or_fresh(lambda v: v.shape == shape and v.dtype in FLOATS, shape, (dt,))
     if y is None:
