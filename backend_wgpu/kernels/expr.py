@@ -158,23 +158,8 @@ _BOOL_VIA_U32 = frozenset({Op.LT, Op.LE, Op.GT, Op.GE, Op.MAXIMUM, Op.MINIMUM})
 # Division and sqrt too: NVIDIA's f16 x / y and sqrt are not correctly rounded (x / x gave
 # 0.9995, so x // y and x % y picked the wrong quotient); in f32 then rounded they are numpy's
 F32_FOR_F16 = frozenset(
-    {
-        *(
-            Op.EXP,
-            Op.LOG,
-            Op.SQRT,
-            Op.RSQRT,
-            Op.SIN,
-            Op.COS,
-            Op.TANH,
-            Op.SIGMOID,
-            Op.GELU,
-            Op.GELU_TANH,
-            Op.SILU,
-            Op.ERF,
-        ),
-        *(Op.POW, Op.DIV, Op.FLOORDIV, Op.MOD, Op.RECIPROCAL),
-    }
+    {Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID, Op.GELU, Op.GELU_TANH, Op.SILU, Op.ERF}
+    | {Op.POW, Op.DIV, Op.FLOORDIV, Op.MOD, Op.RECIPROCAL}
 )
 
 
