@@ -302,6 +302,12 @@ REGRESSIONS: dict[str, tuple[Any, Any]] = {
         lambda: (tr.tensor(F32([[1, 2, 3]])) @ tr.ones((3, 1))).numpy(),
         lambda: F32([[6]]),
     ),
+    # 0 // -2.5 gave +0.0 (numpy -0.0): lavapipe folded the q * 0.0 that carried the sign, so
+    # 1 // (0 // x) was inf, not -inf (found by the 10,000-program run of session 2)
+    "0 // negative is -0": (
+        lambda: (1 // (0 // tr.tensor(F32([-2.5, 3.0, -0.5])))).numpy(),
+        lambda: F32([-np.inf, np.inf, -np.inf]),
+    ),
     # --- found by the first fuzzing runs on the NVIDIA H200 (NUMERICS.md, "Drivers") ---
     # x / x, x // x folded to 1 and x % x to 0, x >= x to true, also for 0, inf and NaN
     "x / x of 0, inf, NaN": (

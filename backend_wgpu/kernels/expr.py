@@ -341,6 +341,7 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
         # remainder, so -1e-30 // 1e30 is -1 (the rounded quotient -0.0 would give 0), an
         # infinite x gives NaN, a finite x // +-inf gives 0 or -1, and x // 0 is x / 0
         z, one = f"{t}(0.0)", f"{t}(1.0)"
+        u = t.replace(_scalar_of(t), "u32")
         out[f"wg_ffloordiv_{s}"] = (
             f"fn wg_ffloordiv_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  let q = wg_div_{s}(x, y);\n"
@@ -348,7 +349,8 @@ def helpers(op: Op, t: str, dtype: DType) -> dict[str, str]:
             f"  let div = wg_div_{s}(x - m, y) - select({z}, {one}, (m != {z}) & ((y < {z}) != (m < {z})));\n"
             f"  var f = floor(div);\n"
             f"  f += select({z}, {one}, div - f > {t}(0.5));\n"
-            f"  f = select(f, q * {z}, div == {z});  // a zero quotient keeps the sign of x / y\n"
+            f"  // a zero quotient keeps the sign of x / y: on the bits (lavapipe folds q * 0.0 to +0.0)\n"
+            f"  f = select(f, bitcast<{t}>(bitcast<{u}>(q) & {u}(0x80000000u)), div == {z});\n"
             f"  return select(f, q, y == {z});\n}}"
         )
     if op is Op.MOD:
