@@ -1193,8 +1193,11 @@ def _sdpa(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, *rest: np.ndarray, mask: bool, causal: bool, scale: float | None
 ) -> Result:
     dt = result_type(q, k, v)
-    qf, kf, vf = (t.astype(F64) for t in (q, k, v))
-    s = qf @ np.swapaxes(kf, -1, -2) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    vf = v.astype(F64)
+    # the scores as wgjit makes them: q scaled in its own dtype, then a matmul in the working
+    # dtype, so they overflow (to inf, or NaN for inf - inf) where float32 or float16 does
+    qs = (_up(q) * np.float32(1 / math.sqrt(q.shape[-1]) if scale is None else scale)).astype(q.dtype)
+    s = np.matmul(_up(qs.astype(dt)), np.swapaxes(_up(k.astype(dt)), -1, -2)).astype(dt).astype(F64)
     lq, lk = q.shape[-2], k.shape[-2]
     if causal:
         allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq)
