@@ -410,9 +410,10 @@ class Llama:
         return tr.nn.embedding(ids, self.w["model.embed_tokens.weight"])
 
     # --- prefill ---
-    def prefill(self, ids: tr.Tensor, *cache: tr.Tensor) -> tuple[tr.Tensor, ...]:
-        """The prompt ids (1, T) through the model: (logits (1, T, vocab) f32, *the caches with 0..T-1 filled).
+    def prefill(self, ids: tr.Tensor, *cache: tr.Tensor, all_logits: bool = False) -> tuple[tr.Tensor, ...]:
+        """The prompt ids (1, T) from position 0: (logits, next id (1,), *the caches with 0..T-1 filled).
 
+        logits are float32, (1, vocab) for the last position, or (1, T, vocab) with all_logits.
         Pure (no argument is changed), so it runs under `@tr.jit` (`prefill_jit`) as well as lazily.
         """
         t = ids.shape[1]
@@ -430,7 +431,11 @@ class Llama:
         x = self._embed(ids)
         for i in range(self.cfg.layers):
             x = self._layer(x, i, cos, sin, attend)
-        return (self._logits(x), *new)
+        if all_logits:
+            logits = self._logits(x)
+            return (logits, logits[:, -1].argmax(-1), *new)
+        logits = self._logits(x[:, -1:]).reshape(1, self.cfg.vocab)
+        return (logits, logits.argmax(-1), *new)
 
     def _prompt_mask(self, i: int, t: int) -> tr.Tensor:
         """Causal, and inside the layer's sliding window when it has one."""
