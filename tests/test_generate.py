@@ -301,11 +301,15 @@ def test_script_runs_as_a_command(tmp_path: Path) -> None:
 # --- transformers, where installed -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_against_transformers(tmp_path: Path, arch: str) -> None:
+@pytest.mark.parametrize(
+    "arch,windows",
+    [(a, (None, None)) for a in ARCHS] + [("MistralForCausalLM", (3, 3)), ("Qwen2ForCausalLM", (None, 4))],
+)
+def test_against_transformers(tmp_path: Path, arch: str, windows: tuple) -> None:
+    """Prompt logits and greedy ids from transformers' own classes (sliding windows included)."""
     torch = pytest.importorskip("torch", reason="torch is not installed: the transformers check is skipped")
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-    cfg = tiny_config(arch, arch != "MistralForCausalLM", windows=(None, None))
+    cfg = tiny_config(arch, arch != "MistralForCausalLM", windows=windows)
     make_checkpoint(tmp_path, cfg, seed=3)
     model = getattr(transformers, arch).from_pretrained(str(tmp_path), torch_dtype=torch.float32).eval()
     with torch.no_grad():
