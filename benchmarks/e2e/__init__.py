@@ -11,10 +11,13 @@ events) and, for wgjit, the host time per dispatch that the difference implies.
 
 `--sizes small` is a smoke configuration (a tiny random BERT with the real tokenizer, a
 2-layer decoder, a few tokens) that runs on lavapipe; `--sizes full` is the H200 run.
+WGJIT_E2E_PARTS=minilm,12L,1B (any subset) runs only those parts: benchmarks/run_e2e_h200.sh
+runs each in its own process and merges them with `python -m benchmarks.e2e.table`.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,7 +52,10 @@ def e2e_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:
     from benchmarks.e2e.minilm import minilm_cases
 
     p = plan(sizes["full"])
-    records = minilm_cases(ctx, p["minilm"])
+    parts = os.environ.get("WGJIT_E2E_PARTS", "")
+    wanted = {x.strip() for x in parts.split(",") if x.strip()} or {"minilm", *p["decoders"]}
+    records = minilm_cases(ctx, p["minilm"]) if "minilm" in wanted else []
     for name in p["decoders"]:
-        records.extend(decoder_cases(ctx, name, p["prompt"], p["check_tokens"], p["decoder"]))
+        if name in wanted:
+            records.extend(decoder_cases(ctx, name, p["prompt"], p["check_tokens"], p["decoder"]))
     return records

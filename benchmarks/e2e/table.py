@@ -1,7 +1,17 @@
-"""The e2e table: one row per wgjit variant, its wall and GPU time beside torch eager and CUDA graphs."""
+"""The e2e table: one row per wgjit variant, its wall and GPU time beside torch eager and CUDA graphs.
+
+    python -m benchmarks.e2e.table A.json B.json ... [--md OUT.md] [--json OUT.json]
+
+merges the records of several `wgjit bench --suite e2e --json` runs (the parts of
+run_e2e_h200.sh) and prints their table.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 COLUMNS = ["case", "shape", "wgjit", "wall ms", "GPU ms", "host us/disp", "torch ms", "GPU ms", "vs torch",
@@ -59,3 +69,33 @@ def markdown(result: dict[str, Any]) -> str:
     out = [_head(result), "", "| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
     out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in body]
     return "\n".join(out) + "\n"
+
+
+def merge(paths: list[str]) -> dict[str, Any]:
+    """One result from several runs' JSON files: the first run's device, every run's records and notes."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    if not runs:
+        raise SystemExit("no result files to merge")
+    notes = list(dict.fromkeys(n for r in runs for n in r.get("notes", [])))
+    return runs[0] | {"records": [rec for r in runs for rec in r["records"]], "notes": notes}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="merge e2e JSON results and print their table")
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--md", help="write the markdown table here")
+    ap.add_argument("--json", help="write the merged result here")
+    args = ap.parse_args(argv)
+    result = merge([f for f in args.files if Path(f).is_file()])
+    if args.md:
+        Path(args.md).write_text(markdown(result) + "".join(f"- {n}\n" for n in result["notes"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+    for n in result["notes"]:
+        print(f"note: {n}")
+    print(terminal(result))
+    return 0 if all(r.get("verified") for r in result["records"] if r.get("suite") == "e2e") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
