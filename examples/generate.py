@@ -203,10 +203,13 @@ def _eos_from_generation_config(path: Path, cfg: LlamaConfig) -> LlamaConfig:
 
 
 class _Streamer:
-    """Prints the text as ids arrive (decoding the whole tail, so multi-token characters come out whole)."""
+    """Prints the prompt, then the text as ids arrive: the whole sequence is decoded each time and
+    the new tail printed, so spaces and multi-token characters come out as the tokenizer means them."""
 
-    def __init__(self, tokenizer: object) -> None:
-        self.tokenizer, self.ids, self.shown = tokenizer, [], ""
+    def __init__(self, tokenizer: object, prompt: list[int]) -> None:
+        self.tokenizer, self.ids = tokenizer, list(prompt)
+        self.shown = tokenizer.decode(self.ids)
+        print(self.shown, end="", flush=True)
 
     def __call__(self, token: int) -> None:
         self.ids.append(token)
@@ -252,9 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt = gen.tokenizer.encode(args.prompt).ids
     else:
         prompt = _parse_ids(args.prompt_ids)
-    stream = _Streamer(gen.tokenizer) if gen.tokenizer is not None and not args.json else None
-    if stream is not None:
-        print(args.prompt if args.prompt is not None else gen.tokenizer.decode(prompt), end="", flush=True)
+    stream = _Streamer(gen.tokenizer, prompt) if gen.tokenizer is not None and not args.json else None
     try:
         res = gen.generate(prompt, args.max_new_tokens, sampling, bool(args.json), not args.ignore_eos, stream)
     except ValueError as e:

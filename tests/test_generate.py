@@ -318,3 +318,34 @@ def test_against_transformers(tmp_path: Path, arch: str, windows: tuple) -> None
     res = G.Generator.load(tmp_path).generate(PROMPT, 5, want_prompt_logits=True, stop_at_eos=False)
     np.testing.assert_allclose(res.prompt_logits, theirs, rtol=1e-4, atol=1e-4)
     assert res.ids == ids[0, len(PROMPT) :].tolist()
+
+
+def test_float16_weights(tmp_path: Path, device) -> None:  # noqa: ANN001
+    """--dtype float16: weights, activations and cache in f16 (f32 statistics); logits near the f64 reference."""
+    if not device.caps.shader_f16:
+        pytest.skip("the adapter has no shader-f16")
+    cfg = tiny_config("Qwen2ForCausalLM", False)
+    w, hf = make_checkpoint(tmp_path, cfg)
+    want = np_logits(w, hf, PROMPT)
+    for mode in G.MODES:
+        res = G.Generator.load(tmp_path, dtype=G.tr.float16, mode=mode).generate(PROMPT, 3, want_prompt_logits=True)
+        assert res.prompt_logits.dtype == np.float32
+        np.testing.assert_allclose(res.prompt_logits, want, atol=0.05 * np.abs(want).max())
+        assert res.ids == np_greedy(w, hf, PROMPT, 3)
+
+
+def test_prompt_text_streams_through_the_tokenizer(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """With tokenizer.json, --prompt is tokenized and the new text is printed as it comes."""
+    tokenizers = pytest.importorskip("tokenizers", reason="the tokenizers package is not installed")
+    cfg = tiny_config("MistralForCausalLM", True)
+    w, hf = make_checkpoint(tmp_path, cfg)
+    vocab = {f"w{i}": i for i in range(cfg.vocab)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
+    tok.save(str(tmp_path / "tokenizer.json"))
+    assert G.main(["--model", str(tmp_path), "--prompt", "w3 w17 w45", "--max-new-tokens", "4"]) == 0
+    out, err = capsys.readouterr()
+    want = np_greedy(w, hf, [3, 17, 45], 4)
+    assert out.strip() == "w3 w17 w45" + "".join(f" w{i}" for i in want)
+    assert "decoded 4 tokens" in err and "tok/s" in err
