@@ -18,12 +18,12 @@ def gpu_time_of(ctx: Any, tensors: Any, *keep: Any) -> GpuTime:
     """
     from benchmarks.timing import time_program
     from tracer.graph_builder import build_graph
-    from tracer.realize import _input_buffer, program_for
+    from tracer.realize import device_buffer, program_for
 
     tensors = tensors if isinstance(tensors, tuple | list) else (tensors,)
     built = build_graph([t._lazy for t in tensors if not t._lazy.is_leaf])
     program = program_for(built.graph)
-    buffers = [_input_buffer(lz) for lz in built.inputs]
+    buffers = [device_buffer(lz) for lz in built.inputs]
     t = time_program(program, buffers, ctx.timer, 3, 10)
     del keep
     return (statistics.median(t.gpu_ms) if t.gpu_ms else None, len(program.dispatches))
