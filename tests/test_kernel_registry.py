@@ -7,11 +7,25 @@ kernel names; asking must never import wgpu or create a device.
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import numpy as np
+import pytest
+
+import backend_wgpu.kernels as kernels_package
+import tracer as tr
+from backend_wgpu.kernel import Kernel
+from backend_wgpu.kernels import KERNELS, ElementwiseKernel, ReduceKernel, kernel_class
+from ir.caps import DeviceCaps
+from ir.graph import Graph
+from ir.ops import Op
+from passes import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,3 +76,64 @@ def test_passes_and_kernel_facts_never_import_wgpu() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def _kernel_classes() -> set[type[Kernel]]:
+    """Every Kernel subclass with a name defined anywhere under backend_wgpu.kernels."""
+    for info in pkgutil.walk_packages(kernels_package.__path__, kernels_package.__name__ + "."):
+        importlib.import_module(info.name)
+    found: set[type[Kernel]] = set()
+    todo = [Kernel]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if sub.name:
+                found.add(sub)
+    return found
+
+
+def test_every_named_kernel_is_registered_once() -> None:
+    classes = _kernel_classes()
+    assert len({k.name for k in classes}) == len(classes), "two kernel classes share a name"
+    assert set(KERNELS.values()) == classes
+    for name, cls in KERNELS.items():
+        assert cls.name == name and kernel_class(name) is cls
+
+
+def test_an_unknown_kernel_name_is_a_clear_error() -> None:
+    with pytest.raises(KeyError, match="no kernel named 'gemm_magic'; registered: .*elementwise"):
+        kernel_class("gemm_magic")
+
+
+# --- the passes ask the kernel: change a fact and the pass follows -------------------------
+def _pipeline(y: tr.Tensor) -> Graph:
+    return run_pipeline(y.graph(), DeviceCaps()).graph
+
+
+def _computing(graph: Graph) -> list:
+    return [n for n in graph if n.kernel is not None]
+
+
+def test_fuse_asks_whether_the_core_takes_a_prologue(monkeypatch) -> None:
+    x = tr.tensor(np.ones((8, 3), np.float32))  # rows of 3: the general reduce kernel
+    y = (x * 2).sum(axis=-1)
+    (fused,) = _computing(_pipeline(y))
+    assert fused.op is Op.FUSED and fused.kernel.name == ReduceKernel.name
+    monkeypatch.setattr(ReduceKernel, "takes_prologue", False)
+    assert [n.op for n in _computing(_pipeline(y))] == [Op.MUL, Op.SUM]
+
+
+def test_inplace_asks_which_operands_the_kernel_may_overwrite(monkeypatch) -> None:
+    x = tr.tensor(np.ones(16, np.float32))
+    y = (x.exp() + 1).exp()  # unfused: the later kernels may overwrite the temporaries
+    monkeypatch.setenv("WGJIT_FUSION", "0")
+    assert any(n.inplace is not None for n in _pipeline(y))
+    monkeypatch.setattr(ElementwiseKernel, "inplace_operands", classmethod(lambda cls, node: ()))
+    assert all(n.inplace is None for n in _pipeline(y))
+
+
+def test_vectorize_asks_the_kernel_for_its_widest_element(monkeypatch) -> None:
+    y = tr.tensor(np.ones((4, 8), np.float32)).exp()
+    assert [n.kernel.element for n in _computing(_pipeline(y))] == [4]
+    monkeypatch.setattr(ElementwiseKernel, "widest_element", classmethod(lambda cls, node, views: 2))
+    assert [n.kernel.element for n in _computing(_pipeline(y))] == [2]

@@ -1,4 +1,8 @@
-"""The concrete kernels, registered by the name a KernelChoice carries."""
+"""The concrete kernels and their registry: the class behind each KernelChoice name.
+
+The passes and `explain` ask a kernel class what it allows (backend_wgpu/kernel.py lists
+the facts) through `kernel_class`; nothing here imports wgpu.
+"""
 
 from backend_wgpu.kernel import Kernel
 from backend_wgpu.kernels.arange import ArangeKernel
@@ -17,11 +21,32 @@ from backend_wgpu.kernels.softmax import SoftmaxKernel
 
 KERNELS: dict[str, type[Kernel]] = {
     k.name: k
-    for k in (ElementwiseKernel, ReduceKernel, SoftmaxKernel, GemmKernel, GemvKernel, ConcatKernel, ArangeKernel)
+    for k in (
+        ElementwiseKernel,
+        ReduceKernel,
+        RowReduceKernel,
+        SoftmaxKernel,
+        SoftmaxRegsKernel,
+        NormKernel,
+        GemmKernel,
+        BlockedGemmKernel,
+        GemvKernel,
+        SplitGemvKernel,
+        ConcatKernel,
+        ArangeKernel,
+        GatherKernel,
+        IndexWriteKernel,
+        Conv1dKernel,
+    )
 }
-# the faster variants (issue 5), registered apart so each branch's edit stays one line
-KERNELS.update({k.name: k for k in (BlockedGemmKernel, SplitGemvKernel, RowReduceKernel, SoftmaxRegsKernel)})
-# transformer inference kernels (tracer/nn.py)
-KERNELS.update({k.name: k for k in (NormKernel, GatherKernel, Conv1dKernel, IndexWriteKernel)})
 
-__all__ = ["KERNELS"]
+
+def kernel_class(name: str) -> type[Kernel]:
+    """The kernel a KernelChoice names (passes.select_kernels only names registered kernels)."""
+    try:
+        return KERNELS[name]
+    except KeyError:
+        raise KeyError(f"no kernel named {name!r}; registered: {', '.join(sorted(KERNELS))}") from None
+
+
+__all__ = ["KERNELS", "kernel_class"] + [k.__name__ for k in KERNELS.values()]

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
 from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.graph import Graph
+from ir.node import Node
 from ir.ops import Conv1dArg
 
 
 class Conv1dKernel(Kernel):
     name = "conv1d"
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        return "direct convolution: one thread per output element"
 
     def metadata(self) -> Meta:
         arg: Conv1dArg = self.node.arg

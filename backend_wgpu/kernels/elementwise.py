@@ -8,16 +8,34 @@ seen as a group of one. Each operand is read in the cheapest way its view allows
 
 from __future__ import annotations
 
+from backend_wgpu.element import why_not_wider, widest_elementwise
 from backend_wgpu.kernel import Kernel, Meta, Workload
 from backend_wgpu.kernels.fused import FusedCode, plain_group
 from backend_wgpu.wgsl import WgslBuilder, store_cast
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
+from ir.view import View
 
 
 class ElementwiseKernel(Kernel):
     name = "elementwise"
+
+    @classmethod
+    def widest_element(cls, node: Node, views: list[View]) -> int:
+        return widest_elementwise(node, views)
+
+    @classmethod
+    def inplace_operands(cls, node: Node) -> tuple[int, ...]:
+        return tuple(range(len(node.srcs)))  # any operand read element for element
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        return "one thread per element (vector)" if node.kernel.element > 1 else "one thread per element"
+
+    @classmethod
+    def width_reason(cls, node: Node, views: list[View]) -> str:
+        return why_not_wider(node, views)
 
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         super().__init__(node, graph, max_workgroups)

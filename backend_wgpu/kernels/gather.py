@@ -10,12 +10,34 @@ axis (an embedding row), each thread copies a vec4/vec2.
 
 from __future__ import annotations
 
+from backend_wgpu.element import WIDTHS, vector_readable
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.wgsl import WgslBuilder, load_cast, store_cast, vtype
+from ir.graph import Graph
+from ir.node import Node
+from ir.view import View
 
 
 class GatherKernel(Kernel):
     name = "gather"
+
+    @classmethod
+    def widest_element(cls, node: Node, views: list[View]) -> int:
+        """Gathering along an outer axis (embedding rows): one id serves a whole vector of the last axis."""
+        if node.arg == len(node.shape) - 1:
+            return 1
+        x_view, ids_view = views
+        if ids_view.strides[-1] != 0:
+            return 1
+        return next(
+            w
+            for w in WIDTHS
+            if node.shape[-1] % w == 0 and (w == 1 or x_view.strides[-1] == 1) and vector_readable(x_view, w)
+        )
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        return f"one thread per output element, ids along axis {node.arg} (out-of-range ids clamped)"
 
     @property
     def axis(self) -> int:

@@ -22,10 +22,23 @@ from __future__ import annotations
 from backend_wgpu.kernel import Workload
 from backend_wgpu.kernels.matmul import _MatmulBase
 from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.graph import Graph
+from ir.node import Node
+from ir.view import View
 
 
 class BlockedGemmKernel(_MatmulBase):
     name = "gemm_blocked"
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        k = node.kernel
+        tiles = "x".join(str(k.param(p)) for p in ("tile_m", "tile_n", "tile_k"))
+        return f"general matmul: workgroup tiles {tiles}, register-blocked, loads {k.variant}"
+
+    @classmethod
+    def width_reason(cls, node: Node, views: list[View]) -> str:
+        return ""  # its variant names how each operand is loaded (a_k4: vec4 along k, ...)
 
     # --- variant decoding -------------------------------------------------------------
     def _modes(self) -> tuple[str, str, str]:

@@ -13,13 +13,27 @@ load as one vec4<u32> (16 bytes, as wide as an f32 vec4 load) and unpacks them.
 
 from __future__ import annotations
 
+from backend_wgpu.element import WIDTHS, vector_readable
 from backend_wgpu.kernel import Workload
 from backend_wgpu.kernels.matmul import _MatmulBase
 from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.graph import Graph
+from ir.node import Node
+from ir.view import View
 
 
 class SplitGemvKernel(_MatmulBase):
     name = "gemv_split"
+
+    @classmethod
+    def widest_element(cls, node: Node, views: list[View]) -> int:
+        n = node.shape[-1]
+        return next(w for w in WIDTHS if n % w == 0 and vector_readable(views[1], w))
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        wx, wy, _ = node.kernel.workgroup
+        return f"one output row (M=1): B read contiguously along N, k split over {wy} rows of threads ({wx} across)"
 
     def variant_key(self) -> str:
         fused = f":{self.code.key()}" if self.code else ""

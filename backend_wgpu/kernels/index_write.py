@@ -11,11 +11,24 @@ from __future__ import annotations
 
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.wgsl import WgslBuilder, load_cast, store_cast
+from ir.graph import Graph
+from ir.node import Node
 from ir.view import contiguous_strides
 
 
 class IndexWriteKernel(Kernel):
     name = "index_write"
+    inplace_exclusive = True  # src[i] lands at x[i + offsets]: no other operand may read x's buffer
+
+    @classmethod
+    def inplace_operands(cls, node: Node) -> tuple[int, ...]:
+        return (0,)  # only the tensor written into
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        if node.inplace is not None:
+            return "writes only src into the buffer it updates"
+        return "copies x, then src over it"
 
     def variant_key(self) -> str:
         return "inplace" if self.inplace else "copy"

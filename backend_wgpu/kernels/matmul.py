@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import math
 
+from backend_wgpu.element import WIDTHS, k_contiguous, row_vector
 from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
 from backend_wgpu.kernels.fused import FusedCode
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
+from ir.view import View
 
 
 class _MatmulBase(Kernel):
+    takes_epilogue = True  # bias, activation, residual: per output element (wg_epilogue)
+
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         super().__init__(node, graph, max_workgroups)
         self.core = node.arg.core if node.op is Op.FUSED else node
@@ -79,6 +83,12 @@ class _MatmulBase(Kernel):
 
 class GemmKernel(_MatmulBase):
     name = "gemm"
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        k = node.kernel
+        tiles = "x".join(str(k.param(p)) for p in ("tile_m", "tile_n", "tile_k") if k.param(p) is not None)
+        return f"general matmul: workgroup tiles {tiles}" if tiles else "general matmul"
 
     def calculate_dispatch(self) -> Workload:
         batch, m, n, _ = self._dims()
@@ -159,6 +169,16 @@ class GemvKernel(_MatmulBase):
     """gemv[k_contig]: one workgroup per output column (its only variant)."""
 
     name = "gemv"
+
+    @classmethod
+    def widest_element(cls, node: Node, views: list[View]) -> int:
+        a_view, b_view = views
+        k = a_view.shape[-1]
+        return next(w for w in WIDTHS if k % w == 0 and row_vector(a_view, 1, w) and k_contiguous(b_view, w))
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        return "one output row (M=1): B read contiguously along K (a workgroup per output column)"
 
     def out_width(self) -> int:
         return 1

@@ -9,13 +9,31 @@ as vec4/vec2 when passes.vectorize allows it; f16 data is widened to f32 on load
 
 from __future__ import annotations
 
+from backend_wgpu.element import WIDTHS, contiguous_run, row_vector
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.graph import Graph
+from ir.node import Node
 from ir.ops import NormArg, Op
+from ir.view import View
 
 
 class NormKernel(Kernel):
     name = "norm"
+
+    @classmethod
+    def widest_element(cls, node: Node, views: list[View]) -> int:
+        """Norms walk each row of x and the weight/bias vectors contiguously: all must allow the width."""
+        x_view, affine = views[0], views[1:]
+        n = node.shape[-1]
+        for w in WIDTHS:
+            if n % w == 0 and row_vector(x_view, 1, w) and all(contiguous_run(v, w) for v in affine):
+                return w
+        return 1
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        return f"a workgroup of {node.kernel.workgroup[0]} threads per row of {node.shape[-1] if node.shape else 1}"
 
     @property
     def arg(self) -> NormArg:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from backend_wgpu.element import WIDTHS, row_vector
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.kernels.expr import isnan
 from backend_wgpu.kernels.fused import core_input
@@ -24,10 +25,25 @@ from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
+from ir.view import View
 
 
 class ReduceKernel(Kernel):
     name = "reduce"
+    takes_prologue = takes_epilogue = True
+
+    @classmethod
+    def widest_element(cls, node: Node, views: list[View]) -> int:
+        if node.op in (Op.SUM, Op.MAX, Op.MIN) and node.kernel.variant.endswith("_rows"):
+            return next(w for w in WIDTHS if row_vector(views[0], node.arg, w))
+        return 1  # argmax/argmin compare indices lane by lane; a serial thread walks scalars
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        row = graph[node.srcs[0]].size // max(node.size, 1)
+        serial = node.kernel.variant.endswith("_serial")
+        how = "one thread walks each row" if serial else "a workgroup shares each row"
+        return f"{node.size} rows of {row}: {how}"
 
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         super().__init__(node, graph, max_workgroups)

@@ -15,12 +15,14 @@ the prologue's contiguous result) and store through the epilogue (wg_epilogue).
 
 from __future__ import annotations
 
+from backend_wgpu.element import WIDTHS, row_vector, why_not_wider
 from backend_wgpu.kernel import Kernel, Meta, Workload
 from backend_wgpu.kernels.fused import core_input
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
+from ir.view import View
 
 
 def _inf(b: WgslBuilder) -> str:
@@ -74,6 +76,8 @@ def _hfold(kind: str, x: str, w: int) -> str:
 
 
 class _RowBase(Kernel):
+    takes_prologue = takes_epilogue = True
+
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         super().__init__(node, graph, max_workgroups)
         self.input = core_input(self, {"in": self.kernel_element(), "out": 1})
@@ -129,6 +133,16 @@ class _RowBase(Kernel):
 
 class RowReduceKernel(_RowBase):
     name = "row_reduce"
+
+    @classmethod
+    def widest_element(cls, node: Node, views: list[View]) -> int:
+        return next(w for w in WIDTHS if row_vector(views[0], node.arg, w))
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        row = graph[node.srcs[0]].size // max(node.size, 1)
+        how = "subgroup reductions" if node.kernel.param("subgroups") else "a tree in workgroup memory"
+        return f"{node.size} rows of {row}: a workgroup shares each contiguous row ({how})"
 
     def _row_len(self) -> int:
         return self.input.view.size // max(self.core.size, 1)
@@ -191,6 +205,19 @@ class RowReduceKernel(_RowBase):
 
 class SoftmaxRegsKernel(_RowBase):
     name = "softmax_regs"
+
+    @classmethod
+    def widest_element(cls, node: Node, views: list[View]) -> int:
+        return next(w for w in WIDTHS if node.shape[-1] % w == 0 and row_vector(views[0], 1, w))
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        n = node.shape[-1] if node.shape else 1
+        return f"a workgroup of {node.kernel.workgroup[0]} threads per row of {n}, the row held in registers"
+
+    @classmethod
+    def width_reason(cls, node: Node, views: list[View]) -> str:
+        return why_not_wider(node, views)
 
     def _row_len(self) -> int:
         return self.core.shape[-1]

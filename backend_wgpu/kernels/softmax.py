@@ -11,16 +11,32 @@ epilogue; the input is then contiguous, in the order the prologue computes it.
 
 from __future__ import annotations
 
+from backend_wgpu.element import WIDTHS, row_vector, why_not_wider
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.kernels.fused import core_input
 from backend_wgpu.wgsl import WgslBuilder, store_cast, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
+from ir.view import View
 
 
 class SoftmaxKernel(Kernel):
     name = "softmax"
+    takes_prologue = takes_epilogue = True
+    vector_epilogue = True  # pass 2 writes KernelElement lanes through the epilogue at once
+
+    @classmethod
+    def widest_element(cls, node: Node, views: list[View]) -> int:
+        return next(w for w in WIDTHS if node.shape[-1] % w == 0 and row_vector(views[0], 1, w))
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        return f"a workgroup of {node.kernel.workgroup[0]} threads per row of {node.shape[-1] if node.shape else 1}"
+
+    @classmethod
+    def width_reason(cls, node: Node, views: list[View]) -> str:
+        return why_not_wider(node, views)
 
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         super().__init__(node, graph, max_workgroups)
