@@ -166,7 +166,7 @@ def gemv_split_choice(n: int, k: int, caps: DeviceCaps, h8: bool = False, itemsi
     return KernelChoice(SplitGemvKernel.name, variant, workgroup=(wx, wy, 1), params=(("unroll", unroll),))
 
 
-# gemm_blocked configurations: (tile_m, tile_n, tile_k, (wx, wy)); see backend_wgpu/kernels/gemm_blocked.py
+# gemm_blocked configurations: (tile_m, tile_n, tile_k, (wx, wy)); see backend_wgpu/kernels/matmul/gemm_blocked.py
 GEMM_CONFIGS: dict[str, tuple[int, int, int, tuple[int, int]]] = {
     "b128k16": (128, 128, 16, (16, 16)),  # 32 KiB of workgroup memory: the fastest on the H200
     "b128": (128, 128, 8, (16, 16)),  # 16 KiB, for adapters at WebGPU's default limit

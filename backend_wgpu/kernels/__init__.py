@@ -5,19 +5,21 @@ the facts) through `kernel_class`; nothing here imports wgpu.
 """
 
 from backend_wgpu.kernel import Kernel
-from backend_wgpu.kernels.arange import ArangeKernel
-from backend_wgpu.kernels.concat import ConcatKernel
 from backend_wgpu.kernels.conv1d import Conv1dKernel
-from backend_wgpu.kernels.elementwise import ElementwiseKernel
-from backend_wgpu.kernels.gather import GatherKernel
-from backend_wgpu.kernels.gemm_blocked import BlockedGemmKernel
-from backend_wgpu.kernels.gemv_split import SplitGemvKernel
-from backend_wgpu.kernels.index_write import IndexWriteKernel
-from backend_wgpu.kernels.matmul import GemmKernel, GemvKernel
-from backend_wgpu.kernels.norm import NormKernel
-from backend_wgpu.kernels.reduce import ReduceKernel
-from backend_wgpu.kernels.rows_fast import RowReduceKernel, SoftmaxRegsKernel
-from backend_wgpu.kernels.softmax import SoftmaxKernel
+from backend_wgpu.kernels.elementwise.elementwise import ElementwiseKernel
+from backend_wgpu.kernels.matmul.gemm_blocked import BlockedGemmKernel
+from backend_wgpu.kernels.matmul.gemm_tiled import GemmKernel
+from backend_wgpu.kernels.matmul.gemv import GemvKernel
+from backend_wgpu.kernels.matmul.gemv_split import SplitGemvKernel
+from backend_wgpu.kernels.movement.arange import ArangeKernel
+from backend_wgpu.kernels.movement.concat import ConcatKernel
+from backend_wgpu.kernels.movement.gather import GatherKernel
+from backend_wgpu.kernels.movement.index_write import IndexWriteKernel
+from backend_wgpu.kernels.norm.norm import NormKernel
+from backend_wgpu.kernels.reduce.reduce import ReduceKernel
+from backend_wgpu.kernels.reduce.row_reduce import RowReduceKernel
+from backend_wgpu.kernels.softmax.softmax import SoftmaxKernel
+from backend_wgpu.kernels.softmax.softmax_regs import SoftmaxRegsKernel
 
 KERNELS: dict[str, type[Kernel]] = {
     k.name: k

@@ -1,16 +1,16 @@
 """One kernel for every elementwise op and every fused elementwise group.
 
 Each thread computes one KernelElement (1, 2 or 4 lanes) of the contiguous output by
-evaluating an expression DAG (kernels/fused.py): a FUSED node's terms, or a single op
+evaluating an expression DAG (fused.py): a FUSED node's terms, or a single op
 seen as a group of one. Each operand is read in the cheapest way its view allows
-(contig, vector, splat or strided; see kernels/fused.py).
+(contig, vector, splat or strided; see fused.py).
 """
 
 from __future__ import annotations
 
 from backend_wgpu.element import why_not_wider, widest_elementwise
 from backend_wgpu.kernel import Kernel, Meta, Workload
-from backend_wgpu.kernels.fused import FusedCode, plain_group
+from backend_wgpu.kernels.elementwise.fused import FusedCode, plain_group
 from backend_wgpu.wgsl import WgslBuilder, store_cast
 from ir.graph import Graph
 from ir.node import Node

@@ -4,7 +4,7 @@ Pass 1 keeps a running (max, sum of exp) per thread (the online-softmax recurren
 merges them in workgroup memory; pass 2 writes exp(x - max) / sum. The row is read twice,
 written once; math in f32 for f16 data too.
 
-As the core of a fused group (kernels/fused.py) it reads each element through an
+As the core of a fused group (kernels/elementwise/fused.py) it reads each element through an
 elementwise prologue (a scale, a mask) evaluated in both passes, and writes through an
 epilogue; the input is then contiguous, in the order the prologue computes it.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from backend_wgpu.element import WIDTHS, row_vector, why_not_wider
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
-from backend_wgpu.kernels.fused import core_input
+from backend_wgpu.kernels.elementwise.fused import core_input
 from backend_wgpu.wgsl import WgslBuilder, store_cast, vtype
 from ir.graph import Graph
 from ir.node import Node

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from backend_wgpu.element import WIDTHS, vector_readable
 from backend_wgpu.kernel import Workload
-from backend_wgpu.kernels.matmul import _MatmulBase
+from backend_wgpu.kernels.matmul.base import MatmulKernel
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.view import View
 
 
-class SplitGemvKernel(_MatmulBase):
+class SplitGemvKernel(MatmulKernel):
     name = "gemv_split"
 
     @classmethod

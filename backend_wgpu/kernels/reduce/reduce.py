@@ -7,7 +7,7 @@ Two variants, chosen by passes.select_kernels:
 Floats accumulate in f32 (also for f16 data); max/min and argmax/argmin propagate NaN
 as numpy does (argmax returns the first NaN).
 
-As the core of a fused group (kernels/fused.py) the reduction reads its input through an
+As the core of a fused group (kernels/elementwise/fused.py) the reduction reads its input through an
 elementwise prologue evaluated per element (the input is then contiguous, in the order
 the prologue's terms compute it) and writes each row's result through an epilogue.
 """
@@ -18,8 +18,8 @@ import math
 
 from backend_wgpu.element import WIDTHS, row_vector
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
+from backend_wgpu.kernels.elementwise.fused import core_input
 from backend_wgpu.kernels.expr import isnan
-from backend_wgpu.kernels.fused import core_input
 from backend_wgpu.wgsl import WgslBuilder, load_cast, store_cast, vtype
 from ir.dtypes import DType
 from ir.graph import Graph

@@ -20,14 +20,14 @@ driver keeps them in registers.
 from __future__ import annotations
 
 from backend_wgpu.kernel import Workload
-from backend_wgpu.kernels.matmul import _MatmulBase
+from backend_wgpu.kernels.matmul.base import MatmulKernel
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.view import View
 
 
-class BlockedGemmKernel(_MatmulBase):
+class BlockedGemmKernel(MatmulKernel):
     name = "gemm_blocked"
 
     @classmethod
