@@ -190,6 +190,33 @@ class Kernel:
         return bytes(raw)
 
 
+class PerElementKernel(Kernel):
+    """One thread per output element (or KernelElement): the `numel` bound, the dispatch, the thread index.
+
+    Subclasses give `extra_metadata` (after `numel`) and render after `thread_index(b)`;
+    `threads()` is the output's size in KernelElements unless they say otherwise.
+    """
+
+    def threads(self) -> int:
+        return self.node.size // self.kernel_element()
+
+    def extra_metadata(self) -> Meta:
+        return []
+
+    def metadata(self) -> Meta:
+        return [("numel", "u32", self.threads())] + self.extra_metadata()
+
+    def calculate_dispatch(self) -> Workload:
+        wg = self.choice.workgroup[0]
+        return Workload.for_workgroups(-(-self.threads() // wg), self.choice.workgroup, self.max_workgroups)
+
+    def thread_index(self, b: WgslBuilder) -> str:
+        """Emit `let idx` (this thread's element) and the return past the last one; returns "idx"."""
+        b.line(f"let idx = wg * {self.choice.workgroup[0]}u + lidx;")
+        b.line("if (idx >= params.numel) { return; }")
+        return "idx"
+
+
 def index_to_coords(var: str, shape_fields: list[str], prefix: str = "c") -> list[str]:
     """WGSL lines that split linear index `var` into coordinates c0..c{r-1} (row-major)."""
     lines = [f"var rem_{prefix} = {var};"]

@@ -9,7 +9,7 @@ seen as a group of one. Each operand is read in the cheapest way its view allows
 from __future__ import annotations
 
 from backend_wgpu.element import why_not_wider, widest_elementwise
-from backend_wgpu.kernel import Kernel, Meta, Workload
+from backend_wgpu.kernel import Meta, PerElementKernel
 from backend_wgpu.kernels.elementwise.fused import FusedCode, plain_group
 from backend_wgpu.wgsl import WgslBuilder, store_cast
 from ir.graph import Graph
@@ -18,7 +18,7 @@ from ir.ops import Op
 from ir.view import View
 
 
-class ElementwiseKernel(Kernel):
+class ElementwiseKernel(PerElementKernel):
     name = "elementwise"
 
     @classmethod
@@ -55,19 +55,12 @@ class ElementwiseKernel(Kernel):
     def operand_type(self, i: int) -> str:
         return self.code.operand_type(i)
 
-    def metadata(self) -> Meta:
-        return [("numel", "u32", self.node.size // self.kernel_element())] + self.code.metadata()
-
-    def calculate_dispatch(self) -> Workload:
-        wg = self.choice.workgroup[0]
-        return Workload.for_workgroups(
-            -(-(self.node.size // self.kernel_element()) // wg), self.choice.workgroup, self.max_workgroups
-        )
+    def extra_metadata(self) -> Meta:
+        return self.code.metadata()
 
     def render(self, b: WgslBuilder) -> None:
         w = self.kernel_element()
         self.code.describe(b)
-        b.line(f"let idx = wg * {self.choice.workgroup[0]}u + lidx;")
-        b.line("if (idx >= params.numel) { return; }")
-        value = self.code.emit(b, "out", "", f"idx * {w}u" if w > 1 else "idx", "idx")
-        b.line(f"out[idx] = {store_cast(value, self.node.dtype, w)};")
+        idx = self.thread_index(b)
+        value = self.code.emit(b, "out", "", f"{idx} * {w}u" if w > 1 else idx, idx)
+        b.line(f"out[{idx}] = {store_cast(value, self.node.dtype, w)};")
