@@ -3,67 +3,16 @@
 They read the rows as one contiguous run (select_kernels checks the view), compute in f32,
 and, as the core of a fused group (kernels/elementwise/fused.py), read each element through
 the prologue (the row is then the prologue's contiguous result) and store through the
-epilogue (wg_epilogue). Also the WGSL blocks they use: the workgroup reduction (subgroups
-where the adapter has them, else a tree in workgroup memory) and lane folds.
+epilogue (wg_epilogue). Their threads' partials meet in blocks.workgroup_reduce.
 """
 
 from __future__ import annotations
 
 from backend_wgpu.kernel import Kernel, Meta, Workload
-from backend_wgpu.kernels.elementwise.fused import core_input
-from backend_wgpu.wgsl import WgslBuilder, vtype
+from backend_wgpu.kernels.elementwise.fused import core_input, store_value
+from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
 from ir.node import Node
-
-
-def _inf(b: WgslBuilder) -> str:
-    b.line("var inf_bits = 0x7f800000u;  // a var: an infinite constant is a WGSL compile error")
-    b.line("let inf = bitcast<f32>(inf_bits);")
-    return "inf"
-
-
-def workgroup_reduce(b: WgslBuilder, var: str, kind: str, wg: int, subgroups: bool, value_type: str = "f32") -> None:
-    """Combine `var` (a scalar) over the workgroup; afterwards every thread holds the result in `var`.
-
-    kind: "add", "max", "min". Needs every thread of the workgroup to reach this point.
-    """
-    fn = {"add": "{a} + {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}[kind]
-    arr = f"red_{var}"
-    if subgroups:
-        b.builtin("@builtin(subgroup_invocation_id) sg_lane: u32")
-        b.builtin("@builtin(subgroup_size) sg_size: u32")
-        b.workgroup_var(f"{arr}: array<{value_type}, {wg}>")
-        sg_fn = {"add": "subgroupAdd", "max": "subgroupMax", "min": "subgroupMin"}[kind]
-        b.line(f"{var} = {sg_fn}({var});")
-        b.line(f"if (sg_lane == 0u) {{ {arr}[lidx / sg_size] = {var}; }}")
-        b.line("workgroupBarrier();")
-        b.line(f"{var} = {arr}[0];")
-        b.line(
-            f"for (var i = 1u; i < ({wg}u + sg_size - 1u) / sg_size; i++) {{ {var} = {fn.format(a=var, b=f'{arr}[i]')}; }}"
-        )
-        return
-    b.workgroup_var(f"{arr}: array<{value_type}, {wg}>")
-    b.line(f"{arr}[lidx] = {var};")
-    b.line("workgroupBarrier();")
-    b.line(f"for (var s = {wg // 2}u; s > 0u; s = s >> 1u) {{")
-    b.line(f"  if (lidx < s) {{ {arr}[lidx] = {fn.format(a=f'{arr}[lidx]', b=f'{arr}[lidx + s]')}; }}")
-    b.line("  workgroupBarrier();")
-    b.line("}")
-    b.line(f"{var} = {arr}[0];")
-
-
-def _hfold(kind: str, x: str, w: int) -> str:
-    """Fold the lanes of a vector into one scalar."""
-    if w == 1:
-        return x
-    lanes = [f"{x}.{c}" for c in "xyzw"[:w]]
-    if kind == "add":
-        return " + ".join(lanes)
-    fn = kind
-    out = lanes[0]
-    for lane in lanes[1:]:
-        out = f"{fn}({out}, {lane})"
-    return out
 
 
 class ContiguousRowKernel(Kernel):
@@ -95,10 +44,18 @@ class ContiguousRowKernel(Kernel):
         rows = self.input.view.size // max(self._row_len(), 1)
         return Workload.for_workgroups(rows, self.choice.workgroup, self.max_workgroups)
 
+    def begin_row(self, b: WgslBuilder) -> None:
+        """The workgroup's row and where it starts (`base`, in KernelElements)."""
+        if self.code:
+            self.code.describe(b)
+        b.line("let row = wg;")
+        b.line("if (row >= params.rows) { return; }")
+        b.line("let base = params.offset + row * params.cnt;")
+
     def load(self, b: WgslBuilder, index: str, tag: str, indent: str = "") -> str:
         """The row's KernelElement at vector index `index` as f32 lanes: loaded, or computed by the prologue."""
         w = self.kernel_element()
-        vt = f"vec{w}<f32>" if w > 1 else "f32"
+        vt = f32v(w)
         if self.input.src is not None:
             return f"{vt}({self.in_name(self.input.src)}[{index}])"
         elem = f"({index}) * {w}u" if w > 1 else f"({index})"
@@ -106,10 +63,7 @@ class ContiguousRowKernel(Kernel):
 
     def store(self, b: WgslBuilder, index: str, value: str, lanes: int, indent: str = "") -> None:
         """out[index] = value (f32 lanes), through the epilogue when the group has one."""
-        if self.code is not None and self.code.has_epilogue():
-            b.line(f"{indent}out[{index}] = {self.code.store_lanes(index, value, lanes, b)};")
-        else:
-            b.line(f"{indent}out[{index}] = {vtype(self.node.dtype, lanes, storage=True)}({value});")
+        store_value(b, self, self.code, index, value, lanes, indent)
 
     @property
     def subgroups(self) -> bool:

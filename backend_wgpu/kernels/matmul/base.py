@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 from backend_wgpu.kernel import Kernel, Meta, index_to_coords
-from backend_wgpu.kernels.elementwise.fused import FusedCode
-from backend_wgpu.wgsl import WgslBuilder, vtype
+from backend_wgpu.kernels.elementwise.fused import FusedCode, store_value
+from backend_wgpu.wgsl import WgslBuilder
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
@@ -46,10 +46,7 @@ class MatmulKernel(Kernel):
 
     def store(self, b: WgslBuilder, index: str, value: str, lanes: int = 1, indent: str = "") -> None:
         """out[index] = value (`lanes` f32 lanes), through the fused epilogue when there is one."""
-        if self.code is not None and self.code.has_epilogue():
-            b.line(f"{indent}out[{index}] = {self.code.store_lanes(index, value, lanes, b)};")
-        else:
-            b.line(f"{indent}out[{index}] = {vtype(self.node.dtype, lanes, storage=True)}({value});")
+        store_value(b, self, self.code, index, value, lanes, indent)
 
     def _dims(self) -> tuple[int, int, int, int]:
         a = self.operands[self.ia].view

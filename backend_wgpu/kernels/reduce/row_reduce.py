@@ -1,20 +1,26 @@
 """row_reduce[sum_rows|max_rows|min_rows]: contiguous float rows, loads kept in flight.
 
 One workgroup per row; each thread issues `unroll` independent (vector) loads per step,
-then the workgroup combines its threads' partials: subgroupAdd/Max/Min and one barrier
-where the adapter has subgroups, else a tree in workgroup memory. Computes in f32; max/min
-return NaN for a row holding a NaN, as numpy does (the NaN test is on the bits).
+then the workgroup combines its threads' partials (blocks.workgroup_reduce: subgroup
+operations and one barrier where the adapter has subgroups, else a tree in workgroup
+memory). Computes in f32; max/min return NaN for a row holding a NaN, as numpy does (the
+NaN test is on the bits: drivers may fold `x != x` to false).
 """
 
 from __future__ import annotations
 
 from backend_wgpu.element import WIDTHS, row_vector
-from backend_wgpu.kernels.rows import ContiguousRowKernel, _hfold, _inf, workgroup_reduce
-from backend_wgpu.wgsl import WgslBuilder, vtype
+from backend_wgpu.kernels import expr
+from backend_wgpu.kernels.blocks import fold_lanes, infinity, workgroup_reduce
+from backend_wgpu.kernels.rows import ContiguousRowKernel
+from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
+from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
 from ir.view import View
+
+KIND = {Op.SUM: "add", Op.MAX: "max", Op.MIN: "min"}
 
 
 class RowReduceKernel(ContiguousRowKernel):
@@ -36,48 +42,38 @@ class RowReduceKernel(ContiguousRowKernel):
     def output_type(self) -> str:
         return vtype(self.node.dtype, 1, storage=True)
 
-    def render(self, b: WgslBuilder) -> None:
-        w = self.kernel_element()
-        wgx = self.choice.workgroup[0]
-        unroll = self.choice.param("unroll", 4)
-        kind = {Op.SUM: "add", Op.MAX: "max", Op.MIN: "min"}[self.core.op]
-        vt = f"vec{w}<f32>" if w > 1 else "f32"
-        if self.code:
-            self.code.describe(b)
-        b.line("let row = wg;")
-        b.line("if (row >= params.rows) { return; }")
-        b.line("let base = params.offset + row * params.cnt;")
+    def _step(self, x: str) -> list[str]:
+        """Fold the element x into the thread's accumulator (and its NaN flag for max/min)."""
+        kind = KIND[self.core.op]
         if kind == "add":
-            b.line(f"var acc = {vt}(0.0);")
+            return [f"acc += {x};"]
+        return [f"bad = bad | {expr.isnan(x, f32v(self.kernel_element()))};", f"acc = {kind}(acc, {x});"]
+
+    def render(self, b: WgslBuilder) -> None:
+        w, wgx = self.kernel_element(), self.choice.workgroup[0]
+        unroll = self.choice.param("unroll", 4)
+        kind = KIND[self.core.op]
+        self.begin_row(b)
+        if kind == "add":
+            b.line(f"var acc = {f32v(w)}(0.0);")
         else:
-            inf = _inf(b)
-            b.line(f"var acc = {vt}({'-' if kind == 'max' else ''}{inf});")
-            b.line(f"var bad = {'vec' + str(w) + '<bool>' if w > 1 else 'bool'}(false);  // NaN seen")
-
-        def step(x: str) -> list[str]:
-            if kind == "add":
-                return [f"acc += {x};"]
-            # NaN test on the bits: drivers may fold `x != x` to false (fast math)
-            u = f"vec{w}<u32>" if w > 1 else "u32"
-            return [
-                f"bad = bad | ((bitcast<{u}>({x}) & {u}(0x7fffffffu)) > {u}(0x7f800000u));",
-                f"acc = {kind}(acc, {x});",
-            ]
-
+            inf = infinity(b)
+            b.line(f"var acc = {f32v(w)}({'-' if kind == 'max' else ''}{inf});")
+            b.line(f"var bad = {vtype(DType.bool, w)}(false);  // NaN seen")
         b.line("var j = lidx;")
         b.line(f"for (; j + {(unroll - 1) * wgx}u < params.cnt; j += {unroll * wgx}u) {{")
-        for u in range(unroll):
+        for u in range(unroll):  # every load issued before the first use
             b.line(f"  let x{u} = {self.load(b, f'base + j + {u * wgx}u', f'p{u}', indent='  ')};")
         for u in range(unroll):
-            for line in step(f"x{u}"):
+            for line in self._step(f"x{u}"):
                 b.line("  " + line)
         b.line("}")
         b.line(f"for (; j < params.cnt; j += {wgx}u) {{")
         b.line(f"  let x = {self.load(b, 'base + j', 'q', indent='  ')};")
-        for line in step("x"):
+        for line in self._step("x"):
             b.line("  " + line)
         b.line("}")
-        b.line(f"var total = {_hfold(kind, 'acc', w)};")
+        b.line(f"var total = {fold_lanes(kind, 'acc', w)};")
         workgroup_reduce(b, "total", kind, wgx, self.subgroups)
         if kind != "add":
             b.line(f"var nans = select(0u, 1u, {'any(bad)' if w > 1 else 'bad'});")

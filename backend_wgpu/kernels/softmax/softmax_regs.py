@@ -8,8 +8,9 @@ registers run the streaming softmax kernel.
 from __future__ import annotations
 
 from backend_wgpu.element import WIDTHS, row_vector, why_not_wider
-from backend_wgpu.kernels.rows import ContiguousRowKernel, _hfold, _inf, workgroup_reduce
-from backend_wgpu.wgsl import WgslBuilder, vtype
+from backend_wgpu.kernels.blocks import fold_lanes, infinity, workgroup_reduce
+from backend_wgpu.kernels.rows import ContiguousRowKernel
+from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
@@ -46,14 +47,10 @@ class SoftmaxRegsKernel(ContiguousRowKernel):
         w = self.kernel_element()
         wgx = self.choice.workgroup[0]
         per = self.per_thread()
-        vt = f"vec{w}<f32>" if w > 1 else "f32"
-        if self.code:
-            self.code.describe(b)
-        b.line("let row = wg;")
-        b.line("if (row >= params.rows) { return; }")
-        b.line("let base = params.offset + row * params.cnt;")
+        vt = f32v(w)
+        self.begin_row(b)
         b.line("let out_base = row * params.cnt;")
-        inf = _inf(b)
+        inf = infinity(b)
         b.line(f"var m = -{inf};")
         for r in range(per):
             # slots past the row's end hold -inf: exp gives 0 there, and they are never stored
@@ -62,15 +59,15 @@ class SoftmaxRegsKernel(ContiguousRowKernel):
             b.line(f"  v{r} = {self.load(b, f'base + lidx + {r * wgx}u', f'p{r}', indent='  ')};")
             b.line("}")
         for r in range(per):
-            b.line(f"m = max(m, {_hfold('max', f'v{r}', w)});")
+            b.line(f"m = max(m, {fold_lanes('max', f'v{r}', w)});")
         workgroup_reduce(b, "m", "max", wgx, self.subgroups)
         b.line("var s = 0.0;")
         for r in range(per):
             if self.core.op is Op.SOFTMAX:  # keep exp(x - max) in the registers for the store
                 b.line(f"v{r} = exp(v{r} - {vt}(m));")
-                b.line(f"s += {_hfold('add', f'v{r}', w)};")
+                b.line(f"s += {fold_lanes('add', f'v{r}', w)};")
             else:
-                b.line(f"{{ let e = exp(v{r} - {vt}(m)); s += {_hfold('add', 'e', w)}; }}")
+                b.line(f"{{ let e = exp(v{r} - {vt}(m)); s += {fold_lanes('add', 'e', w)}; }}")
         workgroup_reduce(b, "s", "add", wgx, self.subgroups)
         if self.core.op is Op.SOFTMAX:
             b.line("let scale = 1.0 / s;")
