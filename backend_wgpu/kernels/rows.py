@@ -1,5 +1,10 @@
-"""What the contiguous-row kernels share (row_reduce, softmax_regs): one workgroup per row.
+"""What the row kernels share: walking strided rows, and the contiguous-row base class.
 
+reduce, softmax and norm walk rows of any strides: `strided_row_base` finds where a row
+starts from its index (the outer dims' sizes and strides are in the uniform,
+`outer_dims_meta`), `strided_row_load` reads its element j.
+
+ContiguousRowKernel is the base of row_reduce and softmax_regs: one workgroup per row.
 They read the rows as one contiguous run (select_kernels checks the view), compute in f32,
 and, as the core of a fused group (kernels/elementwise/fused.py), read each element through
 the prologue (the row is then the prologue's contiguous result) and store through the
@@ -8,11 +13,34 @@ epilogue (wg_epilogue). Their threads' partials meet in blocks.workgroup_reduce.
 
 from __future__ import annotations
 
-from backend_wgpu.kernel import Kernel, Meta, Workload
+from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.kernels.elementwise.fused import core_input, store_value
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
 from ir.node import Node
+from ir.view import View
+
+
+def outer_dims_meta(view: View, kept: int) -> Meta:
+    """Uniform fields for the first `kept` (outer) dims of a row walk: sizes ks{d}, then strides kt{d}."""
+    return [(f"ks{d}", "u32", view.shape[d]) for d in range(kept)] + [
+        (f"kt{d}", "i32", view.strides[d]) for d in range(kept)
+    ]
+
+
+def strided_row_base(b: WgslBuilder, row: str, kept: int) -> None:
+    """`let base` (i32): where row `row` starts, params.offset plus its outer coordinates times their strides."""
+    for line in index_to_coords(row, [f"ks{d}" for d in range(kept)], "k"):
+        b.line(line)
+    b.line(f"let base = {address('offset', [f'kt{d}' for d in range(kept)], [f'k{d}' for d in range(kept)])};")
+
+
+def strided_row_load(binding: str, width: int) -> tuple[str, str]:
+    """(element j of the row from `binding` as f32 lanes, how many there are): vectors when width > 1
+    (the row is contiguous then), else scalars `params.inner` apart."""
+    if width > 1:
+        return f"{f32v(width)}({binding}[u32(base) / {width}u + j])", f"params.n / {width}u"
+    return f"f32({binding}[u32(base + i32(j) * params.inner)])", "params.n"
 
 
 class ContiguousRowKernel(Kernel):
