@@ -34,10 +34,6 @@ class MatmulKernel(Kernel):
             # the epilogue runs per element (wg_epilogue), also where a store writes several lanes
             self.code = FusedCode(self, node.arg, {"in": 1, "out": 1})
 
-    def out_width(self) -> int:
-        """Lanes each store writes (KernelElements of the output)."""
-        return 1
-
     def variant_key(self) -> str:
         return self.choice.variant + (f":{self.code.key()}" if self.code else "")
 

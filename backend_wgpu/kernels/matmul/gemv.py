@@ -1,7 +1,7 @@
 """gemv[k_contig]: M == 1 and B contiguous along K (a transposed weight, x @ W.T).
 
 One workgroup per output column: a dot product of two contiguous runs, threads striding
-along k with vector loads where the views allow, then a tree sum in workgroup memory.
+along k with vector loads where the views allow, then the workgroup tree sums their parts.
 (M == 1 with B contiguous along N runs gemv_split.)
 """
 
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from backend_wgpu.element import WIDTHS, k_contiguous, row_vector
 from backend_wgpu.kernel import Workload
+from backend_wgpu.kernels.blocks import workgroup_reduce
 from backend_wgpu.kernels.matmul.base import MatmulKernel
-from backend_wgpu.wgsl import WgslBuilder, vtype
+from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.view import View
@@ -31,29 +32,24 @@ class GemvKernel(MatmulKernel):
     def reason(cls, graph: Graph, node: Node) -> str:
         return "one output row (M=1): B read contiguously along K (a workgroup per output column)"
 
-    def out_width(self) -> int:
-        return 1
-
     def operand_type(self, i: int) -> str:
         if self.role(i) == "epilogue":
             return self.code.operand_type(i)
         return vtype(self.operands[i].dtype, self.kernel_element(), storage=True)
 
     def output_type(self) -> str:
-        return vtype(self.node.dtype, self.out_width(), storage=True)
+        return vtype(self.node.dtype, 1, storage=True)
 
     def calculate_dispatch(self) -> Workload:
         batch, _, n, _ = self._dims()
         return Workload.for_workgroups(batch * n, self.choice.workgroup, self.max_workgroups)
 
     def render(self, b: WgslBuilder) -> None:
-        w = self.kernel_element()
-        wgx = self.choice.workgroup[0]
-        vt = f"vec{w}<f32>" if w > 1 else "f32"
+        w, wgx = self.kernel_element(), self.choice.workgroup[0]
+        vt = f32v(w)
         in_a, in_b = self.in_name(self.ia), self.in_name(self.ib)
         if self.code:
             self.code.describe(b)
-        b.workgroup_var(f"sh: array<f32, {wgx}>")
         b.line("let col = wg % params.n;")
         b.line("let bt = wg / params.n;")
         b.line("if (bt >= params.batch) { return; }")
@@ -64,19 +60,14 @@ class GemvKernel(MatmulKernel):
             b.line(f"for (var j = lidx; j < params.k / {w}u; j += {wgx}u) {{")
             b.line(f"  acc = fma({vt}({in_a}[u32(a_base) / {w}u + j]), {vt}({in_b}[u32(b_col) / {w}u + j]), acc);")
             b.line("}")
-            b.line(f"sh[lidx] = dot(acc, {vt}(1.0));")
+            b.line(f"var total = dot(acc, {vt}(1.0));")
         else:
+            a_at, b_at = f"{in_a}[u32(a_base + i32(j) * params.a_sk)]", f"{in_b}[u32(b_col + i32(j) * params.b_sk)]"
             b.line(f"for (var j = lidx; j < params.k; j += {wgx}u) {{")
-            b.line(
-                f"  acc = fma(f32({in_a}[u32(a_base + i32(j) * params.a_sk)]), f32({in_b}[u32(b_col + i32(j) * params.b_sk)]), acc);"
-            )
+            b.line(f"  acc = fma(f32({a_at}), f32({b_at}), acc);")
             b.line("}")
-            b.line("sh[lidx] = acc;")
-        b.line("workgroupBarrier();")
-        b.line(f"for (var s = {wgx // 2}u; s > 0u; s = s >> 1u) {{")
-        b.line("  if (lidx < s) { sh[lidx] += sh[lidx + s]; }")
-        b.line("  workgroupBarrier();")
-        b.line("}")
+            b.line("var total = acc;")
+        workgroup_reduce(b, "total", "add", wgx, subgroups=False)
         b.line("if (lidx == 0u) {")
-        self.store(b, "bt * params.n + col", "sh[0]", indent="  ")
+        self.store(b, "bt * params.n + col", "total", indent="  ")
         b.line("}")
