@@ -33,12 +33,14 @@ class GemmKernel(MatmulKernel):
             return self.code.operand_type(i)
         return vtype(self.operands[i].dtype, 1, storage=True)
 
-    def render(self, b: WgslBuilder) -> None:
+    def _tiles(self) -> tuple[int, int, int, int, int]:
         tm, tn, tk = self.choice.param("tile_m"), self.choice.param("tile_n"), self.choice.param("tile_k")
         wx, wy, _ = self.choice.workgroup
-        threads = wx * wy
+        return tm, tn, tk, wx, wy
+
+    def render(self, b: WgslBuilder) -> None:
+        tm, tn, tk, wx, wy = self._tiles()
         rm, rn = tm // wy, tn // wx  # register block per thread
-        in_a, in_b = self.in_name(self.ia), self.in_name(self.ib)
         if self.code:
             self.code.describe(b)
         b.workgroup_var(f"tile_a: array<f32, {tk * tm}>")
@@ -54,36 +56,10 @@ class GemmKernel(MatmulKernel):
         b.line(f"let ty = lidx / {wx}u;")
         b.line(f"var acc: array<array<f32, {rn}>, {rm}>;")
         b.line(f"for (var k0 = 0u; k0 < params.k; k0 += {tk}u) {{")
-        b.line(f"  for (var l = 0u; l < {tk * tm // threads}u; l++) {{")
-        b.line(f"    let e = lidx + l * {threads}u;")
-        b.line(f"    let mm = e / {tk}u; let kk = e % {tk}u;")
-        b.line("    let gm = tm0 + mm; let gk = k0 + kk;")
-        b.line("    var v = 0.0;")
-        b.line(
-            f"    if (gm < params.m && gk < params.k) {{ v = f32({in_a}[u32(a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk)]); }}"
-        )
-        b.line(f"    tile_a[kk * {tm}u + mm] = v;")
-        b.line("  }")
-        b.line(f"  for (var l = 0u; l < {tk * tn // threads}u; l++) {{")
-        b.line(f"    let e = lidx + l * {threads}u;")
-        b.line(f"    let kk = e / {tn}u; let nn = e % {tn}u;")
-        b.line("    let gk = k0 + kk; let gn = tn0 + nn;")
-        b.line("    var v = 0.0;")
-        b.line(
-            f"    if (gk < params.k && gn < params.n) {{ v = f32({in_b}[u32(b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn)]); }}"
-        )
-        b.line(f"    tile_b[kk * {tn}u + nn] = v;")
-        b.line("  }")
+        self._stage(b, "a")
+        self._stage(b, "b")
         b.line("  workgroupBarrier();")
-        b.line(f"  for (var kk = 0u; kk < {tk}u; kk++) {{")
-        b.line(f"    var ra: array<f32, {rm}>;")
-        b.line(f"    var rb: array<f32, {rn}>;")
-        b.line(f"    for (var i = 0u; i < {rm}u; i++) {{ ra[i] = tile_a[kk * {tm}u + ty + i * {wy}u]; }}")
-        b.line(f"    for (var j = 0u; j < {rn}u; j++) {{ rb[j] = tile_b[kk * {tn}u + tx + j * {wx}u]; }}")
-        b.line(f"    for (var i = 0u; i < {rm}u; i++) {{")
-        b.line(f"      for (var j = 0u; j < {rn}u; j++) {{ acc[i][j] = fma(ra[i], rb[j], acc[i][j]); }}")
-        b.line("    }")
-        b.line("  }")
+        self._multiply(b)
         b.line("  workgroupBarrier();")
         b.line("}")
         b.line("let out_base = bt * params.m * params.n;")
@@ -96,3 +72,39 @@ class GemmKernel(MatmulKernel):
         b.line("    }")
         b.line("  }")
         b.line("}")
+
+    def _stage(self, b: WgslBuilder, which: str) -> None:
+        """Copy this k step's tile of A (tile_a[k][m]) or B (tile_b[k][n]) into workgroup memory, zeros past the edges."""
+        tm, tn, tk, wx, wy = self._tiles()
+        threads = wx * wy
+        b.line(f"  for (var l = 0u; l < {tk * (tm if which == 'a' else tn) // threads}u; l++) {{")
+        b.line(f"    let e = lidx + l * {threads}u;")
+        if which == "a":
+            b.line(f"    let mm = e / {tk}u; let kk = e % {tk}u;")
+            b.line("    let gm = tm0 + mm; let gk = k0 + kk;")
+            inside, addr = "gm < params.m && gk < params.k", "a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk"
+            target = f"tile_a[kk * {tm}u + mm]"
+        else:
+            b.line(f"    let kk = e / {tn}u; let nn = e % {tn}u;")
+            b.line("    let gk = k0 + kk; let gn = tn0 + nn;")
+            inside, addr = "gk < params.k && gn < params.n", "b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn"
+            target = f"tile_b[kk * {tn}u + nn]"
+        src = self.in_name(self.ia if which == "a" else self.ib)
+        b.line("    var v = 0.0;")
+        b.line(f"    if ({inside}) {{ v = f32({src}[u32({addr})]); }}")
+        b.line(f"    {target} = v;")
+        b.line("  }")
+
+    def _multiply(self, b: WgslBuilder) -> None:
+        """Each thread's rm x rn block of C += its column of tile_a times its row of tile_b, per k."""
+        tm, tn, tk, wx, wy = self._tiles()
+        rm, rn = tm // wy, tn // wx
+        b.line(f"  for (var kk = 0u; kk < {tk}u; kk++) {{")
+        b.line(f"    var ra: array<f32, {rm}>;")
+        b.line(f"    var rb: array<f32, {rn}>;")
+        b.line(f"    for (var i = 0u; i < {rm}u; i++) {{ ra[i] = tile_a[kk * {tm}u + ty + i * {wy}u]; }}")
+        b.line(f"    for (var j = 0u; j < {rn}u; j++) {{ rb[j] = tile_b[kk * {tn}u + tx + j * {wx}u]; }}")
+        b.line(f"    for (var i = 0u; i < {rm}u; i++) {{")
+        b.line(f"      for (var j = 0u; j < {rn}u; j++) {{ acc[i][j] = fma(ra[i], rb[j], acc[i][j]); }}")
+        b.line("    }")
+        b.line("  }")
