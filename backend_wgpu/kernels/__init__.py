@@ -5,7 +5,7 @@ the facts) through `kernel_class`; nothing here imports wgpu.
 """
 
 from backend_wgpu.kernel import Kernel
-from backend_wgpu.kernels.conv1d import Conv1dKernel
+from backend_wgpu.kernels.conv.conv1d import Conv1dKernel
 from backend_wgpu.kernels.elementwise.elementwise import ElementwiseKernel
 from backend_wgpu.kernels.matmul.gemm_blocked import BlockedGemmKernel
 from backend_wgpu.kernels.matmul.gemm_tiled import GemmKernel
