@@ -7,6 +7,7 @@ kernel names; asking must never import wgpu or create a device.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import pkgutil
@@ -103,6 +104,18 @@ def test_every_named_kernel_is_registered_once() -> None:
 def test_an_unknown_kernel_name_is_a_clear_error() -> None:
     with pytest.raises(KeyError, match="no kernel named 'gemm_magic'; registered: .*elementwise"):
         kernel_class("gemm_magic")
+
+
+def test_passes_and_inspection_never_spell_a_kernel_name() -> None:
+    """They ask kernel classes (select_kernels names them by `TheKernel.name`), never match name strings."""
+    sources = [*ROOT.glob("passes/*.py"), *ROOT.glob("tracer/inspect/*.py")]
+    named = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}"
+        for path in sources
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in KERNELS
+    ]
+    assert len(sources) > 10 and named == []
 
 
 # --- the passes ask the kernel: change a fact and the pass follows -------------------------

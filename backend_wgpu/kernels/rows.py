@@ -36,8 +36,10 @@ def strided_row_base(b: WgslBuilder, row: str, kept: int) -> None:
 
 
 def strided_row_load(binding: str, width: int) -> tuple[str, str]:
-    """(element j of the row from `binding` as f32 lanes, how many there are): vectors when width > 1
-    (the row is contiguous then), else scalars `params.inner` apart."""
+    """Element j of the row in `binding` as f32 lanes, and how many such elements the row has.
+
+    Vectors when width > 1 (passes.vectorize saw a contiguous row), else scalars `params.inner` apart.
+    """
     if width > 1:
         return f"{f32v(width)}({binding}[u32(base) / {width}u + j])", f"params.n / {width}u"
     return f"f32({binding}[u32(base + i32(j) * params.inner)])", "params.n"
