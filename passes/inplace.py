@@ -1,4 +1,4 @@
-"""In-place execution: let an elementwise kernel write over one of its operands' buffers.
+"""In-place execution: let a kernel write over one of its operands' buffers.
 
 DESIGN.md's rule. A node may overwrite operand i when: its kernel allows it
 (`Kernel.inplace_operands`: elementwise any operand, index_write only the tensor written
