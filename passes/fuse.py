@@ -7,7 +7,8 @@ a sum) and an epilogue (a mean's scale, `+ eps` and rsqrt after a sum of squares
 matmul with an epilogue (bias + activation + residual after a GEMM or GEMV).
 
 Where it runs: after select_kernels, so that legality can ask the kernel each core got
-whether it renders fused code (`Kernel.takes_prologue` / `takes_epilogue`), and before vectorize, which then picks one KernelElement width for the whole group, and inplace and
+whether it renders fused code (`Kernel.takes_prologue` / `takes_epilogue`), and before
+vectorize, which then picks one KernelElement width for the whole group, and inplace and
 plan_memory, which then never allocate the values a group keeps in registers.
 
 Grouping walks the graph backwards, so a node's readers are placed before the node. A
