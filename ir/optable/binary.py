@@ -255,13 +255,20 @@ def _pow_fn(t: str) -> dict[str, str]:
 def _ipow_fn(t: str) -> dict[str, str]:
     # computed in f32 and rounded: exact while |result| < 2**24
     s, ft = suffix(t), with_scalar(t, "f32")
+    if scalar_of(t) == "i32":
+        rounded = f"round(select(m, -m, (fx < {ft}(0.0)) & odd))"
+    else:
+        # lavapipe drops round() of a pow of u32 operands, as if a power of integers were one:
+        # 5u ** 2u gave 24 (pow is 24.999998). A u32 power is never negative nor a half (no
+        # negative exponents), so floor(m + 0.5) rounds it as round() would
+        rounded = f"floor(m + {ft}(0.5))"
     return {
         f"wg_ipow_{s}": (
             f"fn wg_ipow_{s}(x: {t}, y: {t}) -> {t} {{\n"
             f"  let fx = {ft}(x);\n  let fy = {ft}(y);\n  let m = pow(abs(fx), fy);\n"
             f"  let odd = abs(fy - {ft}(2.0) * floor(fy * {ft}(0.5))) == {ft}(1.0);\n"
             f"  // x ** 0 is 1 for every x (pow(0, 0) is undefined in WGSL)\n"
-            f"  return select({t}(round(select(m, -m, (fx < {ft}(0.0)) & odd))), {t}(1), y == {t}(0));\n}}"
+            f"  return select({t}({rounded}), {t}(1), y == {t}(0));\n}}"
         )
     }
 
