@@ -27,6 +27,7 @@ class Op(enum.Enum):
     ABS = "abs"
     EXP = "exp"
     LOG = "log"
+    LOG1P = "log1p"
     SQRT = "sqrt"
     RSQRT = "rsqrt"
     RECIPROCAL = "reciprocal"

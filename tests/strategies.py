@@ -1327,6 +1327,7 @@ OPS: dict[str, OpSpec] = {
         ),
         OpSpec("exp", d_unary(_NUM), "{0}.exp()", _unary(np.exp, mag=lambda a: np.exp(a) * np.abs(a))),
         OpSpec("log", d_unary(_NUM), "{0}.log()", _unary(np.log, mag=lambda a: np.ones_like(a))),
+        OpSpec("log1p", d_unary(_NUM), "{0}.log1p()", _unary(np.log1p)),
         OpSpec("sqrt", d_unary(_NUM), "tr.sqrt({0})", _unary(np.sqrt)),
         OpSpec("rsqrt", d_unary(_NUM), "{0}.rsqrt()", _unary(lambda a: 1 / np.sqrt(a))),
         OpSpec("reciprocal", d_unary(_NUM), "{0}.reciprocal()", _unary(lambda a: 1 / a)),

@@ -9,7 +9,7 @@ import numpy as np
 
 from ir.dtypes import DType
 from ir.optable.record import ANY, FLOAT, NUMERIC, Dtypes, Kind, OpDef, Wgsl, suffix, unary
-from ir.optable.wgsl import isnan, negative, opaque, scalar_of, with_scalar
+from ir.optable.wgsl import horner, isnan, negative, opaque, scalar_of, with_scalar
 
 if TYPE_CHECKING:
     from ir.node import Node
@@ -77,6 +77,39 @@ LOG = unary(
     f32_for_f16=True,
     wgsl_float=opaque("log({0})"),
 )
+
+
+def _log1p_fn(t: str) -> dict[str, str]:
+    # log(1 + x) drops the low bits of a small x (log1p(1e-10) would be 0). On (-0.5, 1) it is
+    # 2 atanh(u) = 2u (1 + u^2/3 + u^4/5 + ...) with u = x / (2 + x), which keeps them: |u| < 1/3,
+    # so seven terms leave 1.4e-8 relative. Outside, 1 + x costs under an ulp of the log, which
+    # WGSL bounds relatively there (it bounds it absolutely on [0.5, 2]); -1 gives -inf, below NaN.
+    # Selected on x's NaN bits: NaN stays NaN and compositions stay hidden (see opaque)
+    s = suffix(t)
+    series = horner(t, "z", ["1.0", "0.33333334", "0.2", "0.14285715", "0.11111111", "0.09090909", "0.07692308"])
+    return {
+        f"wg_log1p_{s}": (
+            f"fn wg_log1p_{s}(x: {t}) -> {t} {{\n"
+            f"  let u = x / ({t}(2.0) + x);\n"
+            f"  let z = u * u;\n"
+            f"  let near = {t}(2.0) * u * ({series});\n"
+            f"  let far = log({t}(1.0) + x);\n"
+            f"  let r = select(far, near, (x > {t}(-0.5)) & (x < {t}(1.0)));\n"
+            f"  return select(r, x, {isnan('x', t)});\n}}"
+        )
+    }
+
+
+LOG1P = unary(
+    "log1p",
+    FLOAT,
+    "log(1 + x), elementwise, precise for small |x|",
+    np.log1p,
+    method=True,
+    f32_for_f16=True,
+    wgsl_float=Wgsl("wg_log1p_{s}({0})", _log1p_fn),
+)
+
 SQRT = unary(
     "sqrt",
     FLOAT,

@@ -71,6 +71,12 @@ def nan_let(t: str) -> str:
     )
 
 
+def horner(t: str, x: str, coefficients: list[str]) -> str:
+    """WGSL: the polynomial c0 + x * (c1 + x * (c2 + ...)) in type t, coefficients as literals."""
+    head, *rest = coefficients
+    return f"{t}({head})" if not rest else f"{t}({head}) + {x} * ({horner(t, x, rest)})"
+
+
 def opaque(code: str) -> Code:
     """A transcendental (template over {0}) whose compositions the compiler must not rewrite.
 
