@@ -26,6 +26,7 @@ class Op(enum.Enum):
     NEG = "neg"
     ABS = "abs"
     EXP = "exp"
+    EXPM1 = "expm1"
     LOG = "log"
     LOG1P = "log1p"
     SQRT = "sqrt"

@@ -1326,6 +1326,7 @@ OPS: dict[str, OpSpec] = {
             "always",
         ),
         OpSpec("exp", d_unary(_NUM), "{0}.exp()", _unary(np.exp, mag=lambda a: np.exp(a) * np.abs(a))),
+        OpSpec("expm1", d_unary(_NUM), "{0}.expm1()", _unary(np.expm1, mag=lambda a: np.exp(a) * np.abs(a))),
         OpSpec("log", d_unary(_NUM), "{0}.log()", _unary(np.log, mag=lambda a: np.ones_like(a))),
         OpSpec("log1p", d_unary(_NUM), "{0}.log1p()", _unary(np.log1p)),
         OpSpec("sqrt", d_unary(_NUM), "tr.sqrt({0})", _unary(np.sqrt)),
