@@ -25,6 +25,7 @@ class Op(enum.Enum):
     # unary elementwise
     NEG = "neg"
     ABS = "abs"
+    SIGN = "sign"
     EXP = "exp"
     EXPM1 = "expm1"
     LOG = "log"

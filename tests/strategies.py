@@ -1317,6 +1317,7 @@ OPS: dict[str, OpSpec] = {
         # elementwise unary
         OpSpec("neg", d_unary(_NUM), "-{0}", _unary(np.negative, floats=False), "always"),
         OpSpec("abs", d_unary(_NUM), "abs({0})", _unary(np.abs, floats=False), "always"),
+        OpSpec("sign", d_unary(_NUM), "{0}.sign()", _unary(np.sign, floats=False), "always"),
         OpSpec("square", d_unary(_NUM), "{0}.square()", _unary(np.square, floats=False), eps=1e-6),
         OpSpec(
             "relu",

@@ -27,6 +27,7 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
 UNARY = {
     "neg": (lambda x: -x, np.negative, (-5, 5), 0, 0),
     "abs": (tr.abs, np.abs, (-5, 5), 0, 0),
+    "sign": (tr.sign, np.sign, (-5, 5), 0, 0),
     "exp": (tr.exp, np.exp, (-10, 10), 2e-6, 1e-6),
     "expm1": (tr.expm1, np.expm1, (-10, 10), 2e-6, 1e-6),
     "log": (tr.log, np.log, (0.01, 100), 2e-6, 2e-6),

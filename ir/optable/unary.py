@@ -9,7 +9,7 @@ import numpy as np
 
 from ir.dtypes import DType
 from ir.optable.record import ANY, FLOAT, NUMERIC, Dtypes, Kind, OpDef, Wgsl, suffix, unary
-from ir.optable.wgsl import horner, isnan, negative, opaque, scalar_of, with_scalar
+from ir.optable.wgsl import horner, is_zero, isnan, negative, opaque, scalar_of, with_scalar
 
 if TYPE_CHECKING:
     from ir.node import Node
@@ -25,6 +25,28 @@ def _neg_int(a: list[str], t: str) -> str:
 
 NEG = unary("neg", NUMERIC, "-x, elementwise", np.negative, api="-x", wgsl_float="(-{0})", wgsl_int=_neg_int)
 ABS = unary("abs", NUMERIC, "|x|, elementwise", np.abs, method=True, wgsl_float="abs({0})", wgsl_int="abs({0})")
+
+
+def _sign_float(a: list[str], t: str) -> str:
+    # on the bits, as numpy: +-0 gives +0 (WGSL's sign() may keep -0), NaN stays NaN, and a
+    # subnormal is +-1 also where the GPU flushes subnormals to zero
+    one = f"select({t}(1.0), {t}(-1.0), {negative(a[0], t)})"
+    return f"select(select({one}, {t}(0.0), {is_zero(a[0], t)}), {a[0]}, {isnan(a[0], t)})"
+
+
+def _sign_int(a: list[str], t: str) -> str:
+    return f"sign({a[0]})" if scalar_of(t) == "i32" else f"select({t}(0u), {t}(1u), {a[0]} != {t}(0u))"
+
+
+SIGN = unary(
+    "sign",
+    NUMERIC,
+    "-1, 0 or 1 by the sign of x, elementwise (NaN stays NaN)",
+    np.sign,
+    method=True,
+    wgsl_float=_sign_float,
+    wgsl_int=_sign_int,
+)
 
 
 def _square_fn(t: str) -> dict[str, str]:
