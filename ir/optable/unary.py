@@ -98,8 +98,7 @@ def _expm1_fn(t: str) -> dict[str, str]:
     # exp(x) - 1 loses at most a factor 2.6 of exp's precision, and gives inf past 88.7 and -1
     # at -inf. Selected on x's NaN bits: NaN stays NaN and compositions stay hidden (see opaque)
     s = suffix(t)
-    inverse_factorials = ["1.0", "0.5", "0.16666667", "0.041666668", "0.008333334", "0.0013888889"]
-    series = horner(t, "x", inverse_factorials + ["0.0001984127", "2.4801588e-05", "2.7557319e-06"])
+    series = horner(t, "x", [f"{1 / math.factorial(k):.9g}" for k in range(1, 10)])  # 1/1! ... 1/9!
     return {
         f"wg_expm1_{s}": (
             f"fn wg_expm1_{s}(x: {t}) -> {t} {{\n"
@@ -119,6 +118,7 @@ EXPM1 = unary(
     f32_for_f16=True,
     wgsl_float=Wgsl("wg_expm1_{s}({0})", _expm1_fn),
 )
+
 LOG = unary(
     "log",
     FLOAT,
@@ -137,7 +137,7 @@ def _log1p_fn(t: str) -> dict[str, str]:
     # WGSL bounds relatively there (it bounds it absolutely on [0.5, 2]); -1 gives -inf, below NaN.
     # Selected on x's NaN bits: NaN stays NaN and compositions stay hidden (see opaque)
     s = suffix(t)
-    series = horner(t, "z", ["1.0", "0.33333334", "0.2", "0.14285715", "0.11111111", "0.09090909", "0.07692308"])
+    series = horner(t, "z", [f"{1 / (2 * k + 1):.9g}" for k in range(7)])  # 1, 1/3, ... 1/13
     return {
         f"wg_log1p_{s}": (
             f"fn wg_log1p_{s}(x: {t}) -> {t} {{\n"
