@@ -14,14 +14,14 @@ import minilm  # noqa: E402
 import tracer as tr  # noqa: E402
 from backend_wgpu.profile import profile_program  # noqa: E402
 from tracer.graph_builder import build_graph  # noqa: E402
-from tracer.realize import _input_buffer, program_for  # noqa: E402
+from tracer.realize import device_buffer, program_for  # noqa: E402
 
 
 def profile_forward(model: minilm.MiniLM, ids: np.ndarray, mask: np.ndarray, label: str) -> None:
     hidden = model.forward(ids, np.zeros_like(ids), mask)
     built = build_graph([hidden._lazy])
     program = program_for(built.graph)
-    prof = profile_program(program, [_input_buffer(lz) for lz in built.inputs], repeats=5)
+    prof = profile_program(program, [device_buffer(lz) for lz in built.inputs], repeats=5)
     rows = sorted(prof.kernels, key=lambda k: -k.seconds)
     print(f"== {label}: {len(program.dispatches)} dispatches, total {prof.total_seconds * 1e3:.3f} ms ({prof.clock})")
     for k in rows[:12]:
@@ -36,7 +36,7 @@ def one_pass_ms(model: minilm.MiniLM, ids: np.ndarray, mask: np.ndarray) -> floa
     hidden = model.forward(ids, np.zeros_like(ids), mask)
     built = build_graph([hidden._lazy])
     program = program_for(built.graph)
-    t = time_program(program, [_input_buffer(lz) for lz in built.inputs], ProgramTimer(get_device()), 3, 10)
+    t = time_program(program, [device_buffer(lz) for lz in built.inputs], ProgramTimer(get_device()), 3, 10)
     return t.median
 
 

@@ -146,10 +146,10 @@ def _floor_loop(device: Any, n_dispatch: int, elems: int, groups: int) -> Any:
 def program_and_inputs(t: Any) -> tuple[Any, list[Any]]:
     """The compiled program that computes tensor t and its input buffers (uploaded), to time it."""
     from tracer.graph_builder import build_graph
-    from tracer.realize import _input_buffer, program_for
+    from tracer.realize import device_buffer, program_for
 
     built = build_graph([t._lazy])
-    return program_for(built.graph), [_input_buffer(lz) for lz in built.inputs]
+    return program_for(built.graph), [device_buffer(lz) for lz in built.inputs]
 
 
 def dispatch_suite(ctx: Any, sizes: dict[str, Any]) -> list[dict[str, Any]]:

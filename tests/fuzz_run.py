@@ -37,14 +37,14 @@ def _resources() -> str:
     from backend_wgpu.device import device_if_created
 
     realize = sys.modules["tracer.realize"]  # the package exports a function of that name
-    from tracer import factories
+    from tracer.host import CONSTANTS
 
     dev = device_if_created()
     counts = wgpu.diagnostics.object_counts.get_dict()
     live = {k: v["count"] for k, v in counts.items() if k in ("Buffer", "BindGroup", "ComputePipeline", "ShaderModule")}
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     pipes = len(dev.pipelines) if dev else 0
-    return f"maxrss {rss} MiB, programs {len(realize._PROGRAMS)}, pipelines {pipes}, constants {len(factories._CONSTANTS)}, wgpu {live}"
+    return f"maxrss {rss} MiB, programs {len(realize.cached_programs())}, pipelines {pipes}, constants {len(CONSTANTS)}, wgpu {live}"
 
 
 class _TimeUp(Exception):

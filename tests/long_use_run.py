@@ -47,7 +47,7 @@ def snapshot() -> dict[str, float]:
     import wgpu
 
     from backend_wgpu.device import get_device
-    from tracer import factories
+    from tracer.host import CONSTANTS
 
     realize = sys.modules["tracer.realize"]  # the package exports a function of that name
     gc.collect()
@@ -58,8 +58,8 @@ def snapshot() -> dict[str, float]:
         "bind_groups": counts["BindGroup"]["count"],
         "pipelines": counts["ComputePipeline"]["count"],
         "pipeline_cache": len(get_device().pipelines),
-        "programs": len(realize._PROGRAMS),
-        "constants": len(factories._CONSTANTS),
+        "programs": len(realize.cached_programs()),
+        "constants": len(CONSTANTS),
         "python_MiB": round(tracemalloc.get_traced_memory()[0] / 2**20, 2) if tracemalloc.is_tracing() else -1,
         "maxrss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
     }

@@ -32,8 +32,8 @@ from tracer.factories import (
 )
 from tracer.jit import jit
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
-from tracer.realize import compile, realize, reset_device
-from tracer.tensor import Tensor, concat, matmul, maximum, minimum, stack, where
+from tracer.realize import reset_device
+from tracer.tensor import Tensor, compile, concat, matmul, maximum, minimum, realize, stack, where
 from tracer.weights import load_safetensors
 
 bool = bool_  # noqa: A001  tr.bool, as numpy spells it

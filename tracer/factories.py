@@ -1,92 +1,31 @@
-"""Tensor factories: from host data, constants, ranges and random numbers."""
+"""Creation functions: tensors from host data, constants, ranges and random numbers.
+
+`constant` (a cached 0-d tensor for a python scalar) is tracer.tensor.constant.
+"""
 
 from __future__ import annotations
 
 import math
 import operator
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ir.dtypes import DType, from_numpy, to_dtype
-from ir.errors import DTypeError, ShapeError
+from ir.dtypes import DType, to_dtype
+from ir.errors import ShapeError
 from ir.ops import Op
-from tracer.lazy import Lazy
-from tracer.tensor import Tensor, make
+from tracer.tensor import Tensor, constant, from_data, make
 
-_F32_MAX = float(np.finfo(np.float32).max)
-
-
-def _host_array(data: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
-    if isinstance(data, Tensor):
-        data = data.numpy()
-    try:
-        arr = np.asarray(data)
-    except ValueError as e:
-        raise DTypeError(f"tensor: cannot make a tensor from ragged or non-numeric data: {e}") from None
-    if arr.dtype == object:
-        raise DTypeError(f"tensor: cannot make a tensor from ragged or non-numeric data ({type(data).__name__})")
-    if arr.dtype.kind == "c":
-        raise DTypeError(f"tensor: complex data ({arr.dtype}) is not supported")
-    if dtype is not None:
-        target = to_dtype(dtype)
-    elif arr.dtype == np.float64:
-        finite = arr[np.isfinite(arr)]
-        if finite.size and np.abs(finite).max() > _F32_MAX:
-            raise DTypeError(f"tensor: float64 value {np.abs(finite).max():g} is out of float32 range")
-        target = DType.float32
-    elif arr.dtype.kind in "iu" and arr.dtype.itemsize == 8 or arr.dtype in (np.int16, np.int8, np.uint8, np.uint16):
-        if arr.size and (arr.min() < np.iinfo(np.int32).min or arr.max() > np.iinfo(np.int32).max):
-            raise DTypeError(f"tensor: {arr.dtype} values {arr.min()}..{arr.max()} do not fit int32")
-        target = DType.int32
-    elif arr.dtype.kind in "US":
-        raise DTypeError(f"tensor: string data ({arr.dtype}) is not supported")
-    else:
-        target = from_numpy(arr.dtype)
-    return np.array(arr, dtype=target.np, order="C", copy=True), target
+__all__ = [
+    "arange", "as_tensor_list", "constant", "full", "full_like", "ones", "ones_like", "rand", "randn", "tensor",
+    "zeros", "zeros_like",
+]  # fmt: skip
 
 
 def tensor(data: Any, dtype: DType | str | None = None) -> Tensor:
     """A tensor from a list, scalar or numpy array (copied; uploaded when first needed)."""
-    arr, dt = _host_array(data, dtype)
-    nbytes = arr.size * dt.itemsize
-    if nbytes > 128 << 20:
-        from tracer.realize import check_binding_size
-
-        check_binding_size("tensor", arr.shape, dt, nbytes)
-    if dt is DType.float16:
-        from tracer.realize import check_float16
-
-        check_float16("tensor", arr.shape)
-    return Tensor(Lazy.from_host(arr, dt))
-
-
-_CONSTANTS: OrderedDict[tuple[Any, DType], Lazy] = OrderedDict()
-_MAX_CONSTANTS = 512
-_CONSTANTS_LOCK = threading.Lock()
-
-
-def constant(value: bool | int | float, dtype: DType) -> Tensor:
-    """A 0-d tensor for a python scalar; cached so `x * 2` in a loop uploads 2 once."""
-    key = (repr(value), dtype)
-    if dtype is DType.float16:
-        from tracer.realize import check_float16
-
-        check_float16("constant", ())
-    with _CONSTANTS_LOCK:  # threads trace at once: get, move and evict must not interleave
-        lz = _CONSTANTS.get(key)
-        if lz is None:
-            lz = Lazy.from_host(np.array(value).astype(dtype.np), dtype)
-            lz.pinned = True
-            _CONSTANTS[key] = lz
-            if len(_CONSTANTS) > _MAX_CONSTANTS:
-                _CONSTANTS.popitem(last=False)
-        else:
-            _CONSTANTS.move_to_end(key)
-    return Tensor(lz)
+    return from_data(data, dtype)
 
 
 def _shape(shape: Any) -> tuple[int, ...]:

@@ -30,7 +30,7 @@ def build_graph(targets: list[Lazy]) -> BuiltGraph:
     order: list[Lazy] = []
     seen: set[int] = set()
     for t in targets:
-        _postorder(t, order, seen)
+        postorder(t, order, seen)
     members = {id(lz) for lz in order}
     target_ids = {id(t) for t in targets}
 
@@ -71,7 +71,8 @@ def _visible_outside(lz: Lazy, members: set[int]) -> bool:
     return bool(lz.live_handles()) or any(id(c) not in members and not c.is_leaf for c in lz.live_consumers())
 
 
-def _postorder(root: Lazy, order: list[Lazy], seen: set[int]) -> None:
+def postorder(root: Lazy, order: list[Lazy], seen: set[int]) -> None:
+    """Append every Lazy `root` needs that is not in `seen` to `order`, sources first (leaves are not entered)."""
     # iterative DFS: user graphs can be deeper than Python's recursion limit
     stack: list[tuple[Lazy, bool]] = [(root, False)]
     while stack:

@@ -1,40 +1,50 @@
-"""`tensor[...]`: ints, slices (with steps), None and Ellipsis, all as zero-copy views."""
+"""`tensor[...]`: ints, slices (with steps), None and Ellipsis, all as zero-copy views.
+
+`resolve_index` turns an index into the view it selects (shape arithmetic only); the
+Tensor builds the SLICE and RESHAPE nodes from it.
+"""
 
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
-from ir.ops import Op
-
-if TYPE_CHECKING:
-    from tracer.tensor import Tensor
 
 
-def getitem(x: Tensor, index: Any) -> Tensor:
-    from tracer.tensor import Tensor, make
+@dataclass(frozen=True)
+class IndexView:
+    """What `x[index]` selects: a SLICE (None: the whole of x), then a reshape to `shape`."""
 
+    slices: tuple[tuple[int, int, int], ...] | None  # (start, stop, step) per axis of x
+    sliced_shape: tuple[int, ...]
+    shape: tuple[int, ...]  # with the int axes dropped and the None axes added
+
+
+def resolve_index(shape: tuple[int, ...], index: Any) -> IndexView:
+    """The view `x[index]` selects from an x of this shape; bad indices raise naming the shape."""
+    ndim = len(shape)
     items = index if isinstance(index, tuple) else (index,)
     for it in items:
-        if isinstance(it, Tensor) or hasattr(it, "__array__") and not isinstance(it, int):
+        if hasattr(it, "__array__") and not isinstance(it, int):  # arrays and Tensors
             raise DTypeError(
-                f"index: tensor/array indices are not supported by [] (shape {x.shape}); use tr.gather or index_select"
+                f"index: tensor/array indices are not supported by [] (shape {shape}); use tr.gather or index_select"
             )
         if isinstance(it, float | bool):
-            raise DTypeError(f"index: {it!r} is not a valid index for shape {x.shape}; use ints, slices, None or ...")
+            raise DTypeError(f"index: {it!r} is not a valid index for shape {shape}; use ints, slices, None or ...")
     n_ellipsis = sum(it is Ellipsis for it in items)
     if n_ellipsis > 1:
-        raise ShapeError(f"index: more than one Ellipsis in {index!r} (shape {x.shape}); use ... at most once")
+        raise ShapeError(f"index: more than one Ellipsis in {index!r} (shape {shape}); use ... at most once")
     n_real = sum(it is not None and it is not Ellipsis for it in items)
-    if n_real > x.ndim:
+    if n_real > ndim:
         raise IndexOutOfRangeError(
-            f"index: too many indices ({n_real}) for shape {x.shape}; a {x.ndim}-d tensor takes at most {x.ndim}"
+            f"index: too many indices ({n_real}) for shape {shape}; a {ndim}-d tensor takes at most {ndim}"
         )
     if n_ellipsis == 0:
         items = items + (Ellipsis,)
     pos = items.index(Ellipsis)
-    items = items[:pos] + (slice(None),) * (x.ndim - n_real) + items[pos + 1 :]
+    items = items[:pos] + (slice(None),) * (ndim - n_real) + items[pos + 1 :]
 
     spec: list[tuple[int, int, int]] = []
     out_shape: list[int] = []
@@ -44,12 +54,12 @@ def getitem(x: Tensor, index: Any) -> Tensor:
         if it is None:
             out_shape.append(1)
             continue
-        dim = x.shape[axis]
+        dim = shape[axis]
         if isinstance(it, slice):
             try:
                 start, stop, step = it.indices(dim)
             except (ValueError, TypeError) as e:  # step 0, or float bounds
-                raise ShapeError(f"index: bad slice {it!r} for axis {axis} of shape {x.shape}: {e}") from None
+                raise ShapeError(f"index: bad slice {it!r} for axis {axis} of shape {shape}: {e}") from None
             spec.append((start, stop, step))
             n = len(range(start, stop, step))
             out_shape.append(n)
@@ -58,18 +68,15 @@ def getitem(x: Tensor, index: Any) -> Tensor:
             try:
                 i = operator.index(it)
             except TypeError:
-                raise DTypeError(f"index: {it!r} is not a valid index for shape {x.shape}") from None
+                raise DTypeError(f"index: {it!r} is not a valid index for shape {shape}") from None
             if not -dim <= i < dim:
                 raise IndexOutOfRangeError(
-                    f"index: {i} is out of range for axis {axis} with size {dim} (shape {x.shape}); "
+                    f"index: {i} is out of range for axis {axis} with size {dim} (shape {shape}); "
                     f"valid indices are {-dim}..{dim - 1}"
                 )
             i %= dim
             spec.append((i, i + 1, 1))
             needs_slice = True
         axis += 1
-    y = x
-    if needs_slice:
-        sliced = tuple(len(range(*s)) for s in spec)
-        y = make(Op.SLICE, (x,), sliced, x.dtype, tuple(spec))
-    return y.reshape(tuple(out_shape))
+    sliced = tuple(len(range(*s)) for s in spec)
+    return IndexView(tuple(spec) if needs_slice else None, sliced, tuple(out_shape))

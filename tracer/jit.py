@@ -47,13 +47,14 @@ from typing import Any
 import numpy as np
 
 from backend_wgpu import Program
-from backend_wgpu.device import DeviceBuffer
+from backend_wgpu.device import DeviceBuffer, device_if_created
 from ir.errors import JitError
 from ir.ops import InputArg, Op
-from tracer.graph_builder import _postorder, build_graph
+from tracer.graph_builder import BuiltGraph, build_graph, postorder
+from tracer.host import CONSTANTS
 from tracer.lazy import Lazy
-from tracer.realize import _LOCK, _input_buffer, debug_level, note_run, program_for, realize
-from tracer.tensor import Tensor
+from tracer.realize import LOCK, debug_level, device_buffer, note_run, program_for, realize_lazies
+from tracer.tensor import Tensor, from_data
 
 MAX_SIGNATURES = 64  # traces kept per function (least recently used dropped)
 
@@ -118,24 +119,22 @@ def _describe(key: Hashable) -> str:
     return f"{key[2]!r}"
 
 
-# --- one trace --------------------------------------------------------------------------------
+# --- checking a replay against its trace --------------------------------------------------------
 
 
-def _fingerprint(out_leaves: list[tuple[str, Any]], out_structure: Hashable, arg_pos: dict[int, int]) -> tuple:
+def _fingerprint(out_leaves: list[Any], out_structure: Hashable, arg_pos: dict[int, int]) -> tuple:
     """What a trace computes and what it captured, comparable across two runs of the function.
 
     Every pending node reachable from the result (op, arg, shape, dtype, operand positions)
     and every leaf it reads: an argument by position, a python scalar constant by value,
     host data by content, any other realized tensor by identity.
     """
-    from tracer.factories import _CONSTANTS
-
-    const_of = {id(lz): key for key, lz in _CONSTANTS.items()}
+    const_of = CONSTANTS.keys_by_id()
     order: list[Lazy] = []
     seen: set[int] = set()
-    for _, v in out_leaves:
+    for v in out_leaves:
         if isinstance(v, Tensor):
-            _postorder(v._lazy, order, seen)
+            postorder(v._lazy, order, seen)
     pos: dict[int, int] = {}
     parts: list[Hashable] = []
     for lz in order:
@@ -149,7 +148,7 @@ def _fingerprint(out_leaves: list[tuple[str, Any]], out_structure: Hashable, arg
         else:  # the same tensor, or one made again from the same host data (uploaded since: by identity)
             digest = hashlib.sha1(lz.host.tobytes()).hexdigest() if lz.host is not None else None
             parts.append(("tensor", lz.shape, lz.dtype, id(lz), digest))
-    result = tuple(("value", pos[id(v._lazy)]) if isinstance(v, Tensor) else ("python", repr(v)) for _, v in out_leaves)
+    result = tuple(("value", pos[id(v._lazy)]) if isinstance(v, Tensor) else ("python", repr(v)) for v in out_leaves)
     return (out_structure, tuple(parts), result)
 
 
@@ -191,53 +190,90 @@ def _first_difference(old: tuple, new: tuple) -> str:
     return "its graph differs from the traced one"
 
 
+# --- what a trace reads and returns ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArgTensor:
+    """A tensor argument of the call, by its position among the call's leaves."""
+
+    leaf: int
+
+
+@dataclass(frozen=True)
+class CapturedBuffer:
+    """The device buffer of a tensor the function captured (a weight, a constant), bound as it is."""
+
+    buffer: DeviceBuffer
+
+
+@dataclass(frozen=True)
+class ProgramOutput:
+    """One of the program's outputs, by position."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class CapturedTensor:
+    """A captured, realized tensor that the function returns as it is."""
+
+    lazy: Lazy
+
+
+@dataclass(frozen=True)
+class PythonValue:
+    """A returned value that is not a tensor (it was computed at trace time)."""
+
+    value: Any
+
+
+ProgramInput = ArgTensor | CapturedBuffer
+Returned = ProgramOutput | ArgTensor | CapturedTensor | PythonValue
+
+
 @dataclass
-class _Trace:
-    program: Program
-    inputs: list[tuple[str, Any]]  # per program input: ("arg", leaf position) or ("const", DeviceBuffer)
-    # per returned leaf: ("out", program output), ("arg", leaf position), ("const", Lazy) or ("py", value)
-    outputs: list[tuple[str, Any]]
+class Trace:
+    """One signature's compiled program and how to bind it to a call's leaves and rebuild the result."""
+
+    program: Program | None  # None: the function computes nothing (it returns arguments or constants)
+    inputs: list[ProgramInput]  # per program input
+    returned: list[Returned]  # per leaf of the returned structure
     out_structure: Hashable
     fingerprint: tuple = ()  # _fingerprint at trace time; the first replay checks it still holds
     verified: bool = False
 
     def replay(self, leaves: list[Any]) -> Any:
-        buffers: list[DeviceBuffer] = []
-        for kind, what in self.inputs:
-            buffers.append(_arg_buffer(leaves[what]) if kind == "arg" else what)
+        results = self._run(leaves) if self.program is not None else []
+        made: dict[int, Tensor] = {}  # one Tensor per program output, however often it is returned
+        values = [self._value(r, leaves, results, made) for r in self.returned]
+        return _unflatten(self.out_structure, values, [0])
+
+    def _run(self, leaves: list[Any]) -> list[DeviceBuffer]:
+        assert self.program is not None
+        buffers = [_arg_buffer(leaves[i.leaf]) if isinstance(i, ArgTensor) else i.buffer for i in self.inputs]
         results = self.program.run(buffers)
         note_run(self.program)
-        made: dict[int, Tensor] = {}
-        out: list[Any] = []
-        for kind, what in self.outputs:
-            if kind == "out":
-                t = made.get(what)
-                if t is None:
-                    buf = results[what]
-                    lz = Lazy(Op.INPUT, (), self.shapes[what], self.dtypes[what])
-                    lz.buffer = buf
-                    t = made[what] = Tensor(lz)
-                out.append(t)
-            elif kind == "arg":
-                out.append(leaves[what])
-            elif kind == "const":
-                out.append(Tensor(what))
-            else:
-                out.append(what)
-        return _unflatten(self.out_structure, out, [0])
+        return results
 
-    def __post_init__(self) -> None:
-        graph = self.program.graph
-        self.shapes = [graph[o].shape for o in graph.outputs]
-        self.dtypes = [graph[o].dtype for o in graph.outputs]
+    def _value(self, r: Returned, leaves: list[Any], results: list[DeviceBuffer], made: dict[int, Tensor]) -> Any:
+        if isinstance(r, ProgramOutput):
+            t = made.get(r.index)
+            if t is None:
+                node = self.program.graph[self.program.graph.outputs[r.index]]
+                lz = Lazy(Op.INPUT, (), node.shape, node.dtype)
+                lz.buffer = results[r.index]
+                t = made[r.index] = Tensor(lz)
+            return t
+        if isinstance(r, ArgTensor):
+            return leaves[r.leaf]
+        if isinstance(r, CapturedTensor):
+            return Tensor(r.lazy)
+        return r.value
 
 
 def _as_tensor(leaf: Any) -> Any:
-    if isinstance(leaf, np.ndarray):
-        from tracer.factories import tensor
-
-        return tensor(leaf)
-    return leaf
+    return from_data(leaf) if isinstance(leaf, np.ndarray) else leaf
 
 
 def _arg_buffer(t: Tensor) -> DeviceBuffer:
@@ -245,10 +281,10 @@ def _arg_buffer(t: Tensor) -> DeviceBuffer:
     if lz.buffer is not None:
         return lz.buffer
     if lz.host is None:
-        realize(t)  # a pending argument: computed first, by its own program
+        realize_lazies([lz])  # a pending argument: computed first, by its own program
         if lz.buffer is not None:
             return lz.buffer
-    return _input_buffer(lz)
+    return device_buffer(lz)
 
 
 def _depends_on(lz: Lazy, args: set[int], memo: dict[int, bool]) -> bool:
@@ -276,26 +312,59 @@ def _depends_on(lz: Lazy, args: set[int], memo: dict[int, bool]) -> bool:
     return memo[id(lz)]
 
 
+# --- one trace, step by step -----------------------------------------------------------------
+
+
 def _trace(
     fn: Callable[..., Any], call: Callable[[list[Any]], tuple[tuple, dict]], leaves: list[Any]
-) -> tuple[_Trace | _NoProgram, Any]:
-    # arguments become leaves of the graph: compute pending ones, upload host data
-    tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
-    pending = [t for t in tensors if not t.is_realized]
-    if pending:
-        realize(*pending)
-    for t in tensors:
-        _arg_buffer(t)
+) -> tuple[Trace, Any]:
+    """Run fn on the call's leaves, compile and run the graph of what it returns; the Trace and fn's result."""
+    _prepare_arguments(leaves)
     call_args, call_kwargs = call(leaves)
     result = fn(*call_args, **call_kwargs)
+    out_leaves, out_structure = _flatten_result(result)
+    arg_pos = _argument_positions(leaves)
+    targets = [v._lazy for v in out_leaves if isinstance(v, Tensor) and not v._lazy.is_leaf]
+    _realize_captured(targets, arg_pos)
+    # after the captured values became leaves (as they are when a replay is checked), before the run
+    fingerprint = _fingerprint(out_leaves, out_structure, arg_pos)
+    program: Program | None = None
+    inputs: list[ProgramInput] = []
+    out_index: dict[int, int] = {}
+    if targets:
+        with LOCK:
+            program, inputs, out_index = _compile_and_run(targets, arg_pos, leaves)
+    returned = [_returned(v, out_index, arg_pos) for v in out_leaves]
+    return Trace(program, inputs, returned, out_structure, fingerprint), result
 
-    out_leaves: list[tuple[str, Any]] = []
-    out_structure = _flatten(result, "result", out_leaves)
-    arg_pos = {id(leaf._lazy): i for i, leaf in enumerate(leaves) if isinstance(leaf, Tensor)}
-    targets = [v._lazy for _, v in out_leaves if isinstance(v, Tensor) and not v._lazy.is_leaf]
 
-    # captured pending values that do not depend on the arguments: compute them once now
-    memo: dict[int, bool] = {}
+def _prepare_arguments(leaves: list[Any]) -> None:
+    """Arguments become leaves of the graph: compute the pending ones, upload host data."""
+    tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
+    pending = [t._lazy for t in tensors if not t.is_realized]
+    if pending:
+        realize_lazies(pending)
+    for t in tensors:
+        _arg_buffer(t)
+
+
+def _flatten_result(result: Any) -> tuple[list[Any], Hashable]:
+    """The returned structure's leaves and its hashable shape."""
+    pairs: list[tuple[str, Any]] = []
+    structure = _flatten(result, "result", pairs)
+    return [v for _, v in pairs], structure
+
+
+def _argument_positions(leaves: list[Any]) -> dict[int, int]:
+    """id(Lazy) of each tensor argument -> its leaf position."""
+    return {id(leaf._lazy): i for i, leaf in enumerate(leaves) if isinstance(leaf, Tensor)}
+
+
+def _realize_captured(targets: list[Lazy], arg_pos: dict[int, int]) -> None:
+    """Compute now, once, the pending values the user can see that do not depend on the arguments.
+
+    A replay must not recompute them (they are captured: a weight times 2 made outside fn).
+    """
     order: list[Lazy] = []
     seen: set[int] = set()
     stack = list(targets)
@@ -307,71 +376,54 @@ def _trace(
         order.append(lz)
         stack.extend(lz.srcs)
     target_ids = {id(lz) for lz in targets}
+    memo: dict[int, bool] = {}
+    args = set(arg_pos)
     captured = [
-        lz for lz in order if lz.live_handles() and id(lz) not in target_ids and not _depends_on(lz, set(arg_pos), memo)
+        lz for lz in order if lz.live_handles() and id(lz) not in target_ids and not _depends_on(lz, args, memo)
     ]
     if captured:
-        realize(*[Tensor(lz) for lz in captured])
-    # after the captured values became leaves (as they are when a replay is checked), before the run
-    fingerprint = _fingerprint(out_leaves, out_structure, arg_pos)
+        realize_lazies(captured)
 
-    with _LOCK:
-        if targets:
-            built = build_graph(targets)
-            nodes = [
-                replace(n, arg=InputArg(n.arg.index, donatable=False)) if n.op is Op.INPUT else n for n in built.graph
-            ]
-            graph = built.graph.with_nodes(nodes)
-            program = program_for(graph)
-            inputs: list[tuple[str, Any]] = []
-            for lz in built.inputs:
-                if id(lz) in arg_pos:
-                    inputs.append(("arg", arg_pos[id(lz)]))
-                else:
-                    lz.pinned = True  # a captured constant: never donated to an in-place kernel
-                    inputs.append(("const", _input_buffer(lz) if lz.buffer is None else lz.buffer))
-            buffers = [_arg_buffer(leaves[w]) if k == "arg" else w for k, w in inputs]
-            results = program.run(buffers)
-            note_run(program)
-            for lz, buf in zip(built.outputs, results, strict=True):
-                lz.mark_realized(buf)
-            out_index = {id(lz): i for i, lz in enumerate(built.outputs)}
-        else:  # nothing to compute: the function returns arguments or constants
-            program, inputs, out_index = None, [], {}
 
-    outputs: list[tuple[str, Any]] = []
-    for _, v in out_leaves:
-        if not isinstance(v, Tensor):
-            outputs.append(("py", v))
-        elif id(v._lazy) in out_index:
-            outputs.append(("out", out_index[id(v._lazy)]))
-        elif id(v._lazy) in arg_pos:
-            outputs.append(("arg", arg_pos[id(v._lazy)]))
+def _compile_and_run(
+    targets: list[Lazy], arg_pos: dict[int, int], leaves: list[Any]
+) -> tuple[Program, list[ProgramInput], dict[int, int]]:
+    """Compile the graph of `targets` (no input donated: a replay's caller may hold them) and run it once.
+
+    Returns the program, what each of its inputs binds, and id(Lazy) -> output position.
+    """
+    built = build_graph(targets)
+    program = program_for(_no_donation(built))
+    inputs: list[ProgramInput] = []
+    for lz in built.inputs:
+        if id(lz) in arg_pos:
+            inputs.append(ArgTensor(arg_pos[id(lz)]))
         else:
-            v._lazy.pinned = True
-            outputs.append(("const", v._lazy))
-    trace = (
-        _Trace(program, inputs, outputs, out_structure, fingerprint)
-        if program is not None
-        else _NoProgram(inputs, outputs, out_structure, fingerprint=fingerprint)
-    )
-    return trace, result
+            lz.pinned = True  # a captured constant: never donated to an in-place kernel
+            inputs.append(CapturedBuffer(device_buffer(lz)))
+    buffers = [_arg_buffer(leaves[i.leaf]) if isinstance(i, ArgTensor) else i.buffer for i in inputs]
+    results = program.run(buffers)
+    note_run(program)
+    for lz, buf in zip(built.outputs, results, strict=True):
+        lz.mark_realized(buf)
+    return program, inputs, {id(lz): i for i, lz in enumerate(built.outputs)}
 
 
-@dataclass
-class _NoProgram:
-    """A trace that computes nothing (the function returns its arguments or constants)."""
+def _no_donation(built: BuiltGraph) -> Any:
+    nodes = [replace(n, arg=InputArg(n.arg.index, donatable=False)) if n.op is Op.INPUT else n for n in built.graph]
+    return built.graph.with_nodes(nodes)
 
-    inputs: list[tuple[str, Any]]
-    outputs: list[tuple[str, Any]]
-    out_structure: Hashable
-    program: None = None
-    fingerprint: tuple = ()
-    verified: bool = False
 
-    def replay(self, leaves: list[Any]) -> Any:
-        out = [leaves[w] if k == "arg" else Tensor(w) if k == "const" else w for k, w in self.outputs]
-        return _unflatten(self.out_structure, out, [0])
+def _returned(v: Any, out_index: dict[int, int], arg_pos: dict[int, int]) -> Returned:
+    """Where a returned leaf comes from on a replay."""
+    if not isinstance(v, Tensor):
+        return PythonValue(v)
+    if id(v._lazy) in out_index:
+        return ProgramOutput(out_index[id(v._lazy)])
+    if id(v._lazy) in arg_pos:
+        return ArgTensor(arg_pos[id(v._lazy)])
+    v._lazy.pinned = True
+    return CapturedTensor(v._lazy)
 
 
 # --- the decorator --------------------------------------------------------------------------
@@ -386,9 +438,9 @@ class JitFunction:
             self._signature: inspect.Signature | None = inspect.signature(fn)
         except (TypeError, ValueError):  # some builtins have none: arguments are then positional paths
             self._signature = None
-        self.traces: OrderedDict[Hashable, _Trace | _NoProgram] = OrderedDict()
+        self.traces: OrderedDict[Hashable, Trace] = OrderedDict()
         # positional tensors and scalars only: their key, straight to (trace, where each leaf comes from)
-        self._fast: dict[Hashable, tuple[_Trace | _NoProgram, list[tuple[bool, Any]]]] = {}
+        self._fast: dict[Hashable, tuple[Trace, list[tuple[bool, Any]]]] = {}
         self.trace_count = 0  # how many times fn ran (once per new signature)
         self.replay_count = 0
         functools.update_wrapper(self, fn)
@@ -402,7 +454,7 @@ class JitFunction:
             if hit is not None:  # the replay path: no binding, no flattening
                 trace, plan = hit
                 self.replay_count += 1
-                with _LOCK:
+                with LOCK:
                     return trace.replay([args[v] if from_args else v for from_args, v in plan])
         leaves_with_paths: list[tuple[str, Any]] = []
         if self._signature is not None:  # by parameter name, defaults filled in: f(x) and f(x, s=default) agree
@@ -429,7 +481,7 @@ class JitFunction:
                 self._verify(trace, structure, leaves)
             self._remember(fast, trace, args, leaves)
             self.replay_count += 1
-            with _LOCK:
+            with LOCK:
                 return trace.replay(leaves)
         if debug_level() >= 1:
             print(f"[wgjit] jit {self.__name__}: {self._why(signature, leaves_with_paths)}", file=sys.stderr)
@@ -441,14 +493,11 @@ class JitFunction:
             self._fast.clear()
         return result  # not remembered for the fast path yet: the next call checks the trace
 
-    def _verify(self, trace: _Trace | _NoProgram, structure: Hashable, leaves: list[Any]) -> None:
+    def _verify(self, trace: Trace, structure: Hashable, leaves: list[Any]) -> None:
         """Run fn once more (tracing only) and check it builds what was traced; see the module docstring."""
         call_args, call_kwargs = self._call_args(structure, leaves)
-        result = self.fn(*call_args, **call_kwargs)
-        out_leaves: list[tuple[str, Any]] = []
-        out_structure = _flatten(result, "result", out_leaves)
-        arg_pos = {id(leaf._lazy): i for i, leaf in enumerate(leaves) if isinstance(leaf, Tensor)}
-        now = _fingerprint(out_leaves, out_structure, arg_pos)
+        out_leaves, out_structure = _flatten_result(self.fn(*call_args, **call_kwargs))
+        now = _fingerprint(out_leaves, out_structure, _argument_positions(leaves))
         if not _same_trace(trace.fingerprint, now):
             raise JitError(
                 f"jit {self.__name__}: the result depends on python state that changed since the function was "
@@ -457,7 +506,7 @@ class JitFunction:
             )
         trace.verified = True
 
-    def _remember(self, fast: Hashable | None, trace: _Trace | _NoProgram, args: tuple, leaves: list[Any]) -> None:
+    def _remember(self, fast: Hashable | None, trace: Trace, args: tuple, leaves: list[Any]) -> None:
         """Let later calls with this fast key skip binding: each leaf is an argument (by index) or a default."""
         if fast is None:
             return
@@ -491,8 +540,6 @@ class JitFunction:
         return "retracing: " + "; ".join(diffs)
 
     def _same_device(self) -> bool:
-        from backend_wgpu.device import device_if_created
-
         program = next(reversed(self.traces.values())).program
         return program is None or program.device is device_if_created()
 

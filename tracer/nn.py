@@ -23,8 +23,6 @@ out-of-bounds read, never an error).
 from __future__ import annotations
 
 import math
-import weakref
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,22 +31,26 @@ from ir import shapes
 from ir.dtypes import DType, promote
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.ops import Conv1dArg, NormArg, Op
-from tracer.tensor import Tensor, binary, make, maximum, minimum, where
+from tracer.factories import arange
+from tracer.tensor import (
+    Tensor,
+    as_tensor,
+    binary,
+    broadcasts_to,
+    clamp,
+    concat,
+    from_data,
+    index_write,
+    make,
+    masked_fill,
+    stack,
+    where,
+)
 
 __all__ = [
     "clamp", "conv1d", "embedding", "gather", "group_norm", "index_select", "index_write", "layer_norm",
     "linear", "masked_fill", "pow", "rms_norm", "rope", "scaled_dot_product_attention",
 ]  # fmt: skip
-
-
-def _tensor(x: Any, op: str, what: str = "x") -> Tensor:
-    if isinstance(x, Tensor):
-        return x
-    if isinstance(x, np.ndarray | list | tuple | int | float | bool | np.generic):
-        from tracer.factories import tensor
-
-        return tensor(x)
-    raise DTypeError(f"{op}: {what} must be a Tensor or array-like, got {type(x).__name__}")
 
 
 def _float(x: Tensor) -> Tensor:
@@ -60,7 +62,7 @@ def _float(x: Tensor) -> Tensor:
 
 
 def _affine(op: str, t: Any, x: Tensor, what: str) -> Tensor:
-    t = _float(_tensor(t, op, what))
+    t = _float(as_tensor(t, op, what))
     n = x.shape[-1]
     if t.shape != (n,):
         raise ShapeError(f"{op}: {what} has shape {t.shape}, expected ({n},) for x of shape {x.shape}")
@@ -69,7 +71,7 @@ def _affine(op: str, t: Any, x: Tensor, what: str) -> Tensor:
 
 def _norm(op: Op, x: Any, weight: Any, bias: Any, eps: float) -> Tensor:
     name = op.value
-    x = _float(_tensor(x, name))
+    x = _float(as_tensor(x, name))
     if x.ndim == 0:
         raise ShapeError(f"{name}: x must have at least one dimension, got shape {x.shape}")
     if not eps >= 0:
@@ -100,7 +102,7 @@ def group_norm(x: Any, groups: int, weight: Any = None, bias: Any = None, eps: f
 
     Composed: layer_norm over the (N, groups, -1) reshape, then the per-channel affine.
     """
-    x = _float(_tensor(x, "group_norm"))
+    x = _float(as_tensor(x, "group_norm"))
     if x.ndim < 2:
         raise ShapeError(f"group_norm: x must be (N, C, ...), got shape {x.shape}")
     c = x.shape[1]
@@ -111,7 +113,7 @@ def group_norm(x: Any, groups: int, weight: Any = None, bias: Any = None, eps: f
     for t, what, combine in ((weight, "weight", Tensor.__mul__), (bias, "bias", Tensor.__add__)):
         if t is None:
             continue
-        t = _float(_tensor(t, "group_norm", what))
+        t = _float(as_tensor(t, "group_norm", what))
         if t.shape != (c,):
             raise ShapeError(f"group_norm: {what} has shape {t.shape}, expected ({c},) for x of shape {x.shape}")
         y = combine(y, t.reshape(per_channel)).astype(x.dtype)
@@ -123,8 +125,6 @@ def group_norm(x: Any, groups: int, weight: Any = None, bias: Any = None, eps: f
 
 def _ids(op: str, ids: Any, axis: int, x: Tensor) -> Tensor:
     """ids as an int tensor, checked against [0, dim) when their values are known on the host."""
-    from tracer.factories import tensor
-
     dim = x.shape[axis]
     if isinstance(ids, Tensor):
         host = ids._lazy.host  # host data not uploaded yet: its values are known now
@@ -147,7 +147,7 @@ def _ids(op: str, ids: Any, axis: int, x: Tensor) -> Tensor:
             )
     if dim == 0 and (t.size if t is not None else host.size):
         raise IndexOutOfRangeError(f"{op}: cannot take ids from axis {axis} of size 0 (x shape {x.shape})")
-    return t if t is not None else tensor(host.astype(np.int32))
+    return t if t is not None else from_data(host.astype(np.int32))
 
 
 def index_select(x: Any, ids: Any, axis: int = 0) -> Tensor:
@@ -156,7 +156,7 @@ def index_select(x: Any, ids: Any, axis: int = 0) -> Tensor:
 
 
 def _select(op: str, x: Any, ids: Any, axis: int) -> Tensor:
-    x = _tensor(x, op)
+    x = as_tensor(x, op)
     if x.ndim == 0:
         raise ShapeError(f"{op}: x must have at least one dimension, got shape {x.shape}")
     a = shapes.normalize_axis(op, axis, x.ndim, x.shape)
@@ -172,7 +172,7 @@ def _select(op: str, x: Any, ids: Any, axis: int) -> Tensor:
 
 def embedding(ids: Any, table: Any) -> Tensor:
     """Rows of `table` (vocab, dim) at `ids` (any shape): shape ids.shape + (dim,)."""
-    table = _tensor(table, "embedding", "table")
+    table = as_tensor(table, "embedding", "table")
     if table.ndim != 2:
         raise ShapeError(f"embedding: table must be (vocab, dim), got shape {table.shape}")
     return _select("embedding", table, ids, 0)
@@ -180,7 +180,7 @@ def embedding(ids: Any, table: Any) -> Tensor:
 
 def gather(x: Any, ids: Any, axis: int) -> Tensor:
     """np.take_along_axis: out[c] = x[c with c[axis] = ids[c]]; x and ids broadcast on the other axes."""
-    x = _tensor(x, "gather")
+    x = as_tensor(x, "gather")
     a = shapes.normalize_axis("gather", axis, x.ndim, x.shape)
     ids = _ids("gather", ids, a, x)
     if ids.ndim != x.ndim:
@@ -201,43 +201,6 @@ def gather(x: Any, ids: Any, axis: int) -> Tensor:
 # --- elementwise compositions --------------------------------------------------------
 
 
-def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    """numpy's broadcast_to rule: `shape` stretches to `target` without changing it."""
-    if len(shape) > len(target):
-        return False
-    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
-
-
-def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
-    """Elementwise min(max(x, min), max), as np.clip (NaN stays NaN); bounds may be tensors."""
-    x = _tensor(x, "clamp")
-    if min is None and max is None:
-        raise ValueError("clamp: give min, max or both")
-    y = x if min is None else maximum(x, min)
-    return y if max is None else minimum(y, max)
-
-
-def masked_fill(x: Any, mask: Any, value: Any) -> Tensor:
-    """x with `value` where `mask` (bool, broadcast to x's shape) is true; keeps x's dtype."""
-    from tracer.factories import constant
-
-    x = _tensor(x, "masked_fill")
-    mask = _tensor(mask, "masked_fill", "mask")
-    if mask.dtype is not DType.bool:
-        raise DTypeError(f"masked_fill: mask must be bool, got {mask.dtype.value}")
-    if not _broadcasts_to(mask.shape, x.shape):
-        raise ShapeError(f"masked_fill: mask shape {mask.shape} does not broadcast to x shape {x.shape}")
-    if isinstance(value, Tensor):
-        if value.size != 1:
-            raise ShapeError(f"masked_fill: value must be a scalar, got shape {value.shape}")
-        fill = value.reshape(()).astype(x.dtype)
-    elif isinstance(value, bool | int | float):
-        fill = constant(value, x.dtype)
-    else:
-        raise DTypeError(f"masked_fill: value must be a python scalar or a 0-d tensor, got {type(value).__name__}")
-    return where(mask, fill, x)
-
-
 def pow(x: Any, y: Any) -> Tensor:  # noqa: A001
     """x ** y elementwise, either side a tensor or a scalar (the same as the ** operator)."""
     return binary(Op.POW, x, y)
@@ -245,15 +208,15 @@ def pow(x: Any, y: Any) -> Tensor:  # noqa: A001
 
 def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     """x @ weight.T + bias, weight (out, in) as torch stores it; leading dims of x are batch."""
-    x = _tensor(x, "linear")
-    weight = _tensor(weight, "linear", "weight")
+    x = as_tensor(x, "linear")
+    weight = as_tensor(weight, "linear", "weight")
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"linear: x shape {x.shape} does not fit weight shape {weight.shape} (out, in)")
     lead = x.shape[:-1]
     # one GEMM over every row, not a batch of small ones (rows counted: reshape(-1, 0) is ambiguous)
     y = x.reshape(math.prod(lead), x.shape[-1]) @ weight.T
     if bias is not None:
-        bias = _tensor(bias, "linear", "bias")
+        bias = as_tensor(bias, "linear", "bias")
         if bias.shape != (weight.shape[0],):
             raise ShapeError(f"linear: bias shape {bias.shape} does not match {weight.shape[0]} outputs")
         y = y + bias
@@ -272,8 +235,8 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
     (GPT-J): pairs are (x[2i], x[2i+1]). Each pair (a, b) becomes
     (a cos - b sin, b cos + a sin).
     """
-    x = _tensor(x, "rope")
-    cos, sin = _tensor(cos, "rope", "cos"), _tensor(sin, "rope", "sin")
+    x = as_tensor(x, "rope")
+    cos, sin = as_tensor(cos, "rope", "cos"), as_tensor(sin, "rope", "sin")
     if x.ndim == 0 or x.shape[-1] % 2:
         raise ShapeError(f"rope: the last axis of x must have an even size, got shape {x.shape}")
     d = x.shape[-1]
@@ -294,20 +257,14 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
         a, b = x[..., :half], x[..., half:]
     first, second = a * cos - b * sin, b * cos + a * sin
     if interleaved:
-        from tracer.tensor import stack
-
         out = stack([first, second], axis=-1).reshape(x.shape)
     else:
-        from tracer.tensor import concat
-
         out = concat([first, second], axis=-1)
     return out.astype(x.dtype)
 
 
 def _causal_mask(q_len: int, kv_len: int) -> Tensor:
     """True where key j may be seen by query i, aligned bottom-right: j <= i + (kv_len - q_len)."""
-    from tracer.factories import arange
-
     i = arange(q_len).reshape(q_len, 1)
     j = arange(kv_len).reshape(1, kv_len)
     return j <= i + (kv_len - q_len)
@@ -325,7 +282,7 @@ def scaled_dot_product_attention(
     (..., Hkv, S, E) where Hkv divides H; query head h uses kv head h // (H / Hkv).
     Composed from matmul, elementwise, where and softmax (softmax statistics in f32).
     """
-    q, k, v = _tensor(q, "sdpa", "q"), _tensor(k, "sdpa", "k"), _tensor(v, "sdpa", "v")
+    q, k, v = as_tensor(q, "sdpa", "q"), as_tensor(k, "sdpa", "k"), as_tensor(v, "sdpa", "v")
     if min(q.ndim, k.ndim, v.ndim) < 2:
         raise ShapeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} must be at least 2-D")
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
@@ -356,11 +313,11 @@ def scaled_dot_product_attention(
     if is_causal:
         masks.append(_causal_mask(q_len, kv_len))
     if mask is not None:
-        masks.append(_tensor(mask, "sdpa", "mask"))
+        masks.append(as_tensor(mask, "sdpa", "mask"))
     # the mask is written against (..., H, L, S); grouped scores split H as q did
     target = scores.shape[:-4] + (heads, q_len, kv_len) if grouped else scores.shape
     for m in masks:
-        if not _broadcasts_to(m.shape, target):
+        if not broadcasts_to(m.shape, target):
             raise ShapeError(
                 f"scaled_dot_product_attention: mask shape {m.shape} does not broadcast to the scores' shape {target}"
             )
@@ -380,8 +337,8 @@ def conv1d(
     x: Any, weight: Any, bias: Any = None, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1
 ) -> Tensor:
     """1-D cross-correlation as torch.nn.functional.conv1d: x (N, Cin, L) or (Cin, L), weight (Cout, Cin/groups, K)."""
-    x = _float(_tensor(x, "conv1d"))
-    weight = _float(_tensor(weight, "conv1d", "weight"))
+    x = _float(as_tensor(x, "conv1d"))
+    weight = _float(as_tensor(weight, "conv1d", "weight"))
     for name, value, low in (
         ("stride", stride, 1),
         ("padding", padding, 0),
@@ -415,57 +372,8 @@ def conv1d(
         Op.CONV1D, (x.astype(dt), weight.astype(dt)), (n, cout, lout), dt, Conv1dArg(stride, padding, dilation, groups)
     )
     if bias is not None:
-        bias = _float(_tensor(bias, "conv1d", "bias"))
+        bias = _float(as_tensor(bias, "conv1d", "bias"))
         if bias.shape != (cout,):
             raise ShapeError(f"conv1d: bias shape {bias.shape} does not match {cout} output channels")
         out = (out + bias.reshape(cout, 1)).astype(dt)
     return out.reshape(cout, lout) if unbatched else out
-
-
-# --- persistent buffers ----------------------------------------------------------------
-
-
-def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
-    """Write `src` into x at per-axis `offsets` (x[o0:o0+s0, o1:o1+s1, ...] = src); returns x.
-
-    The KV-cache append. The rule that keeps it sound with lazy evaluation: the write is a
-    node INDEX_WRITE(old x, src) that produces the new value, and the Tensor `x` is
-    rebound to it (no other Tensor changes: anything computed from the old x, pending or
-    not, keeps seeing the old values). When the new value is realized, passes.inplace lets
-    the kernel write straight into the old buffer, touching only |src| elements, exactly
-    when nothing else can still see the old value: no other Tensor shows it and no
-    pending computation (a lazy view included) reads it; otherwise the kernel copies x
-    and writes src into the copy. Reads of the old value are never reordered after the
-    write, because a pending read makes the old buffer non-donatable.
-    """
-    if not isinstance(x, Tensor):
-        raise DTypeError(f"index_write: x must be a Tensor, got {type(x).__name__}")
-    src = _tensor(src, "index_write", "src")
-    offsets = tuple(offsets)
-    if src.ndim != x.ndim or len(offsets) != x.ndim:
-        raise ShapeError(
-            f"index_write: x shape {x.shape}, src shape {src.shape} and offsets {offsets} must have one entry per axis"
-        )
-    for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
-        if not isinstance(o, int | np.integer) or isinstance(o, bool):
-            raise ShapeError(f"index_write: offsets must be ints, got {offsets}")
-        if o < 0 or o + n > m:
-            raise IndexOutOfRangeError(
-                f"index_write: src shape {src.shape} at offsets {offsets} reaches outside x shape {x.shape} (axis {d})"
-            )
-    if x.dtype is not src.dtype:
-        lossy = (src.dtype.is_float and not x.dtype.is_float) or (x.dtype is DType.bool)
-        if lossy:
-            raise DTypeError(
-                f"index_write: cannot write {src.dtype.value} into {x.dtype.value} without a cast; use astype()"
-            )
-        src = src.astype(x.dtype)
-    if src.size == 0:
-        return x
-    new = make(Op.INDEX_WRITE, (x, src), x.shape, x.dtype, tuple(int(o) for o in offsets))
-    old = x._lazy
-    # rebuilt rather than discard(): WeakSet.discard compares by ==, which Tensor overloads
-    old.handles = weakref.WeakSet([t for t in old.handles if t is not x])
-    x._lazy = new._lazy
-    new._lazy.handles.add(x)
-    return x

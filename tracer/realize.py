@@ -20,25 +20,25 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from backend_wgpu import Program, get_device
+from backend_wgpu import device as backend_device
 from backend_wgpu.device import DeviceBuffer
 from ir.dtypes import DType
-from ir.errors import DeviceError, DTypeError
 from ir.graph import Graph
 from passes import run_pipeline
 from passes.fuse import fusion_enabled
 from passes.pipeline import PipelineRun
 from passes.plan_memory import memory_report
-from tracer.graph_builder import BuiltGraph, build_graph
+from tracer.graph_builder import build_graph
 from tracer.lazy import Lazy
-from tracer.tensor import Tensor
+from tracer.limits import check_graph_features
 
-_LOCK = threading.RLock()  # one realization at a time: the runtime is thread-safe by serializing
+LOCK = threading.RLock()  # one realization at a time: the runtime is thread-safe by serializing
 _PROGRAMS: OrderedDict[str, Program] = OrderedDict()
 MAX_CACHED_PROGRAMS = 256
 # Cached programs keep their temporaries allocated; a loop over many large shapes would
@@ -57,36 +57,6 @@ def debug_level() -> int:
         return int(os.environ.get("WGJIT_DEBUG", "0"))
     except ValueError:
         return 0
-
-
-def check_binding_size(op: str, shape: tuple[int, ...], dtype: DType, nbytes: int) -> None:
-    limit = get_device().caps.max_storage_binding
-    if nbytes > limit:
-        raise DeviceError(
-            f"{op}: a tensor of shape {tuple(shape)} {dtype.value} needs {nbytes} bytes, over this device's "
-            f"max storage binding size of {limit} bytes; split the work into smaller tensors"
-        )
-
-
-def max_storage_buffers() -> int:
-    """Storage buffers one kernel may bind on this device (WebGPU guarantees 8)."""
-    return get_device().caps.max_storage_buffers_per_stage
-
-
-def check_float16(op: str, shape: tuple[int, ...]) -> None:
-    """Raise at the call that makes a float16 tensor when the adapter cannot run float16."""
-    caps = get_device().caps
-    if not caps.shader_f16:
-        raise DTypeError(
-            f"{op}: a float16 tensor of shape {tuple(shape)} needs the adapter feature shader-f16, which "
-            f"{caps.name} lacks; use float32 (or another adapter: WGJIT_ADAPTER, `wgjit devices`)"
-        )
-
-
-def _check_features(graph: Graph) -> None:
-    caps = get_device().caps
-    if not caps.shader_f16 and any(n.dtype is DType.float16 for n in graph):
-        raise DTypeError(f"float16 needs the adapter feature shader-f16, which {caps.name} lacks; use float32")
 
 
 @dataclass
@@ -108,11 +78,11 @@ def add_compile_listener(listener: CompileListener) -> Callable[[], None]:
 
     While a listener is registered the pipeline keeps the graph after every pass.
     """
-    with _LOCK:
+    with LOCK:
         _LISTENERS.append(listener)
 
     def remove() -> None:
-        with _LOCK:
+        with LOCK:
             if listener in _LISTENERS:
                 _LISTENERS.remove(listener)
 
@@ -131,7 +101,7 @@ def program_for(graph: Graph) -> Program:
             print(f"[wgjit] program cache hit {key}: {len(program.dispatches)} dispatches", file=sys.stderr)
         _notify(CompileEvent(graph, program, True, None))
         return program
-    _check_features(graph)
+    check_graph_features(graph)
     t0 = time.perf_counter()
     run = run_pipeline(graph, device.caps, keep=debug_level() >= 2 or bool(_LISTENERS))
     program = Program(run.graph, device, pass_seconds=run.seconds, stages=run.stages)
@@ -183,7 +153,8 @@ def _debug_report(key: str, program: Program, seconds: dict[str, float], total: 
             print(f"[wgjit] --- WGSL {kernel_key} ---\n{code}", file=sys.stderr)
 
 
-def _input_buffer(lz: Lazy) -> DeviceBuffer:
+def device_buffer(lz: Lazy) -> DeviceBuffer:
+    """The device buffer of a leaf Lazy, uploading its host data first when it has not been yet."""
     if lz.buffer is None:
         lz.buffer = get_device().upload(lz.host)
         lz.host = None
@@ -192,27 +163,18 @@ def _input_buffer(lz: Lazy) -> DeviceBuffer:
     return lz.buffer
 
 
-def _build(tensors: tuple[Tensor, ...]) -> BuiltGraph | None:
-    for t in tensors:
-        if not isinstance(t, Tensor):
-            raise TypeError(f"expected Tensors, got {type(t).__name__}")
-    targets = [t._lazy for t in tensors if not t._lazy.is_leaf]
-    if not targets:
-        return None
-    return build_graph(targets)
-
-
-def realize(*tensors: Tensor) -> None:
-    """Compute every given tensor that is still pending, in one submission."""
-    with _LOCK:
-        built = _build(tensors)
-        for t in tensors:  # leaves with host data: upload now, as asked
-            if t._lazy.host is not None:
-                _input_buffer(t._lazy)
-        if built is None:
+def realize_lazies(lazies: Sequence[Lazy]) -> None:
+    """Compute every given Lazy that is still pending, in one submission; upload the others' host data."""
+    with LOCK:
+        for lz in lazies:  # leaves with host data: upload now, as asked
+            if lz.host is not None:
+                device_buffer(lz)
+        targets = [lz for lz in lazies if not lz.is_leaf]
+        if not targets:
             return
+        built = build_graph(targets)
         program = program_for(built.graph)
-        inputs = [_input_buffer(lz) for lz in built.inputs]
+        inputs = [device_buffer(lz) for lz in built.inputs]
         outputs = program.run(inputs)
         note_run(program)
         for lz, buf in zip(built.outputs, outputs):
@@ -220,31 +182,46 @@ def realize(*tensors: Tensor) -> None:
         stats["realizations"] += 1
 
 
-def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API names it)
-    """The compiled program that would compute these tensors, without running it."""
-    with _LOCK:
-        built = _build(tensors)
-        if built is None:
+def compile_lazies(lazies: Sequence[Lazy]) -> Program:
+    """The compiled program that would compute these Lazies, without running it."""
+    with LOCK:
+        targets = [lz for lz in lazies if not lz.is_leaf]
+        if not targets:
             raise ValueError("compile: every tensor is already realized; there is nothing to compile")
-        return program_for(built.graph)
+        return program_for(build_graph(targets).graph)
 
 
-def read(t: Tensor) -> np.ndarray:
-    """The tensor's values as a new numpy array."""
-    lz = t._lazy
+def read_lazy(lz: Lazy) -> np.ndarray:
+    """A Lazy's values as a new numpy array (computed first when pending)."""
     if lz.host is not None:
         return lz.host.copy()
-    realize(t)
-    with _LOCK:
+    realize_lazies([lz])
+    with LOCK:
         raw = get_device().read(lz.buffer)
     storage = np.uint32 if lz.dtype is DType.bool else lz.dtype.np
     arr = np.frombuffer(raw, dtype=storage).reshape(lz.shape)
     return arr.astype(bool) if lz.dtype is DType.bool else arr.copy()
 
 
+def cached_programs() -> list[Program]:
+    """The programs in the cache, least recently used first."""
+    with LOCK:
+        return list(_PROGRAMS.values())
+
+
 def clear_program_cache() -> None:
-    with _LOCK:
+    with LOCK:
         _PROGRAMS.clear()
+
+
+ResetHook = Callable[[], None]
+_RESET_HOOKS: list[ResetHook] = []
+
+
+def add_reset_hook(hook: ResetHook) -> None:
+    """Call `hook` whenever reset_device() drops the device: caches of device data register here."""
+    with LOCK:
+        _RESET_HOOKS.append(hook)
 
 
 def reset_device() -> None:
@@ -255,13 +232,12 @@ def reset_device() -> None:
     when used; tensors whose host data was never uploaded carry over; jitted functions
     trace again.
     """
-    from backend_wgpu import device as backend_device
-    from tracer import factories
-
-    with _LOCK:
+    with LOCK:
         old = backend_device.device_if_created()
         _PROGRAMS.clear()
-        factories._CONSTANTS.clear()  # cached scalars live in the old device's buffers
+        _WARM.clear()
+        for hook in list(_RESET_HOOKS):
+            hook()
         backend_device.reset_device()
         if old is not None:
             old.pipelines.clear()

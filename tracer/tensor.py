@@ -1,19 +1,34 @@
-"""The lazy Tensor: every op records a node; values are computed only when asked for."""
+"""The lazy Tensor: every op records a node; values are computed only when asked for.
+
+The Tensor wraps a `Lazy` (tracer.lazy); `Tensor._lazy` is the tracer's internal handle to
+it. Tensors are made here from Lazies: host data and python scalars enter through
+tracer.host, device limits are checked by tracer.limits, and tracer.realize computes and
+reads values. The creation functions (tr.tensor, tr.zeros, tr.arange...) live beside this
+module in tracer.factories.
+"""
 
 from __future__ import annotations
 
 import math
 import operator
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from backend_wgpu import Program
 from ir import shapes
 from ir.dtypes import DType, promote, scalar_dtype, to_dtype
-from ir.errors import DTypeError, ShapeError
-from ir.ops import Op
+from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
+from ir.graph import Graph
+from ir.ops import MOVEMENT, Op
+from tracer.graph_builder import build_graph
+from tracer.host import CONSTANTS, lazy_from_data
+from tracer.indexing import resolve_index
 from tracer.lazy import Lazy
+from tracer.limits import check_binding_size, check_float16, max_storage_buffers
+from tracer.realize import compile_lazies, read_lazy, realize_lazies
 
 Scalar = bool | int | float
 Operand = "Tensor | Scalar"
@@ -65,15 +80,11 @@ class Tensor:
 
     # --- realization --------------------------------------------------------------
     def realize(self) -> Tensor:
-        from tracer.realize import realize
-
-        realize(self)
+        realize_lazies([self._lazy])
         return self
 
     def numpy(self) -> np.ndarray:
-        from tracer.realize import read
-
-        return read(self)
+        return read_lazy(self._lazy)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         a = self.numpy()
@@ -212,19 +223,13 @@ class Tensor:
         return unary(Op.GELU if approximate == "none" else Op.GELU_TANH, self)
 
     def clamp(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
-        from tracer.nn import clamp
-
         return clamp(self, min, max)
 
     def masked_fill(self, mask: Any, value: Scalar) -> Tensor:
-        from tracer.nn import masked_fill
-
         return masked_fill(self, mask, value)
 
     def index_write(self, src: Any, offsets: Sequence[int]) -> Tensor:
-        """Write `src` into this tensor at per-axis `offsets`, in place; returns self (see tracer.nn.index_write)."""
-        from tracer.nn import index_write
-
+        """Write `src` into this tensor at per-axis `offsets`, in place; returns self (see index_write below)."""
         return index_write(self, src, offsets)
 
     def floor(self) -> Tensor:
@@ -338,34 +343,64 @@ class Tensor:
         return make(Op.COPY, (self,), self.shape, self.dtype)
 
     def __getitem__(self, index: Any) -> Tensor:
-        from tracer.indexing import getitem
-
-        return getitem(self, index)
+        view = resolve_index(self.shape, index)
+        y = self if view.slices is None else make(Op.SLICE, (self,), view.sliced_shape, self.dtype, view.slices)
+        return y.reshape(view.shape)
 
     # --- debugging ----------------------------------------------------------------
-    def graph(self):  # noqa: ANN201
+    def graph(self) -> Graph:
         """The ir.Graph that would compute this tensor (nothing runs)."""
-        from tracer.graph_builder import build_graph
-
         return build_graph([self._lazy]).graph
+
+
+# --- realization of several tensors at once ------------------------------------------
+
+
+def _lazies(tensors: tuple[Any, ...]) -> list[Lazy]:
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"expected Tensors, got {type(t).__name__}")
+    return [t._lazy for t in tensors]
+
+
+def realize(*tensors: Tensor) -> None:
+    """Compute every given tensor that is still pending, in one submission."""
+    realize_lazies(_lazies(tensors))
+
+
+def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API names it)
+    """The compiled program that would compute these tensors, without running it."""
+    return compile_lazies(_lazies(tensors))
 
 
 # --- node construction ---------------------------------------------------------------
 
-_LARGEST_SAFE_BINDING = 128 << 20  # WebGPU's default max storage binding: every adapter has it
-
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes > _LARGEST_SAFE_BINDING and op not in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE):
-        from tracer.realize import check_binding_size
-
-        check_binding_size(op.value, shape, dtype, nbytes)
+    if op not in MOVEMENT:  # views add no bytes
+        check_binding_size(op.value, shape, dtype, math.prod(shape) * dtype.itemsize)
     if dtype is DType.float16 and not any(s.dtype is DType.float16 for s in srcs):
-        from tracer.realize import check_float16
-
         check_float16(op.value, shape)  # where float16 enters a graph, not later at realize
     return Tensor(Lazy(op, tuple(s._lazy for s in srcs), shape, dtype, arg))
+
+
+def from_data(data: Any, dtype: DType | str | None = None) -> Tensor:
+    """A tensor holding a copy of host data (tr.tensor; see tracer.host.host_array)."""
+    return Tensor(lazy_from_data(data, dtype))
+
+
+def constant(value: bool | int | float, dtype: DType) -> Tensor:
+    """A 0-d tensor for a python scalar, from the constants cache (tracer.host.CONSTANTS)."""
+    return Tensor(CONSTANTS.get(value, dtype))
+
+
+def as_tensor(x: Any, op: str, what: str = "x") -> Tensor:
+    """x as a Tensor: Tensors pass, arrays, lists and scalars become host data; others are refused."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, np.ndarray | list | tuple | int | float | bool | np.generic):
+        return from_data(x)
+    raise DTypeError(f"{op}: {what} must be a Tensor or array-like, got {type(x).__name__}")
 
 
 def _shape_arg(args: tuple[Any, ...]) -> tuple[int, ...]:
@@ -378,12 +413,6 @@ def _shape_arg(args: tuple[Any, ...]) -> tuple[int, ...]:
         except TypeError:
             raise ShapeError(f"shape entries must be ints, got {a!r}") from None
     return tuple(out)
-
-
-def _const(value: Scalar, dtype: DType) -> Tensor:
-    from tracer.factories import constant
-
-    return constant(value, dtype)
 
 
 def as_tensors(op: str, a: Any, b: Any) -> tuple[Tensor, Tensor]:
@@ -399,15 +428,13 @@ def as_tensors(op: str, a: Any, b: Any) -> tuple[Tensor, Tensor]:
 
 def _scalar_operand(op: str, value: Any, other: DType) -> Tensor:
     if isinstance(value, np.ndarray | np.generic | list):
-        from tracer.factories import tensor
-
-        return tensor(value)
+        return from_data(value)
     if not isinstance(value, bool | int | float):
         raise DTypeError(f"{op}: cannot combine a tensor with {type(value).__name__}")
     dt = scalar_dtype(value, other)
     if dt.is_int and isinstance(value, int) and not np.iinfo(dt.np).min <= value <= np.iinfo(dt.np).max:
         raise DTypeError(f"{op}: python int {value} does not fit {dt.value}")
-    return _const(value, dt)
+    return constant(value, dt)
 
 
 def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -439,13 +466,11 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
 
 
 def where(cond: Any, a: Any, b: Any) -> Tensor:
-    from tracer.factories import tensor
-
     if not isinstance(cond, Tensor):
-        cond = tensor(cond)
+        cond = from_data(cond)
     cond = cond if cond.dtype is DType.bool else cond != 0
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        a = tensor(a)
+        a = from_data(a)
     a, b = as_tensors("where", a, b)
     dt = promote(a.dtype, b.dtype, "where")
     shape = shapes.broadcast_shapes("where", cond.shape, a.shape, b.shape)
@@ -518,10 +543,8 @@ def row_op(op: Op, x: Tensor, axis: int) -> Tensor:
 
 
 def matmul(a: Any, b: Any) -> Tensor:
-    from tracer.factories import tensor
-
-    a = a if isinstance(a, Tensor) else tensor(a)
-    b = b if isinstance(b, Tensor) else tensor(b)
+    a = a if isinstance(a, Tensor) else from_data(a)
+    b = b if isinstance(b, Tensor) else from_data(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: {a.shape} @ {b.shape}: operands must have at least 1 dimension")
     dt = promote(a.dtype, b.dtype, "matmul")
@@ -554,15 +577,11 @@ def _concat_fan_in(n: int) -> int:
     """Inputs one concat kernel may take: 7 everywhere, more where the device binds more buffers."""
     if n <= MAX_CONCAT_INPUTS:
         return MAX_CONCAT_INPUTS
-    from tracer.realize import max_storage_buffers
-
     return max(MAX_CONCAT_INPUTS, max_storage_buffers() - 1)  # one binding is the output
 
 
 def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    from tracer.factories import tensor
-
-    ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
+    ts = [t if isinstance(t, Tensor) else from_data(t) for t in tensors]
     if not ts:
         raise ShapeError("concat: needs at least one tensor, got an empty list")
     if any(t.ndim == 0 for t in ts):
@@ -585,15 +604,101 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
 
 
 def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
-    from tracer.factories import tensor
-
-    ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
+    ts = [t if isinstance(t, Tensor) else from_data(t) for t in tensors]
     if not ts:
         raise ShapeError("stack: needs at least one tensor, got an empty list")
     if any(t.shape != ts[0].shape for t in ts):
         raise ShapeError(f"stack: all shapes must be equal, got {[t.shape for t in ts]}; tr.concat joins unequal sizes")
     a = shapes.normalize_axis("stack", axis, ts[0].ndim + 1, ts[0].shape)
     return concat([t.unsqueeze(a) for t in ts], a)
+
+
+# --- compositions that are also Tensor methods (tr.nn re-exports them) -----------------
+
+
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """numpy's broadcast_to rule: `shape` stretches to `target` without changing it."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
+def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+    """Elementwise min(max(x, min), max), as np.clip (NaN stays NaN); bounds may be tensors."""
+    x = as_tensor(x, "clamp")
+    if min is None and max is None:
+        raise ValueError("clamp: give min, max or both")
+    y = x if min is None else maximum(x, min)
+    return y if max is None else minimum(y, max)
+
+
+def masked_fill(x: Any, mask: Any, value: Any) -> Tensor:
+    """x with `value` where `mask` (bool, broadcast to x's shape) is true; keeps x's dtype."""
+    x = as_tensor(x, "masked_fill")
+    mask = as_tensor(mask, "masked_fill", "mask")
+    if mask.dtype is not DType.bool:
+        raise DTypeError(f"masked_fill: mask must be bool, got {mask.dtype.value}")
+    if not broadcasts_to(mask.shape, x.shape):
+        raise ShapeError(f"masked_fill: mask shape {mask.shape} does not broadcast to x shape {x.shape}")
+    if isinstance(value, Tensor):
+        if value.size != 1:
+            raise ShapeError(f"masked_fill: value must be a scalar, got shape {value.shape}")
+        fill = value.reshape(()).astype(x.dtype)
+    elif isinstance(value, bool | int | float):
+        fill = constant(value, x.dtype)
+    else:
+        raise DTypeError(f"masked_fill: value must be a python scalar or a 0-d tensor, got {type(value).__name__}")
+    return where(mask, fill, x)
+
+
+def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
+    """Write `src` into x at per-axis `offsets` (x[o0:o0+s0, o1:o1+s1, ...] = src); returns x.
+
+    The KV-cache append. The rule that keeps it sound with lazy evaluation: the write is a
+    node INDEX_WRITE(old x, src) that produces the new value, and the Tensor `x` is
+    rebound to it (no other Tensor changes: anything computed from the old x, pending or
+    not, keeps seeing the old values). When the new value is realized, passes.inplace lets
+    the kernel write straight into the old buffer, touching only |src| elements, exactly
+    when nothing else can still see the old value: no other Tensor shows it and no
+    pending computation (a lazy view included) reads it; otherwise the kernel copies x
+    and writes src into the copy. Reads of the old value are never reordered after the
+    write, because a pending read makes the old buffer non-donatable.
+    """
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"index_write: x must be a Tensor, got {type(x).__name__}")
+    src = as_tensor(src, "index_write", "src")
+    offsets = tuple(offsets)
+    if src.ndim != x.ndim or len(offsets) != x.ndim:
+        raise ShapeError(
+            f"index_write: x shape {x.shape}, src shape {src.shape} and offsets {offsets} must have one entry per axis"
+        )
+    for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
+        if not isinstance(o, int | np.integer) or isinstance(o, bool):
+            raise ShapeError(f"index_write: offsets must be ints, got {offsets}")
+        if o < 0 or o + n > m:
+            raise IndexOutOfRangeError(
+                f"index_write: src shape {src.shape} at offsets {offsets} reaches outside x shape {x.shape} (axis {d})"
+            )
+    if x.dtype is not src.dtype:
+        lossy = (src.dtype.is_float and not x.dtype.is_float) or (x.dtype is DType.bool)
+        if lossy:
+            raise DTypeError(
+                f"index_write: cannot write {src.dtype.value} into {x.dtype.value} without a cast; use astype()"
+            )
+        src = src.astype(x.dtype)
+    if src.size == 0:
+        return x
+    rebind(x, make(Op.INDEX_WRITE, (x, src), x.shape, x.dtype, tuple(int(o) for o in offsets))._lazy)
+    return x
+
+
+def rebind(t: Tensor, lazy: Lazy) -> None:
+    """Make `t` show another value; every other Tensor keeps showing what it showed."""
+    old = t._lazy
+    # rebuilt rather than discard(): WeakSet.discard compares by ==, which Tensor overloads
+    old.handles = weakref.WeakSet([h for h in old.handles if h is not t])
+    t._lazy = lazy
+    lazy.handles.add(t)
 
 
 def _unary_method(op: Op) -> Callable[[Tensor], Tensor]:

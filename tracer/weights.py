@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from ir.errors import DTypeError
+from tracer.factories import tensor
 from tracer.tensor import Tensor
 
 log = logging.getLogger("wgjit")
@@ -34,7 +35,6 @@ def load_safetensors(path: str | os.PathLike) -> dict[str, Tensor]:
         from safetensors import safe_open
     except ImportError as e:
         raise ImportError("load_safetensors needs the safetensors package: pip install 'wgjit[examples]'") from e
-    from tracer.factories import tensor
 
     out: dict[str, Tensor] = {}
     bf16: list[str] = []

@@ -6,10 +6,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ir.graph import Graph
+from tracer.factories import tensor
+from tracer.graph_builder import build_graph
 from tracer.inspect.explain import Explanation
 from tracer.inspect.profiling import profile_programs
 from tracer.inspect.record import Recorder
 from tracer.tensor import Tensor
+from tracer.tensor import compile as compile_program
 
 
 def _tensors_in(value: Any) -> Iterator[Tensor]:
@@ -26,9 +29,6 @@ def _tensors_in(value: Any) -> Iterator[Tensor]:
 
 def trace(fn: Callable[..., Any], *example_inputs: Any) -> Graph:
     """The graph `fn` builds on these example inputs (arrays, scalars or Tensors); nothing runs."""
-    from tracer.factories import tensor
-    from tracer.graph_builder import build_graph
-
     args = [x if isinstance(x, Tensor) else tensor(x) for x in example_inputs]
     result = fn(*args)
     outputs = list(_tensors_in(result))
@@ -47,8 +47,6 @@ def explain(*tensors: Tensor, profile: bool = False, repeats: int = 3) -> Explan
 
     `print(tr.explain(y))` in a script; a notebook shows it as a table.
     """
-    from tracer.realize import compile as compile_program
-
     with Recorder() as recorder:
         compile_program(*tensors)
     if profile:
