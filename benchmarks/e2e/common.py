@@ -29,10 +29,17 @@ def gpu_time_of(ctx: Any, tensors: Any, *keep: Any) -> GpuTime:
     return (statistics.median(t.gpu_ms) if t.gpu_ms else None, len(program.dispatches))
 
 
-def torch_gpu_ms(torch: Any, fn: Callable[[], Any]) -> float:
-    """CUDA events around `fn` (no read-back inside), median of 10 after 3 warm-ups."""
+def torch_device(torch: Any) -> str:
+    """Where the torch comparator runs: CUDA (the H200 run); the CPU only in tests of this code."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def torch_gpu_ms(torch: Any, fn: Callable[[], Any]) -> float | None:
+    """CUDA events around `fn` (no read-back inside), median of 10 after 3 warm-ups; None without CUDA."""
     from benchmarks.timing import time_torch
 
+    if not torch.cuda.is_available():
+        return None
     return statistics.median(time_torch(fn, 3, 10).gpu_ms)
 
 

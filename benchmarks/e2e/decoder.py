@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.e2e.blocks import Contender, interleave
-from benchmarks.e2e.common import gpu_time_of, record, summary, torch_gpu_ms
+from benchmarks.e2e.common import gpu_time_of, record, summary, torch_device, torch_gpu_ms
 
 CONFIGS = {  # layers, dim, heads, kv heads, ff, vocab, ctx
     "12L": (12, 768, 12, 4, 2048, 32000, 512),
@@ -114,7 +114,7 @@ class TorchDecode:
         from benchmarks.e2e.torch_llama import CudaGraphStep
 
         self.model, self.torch = model, model.torch
-        self.prompt = self.torch.tensor([prompt], device="cuda")
+        self.prompt = self.torch.tensor([prompt], device=model.device)
         self.cache = model.cache()
         self.graph = CudaGraphStep(model, self.cache) if graph else None
         self.reset()
@@ -131,7 +131,7 @@ class TorchDecode:
         if self.graph is not None:
             self.token = self.graph(self.token, self.pos)
         else:
-            ids = self.torch.tensor([[self.token]], device="cuda")
+            ids = self.torch.tensor([[self.token]], device=self.model.device)
             self.token = int(self.model.step(ids, self.pos, self.cache).argmax(-1).item())
         self.pos += 1
         return self.token
@@ -141,7 +141,7 @@ class TorchDecode:
         if self.graph is not None:
             self.graph.replay(self.token, self.pos % self.model.ctx)
         else:
-            ids = self.torch.tensor([[self.token]], device="cuda")
+            ids = self.torch.tensor([[self.token]], device=self.model.device)
             self.model.step(ids, min(self.pos, self.model.ctx - 1), self.cache)
 
 
@@ -164,7 +164,7 @@ def decoder_cases(ctx: Any, name: str, prompt_len: int, check_tokens: int, plan:
     if ctx.torch is not None:
         from benchmarks.e2e.torch_llama import TorchLlama
 
-        theirs = TorchLlama(ctx.torch, cfg, weights, cfg.max_positions)
+        theirs = TorchLlama(ctx.torch, cfg, weights, cfg.max_positions, torch_device(ctx.torch))
     del weights
     log(f"  e2e decoder {name} ({describe(cfg)}): weights ready in {time.perf_counter() - t0:.1f} s")
     check = _check(model, theirs, prompt, check_tokens)
@@ -173,7 +173,7 @@ def decoder_cases(ctx: Any, name: str, prompt_len: int, check_tokens: int, plan:
     records.append(_decode_case(ctx, name, cfg, model, theirs, prompt, check, plan))
     del model, theirs
     gc.collect()
-    if ctx.torch is not None:
+    if ctx.torch is not None and ctx.torch.cuda.is_available():
         ctx.torch.cuda.empty_cache()
     return records
 
@@ -192,7 +192,7 @@ def _check(model: Any, theirs: Any, prompt: list[int], n: int) -> dict[str, Any]
     scale = max(1.0, float(np.abs(logits).max()))
     errors = {"lazy": float(np.abs(lazy_logits - logits).max()) / scale}
     if theirs is not None:
-        t = theirs.prefill(theirs.torch.tensor([prompt], device="cuda"), theirs.cache())[0].float().cpu().numpy()
+        t = theirs.prefill(theirs.torch.tensor([prompt], device=theirs.device), theirs.cache())[0].float().cpu().numpy()
         errors["torch"] = float(np.abs(t - logits).max()) / scale
         eager = TorchDecode(theirs, prompt, graph=False)
         out["ids_torch"] = [eager.token] + [eager() for _ in range(n - 1)]
@@ -224,7 +224,7 @@ def _prefill_case(
     same = gpu_time_of(ctx, model.prefill(tr.tensor(arr), *zero))
     gpu = {"jit": same, "lazy": same}  # both run the same program
     if theirs is not None:
-        t_prompt, t_cache = theirs.torch.tensor([prompt], device="cuda"), theirs.cache()
+        t_prompt, t_cache = theirs.torch.tensor([prompt], device=theirs.device), theirs.cache()
         contenders.append(Contender("torch", lambda: int(theirs.prefill(t_prompt, t_cache).argmax(-1).item()), plan["prefill_block"]))  # fmt: skip
     ctx.settings.log(f"  e2e decoder {name}: prefill {len(prompt)} tokens")
     outcome = interleave(contenders, plan["prefill"], ctx.settings.log)
@@ -249,9 +249,11 @@ def _decode_case(
     ]
     eager = graph = None
     if theirs is not None:
-        eager, graph = TorchDecode(theirs, prompt, graph=False), TorchDecode(theirs, prompt, graph=True)
+        eager = TorchDecode(theirs, prompt, graph=False)
         contenders.append(Contender("torch", eager, plan["jit_block"], eager.prepare))
-        contenders.append(Contender("torch_cuda_graph", graph, plan["jit_block"], graph.prepare))
+        if theirs.device == "cuda":
+            graph = TorchDecode(theirs, prompt, graph=True)
+            contenders.append(Contender("torch_cuda_graph", graph, plan["jit_block"], graph.prepare))
     ctx.settings.log(f"  e2e decoder {name}: decode per token after {len(prompt)} prompt tokens")
     outcome = interleave(contenders, plan["decode"], ctx.settings.log)
     gpu = {"jit": gpu_time_of(ctx, model.step(*jit.inputs(), *jit.cache))}
@@ -263,6 +265,7 @@ def _decode_case(
     if eager is not None:
         eager.prepare(2)
         gpu["torch"] = torch_gpu_ms(ctx.torch, eager.gpu_call)
+    if graph is not None:
         gpu["torch_cuda_graph"] = torch_gpu_ms(ctx.torch, graph.gpu_call)
     by = {c.name: c for c in contenders}
     variants = {k: summary(by[k], gpu[k]) for k in ("jit", "lazy")}

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.e2e.blocks import Contender, interleave
-from benchmarks.e2e.common import gpu_time_of, record, summary, torch_gpu_ms
+from benchmarks.e2e.common import gpu_time_of, record, summary, torch_device, torch_gpu_ms
 
 WORDS = (
     "the a man woman child dog cat eats runs reads writes sees blue red green quick slow bright dark river city "
@@ -77,7 +77,7 @@ def _bert(ctx: Any, path: Path) -> Any:
     try:
         from transformers import BertModel
 
-        return BertModel.from_pretrained(str(path), torch_dtype=ctx.torch.float32).cuda().eval()
+        return BertModel.from_pretrained(str(path), torch_dtype=ctx.torch.float32).to(torch_device(ctx.torch)).eval()
     except Exception as e:  # noqa: BLE001  transformers may be missing; the records say so
         ctx.notes.append(f"e2e: no torch MiniLM comparator: {type(e).__name__}: {str(e)[:160]}")
         return None
@@ -99,7 +99,7 @@ def forward_case(ctx: Any, model: Any, bert: Any, n: int, t: int, plan: dict[str
         torch = ctx.torch
 
         def theirs(read: bool = True) -> Any:
-            args = {k: torch.from_numpy(v.astype(np.int64)).cuda() for k, v in
+            args = {k: torch.from_numpy(v.astype(np.int64)).to(bert.device) for k, v in
                     (("input_ids", ids), ("token_type_ids", types), ("attention_mask", mask))}  # fmt: skip
             with torch.no_grad():
                 out = bert(**args).last_hidden_state
@@ -145,7 +145,9 @@ def encode_case(ctx: Any, model: Any, bert: Any, count: int, plan: dict[str, Any
             out = []
             for start in range(0, len(texts), batch):
                 ids, types, mask = model.tokenize(texts[start : start + batch])
-                t_ids, t_types, t_mask = (torch.from_numpy(a.astype(np.int64)).cuda() for a in (ids, types, mask))
+                t_ids, t_types, t_mask = (
+                    torch.from_numpy(a.astype(np.int64)).to(bert.device) for a in (ids, types, mask)
+                )
                 with torch.no_grad():
                     hidden = bert(input_ids=t_ids, token_type_ids=t_types, attention_mask=t_mask).last_hidden_state
                 m = t_mask.unsqueeze(-1).float()
