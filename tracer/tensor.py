@@ -29,6 +29,7 @@ from tracer.indexing import resolve_index
 from tracer.lazy import Lazy
 from tracer.limits import check_binding_size, check_float16, max_storage_buffers
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
+from tracer.tracing import note_rebind
 
 Scalar = bool | int | float
 Operand = "Tensor | Scalar"
@@ -740,6 +741,7 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
 def rebind(t: Tensor, lazy: Lazy) -> None:
     """Make `t` show another value; every other Tensor keeps showing what it showed."""
     old = t._lazy
+    note_rebind(t, old)  # a jit trace repeats the rebinding on every replay
     # rebuilt rather than discard(): WeakSet.discard compares by ==, which Tensor overloads
     old.handles = weakref.WeakSet([h for h in old.handles if h is not t])
     t._lazy = lazy
