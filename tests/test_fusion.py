@@ -491,3 +491,18 @@ def test_each_fusing_kernel(case):
     fused = [d for d in program.dispatches if d.group]
     assert [d.kernel for d in fused] == [kernel], [(d.kernel, d.variant) for d in program.dispatches]
     assert_close(y.numpy(), ref(host).astype(np.float32), rtol=tol, atol=tol)
+
+
+def test_identical_fused_groups_share_one_pipeline():
+    """WGSL names a group's values by position, not node id: 200 copies are one pipeline (issue 16.7)."""
+    dev = get_device()
+    xs = np.linspace(-1, 1, 24, dtype=np.float32)
+    x = tr.tensor(xs)
+    ys = [(x * float(i) + float(i)).cos().tanh() for i in range(200)]
+    before = dev.stats["pipelines_compiled"]
+    program = tr.compile(*ys)
+    assert [d.op for d in program.dispatches] == ["fused"] * 200
+    assert len({d.key for d in program.dispatches}) == 1
+    assert dev.stats["pipelines_compiled"] - before <= 1  # was one per copy: the ids made 200 texts
+    for i in (0, 7, 199):
+        assert_close(ys[i].numpy(), np.tanh(np.cos(xs * i + i)), rtol=1e-5, atol=1e-6)
