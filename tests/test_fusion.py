@@ -506,3 +506,17 @@ def test_identical_fused_groups_share_one_pipeline():
     assert dev.stats["pipelines_compiled"] - before <= 1  # was one per copy: the ids made 200 texts
     for i in (0, 7, 199):
         assert_close(ys[i].numpy(), np.tanh(np.cos(xs * i + i)), rtol=1e-5, atol=1e-6)
+
+
+def test_a_long_chain_is_cut_into_groups_the_driver_compiles_quickly():
+    """At most MAX_GROUP_TERMS computing nodes per fused kernel (compile time grows faster, issue 16.6)."""
+    from passes.fuse import MAX_GROUP_TERMS
+
+    xs = np.linspace(-1, 1, 16, dtype=np.float32)
+    y, want = tr.tensor(xs), xs.astype(np.float64)
+    for i in range(2 * MAX_GROUP_TERMS + 10):
+        y, want = (-y, -want) if i % 3 else (y.abs(), np.abs(want))  # cheap to compile, no constant leaves
+    graph = run_pipeline(y.graph(), DeviceCaps()).graph
+    sizes = [sum(t.op is not Op.VIEW for t in n.arg.terms) for n in graph if n.op is Op.FUSED]
+    assert sizes == [10, MAX_GROUP_TERMS, MAX_GROUP_TERMS]  # cut from the root back
+    assert_close(y.numpy(), want.astype(np.float32), rtol=1e-5, atol=1e-5)
