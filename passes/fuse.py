@@ -6,8 +6,8 @@ with an elementwise prologue (a scale or mask before a softmax, a cast or square
 a sum) and an epilogue (a mean's scale, `+ eps` and rsqrt after a sum of squares), or a
 matmul with an epilogue (bias + activation + residual after a GEMM or GEMV).
 
-Where it runs: after select_kernels, so that legality can ask which kernel each core got
-(only the kernels in PROLOGUE_KERNELS / EPILOGUE_KERNELS render fused code), and before
+Where it runs: after select_kernels, so that legality can ask the kernel each core got
+whether it renders fused code (`Kernel.takes_prologue` / `takes_epilogue`), and before
 vectorize, which then picks one KernelElement width for the whole group, and inplace and
 plan_memory, which then never allocate the values a group keeps in registers.
 
@@ -49,23 +49,18 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
+from backend_wgpu.kernels import kernel_class
 from ir.caps import DeviceCaps
 from ir.fusion import CORE_OPS, FusedArg, linear_identity
 from ir.graph import Graph
-from ir.node import KernelChoice, Node
+from ir.node import Node
 from ir.ops import ELEMENTWISE, Op
+from passes.select_kernels import fused_group_choice
 
 
 def fusion_enabled() -> bool:
     """WGJIT_FUSION=0 turns fusion off (to compare fused and unfused runs)."""
     return os.environ.get("WGJIT_FUSION", "1").strip().lower() not in ("0", "false", "off", "no")
-
-
-# the kernels that render a fused prologue (per input element) or epilogue (per output element)
-PROLOGUE_KERNELS = frozenset({"reduce", "softmax", "row_reduce", "softmax_regs"})
-EPILOGUE_KERNELS = frozenset(
-    {"reduce", "softmax", "row_reduce", "softmax_regs", "gemm", "gemv", "gemm_blocked", "gemv_split"}
-)
 
 
 @dataclass
@@ -141,7 +136,9 @@ def _join(
     max_leaves: int,
 ) -> tuple[_Group, str, set[int]] | None:
     """The group `node` may join (with its site, "in" or "out", and the views it brings), or None."""
-    is_core = node.op in CORE_OPS and node.kernel.name in EPILOGUE_KERNELS and len(set(node.srcs)) == len(node.srcs)
+    is_core = (
+        node.op in CORE_OPS and kernel_class(node.kernel.name).takes_epilogue and len(set(node.srcs)) == len(node.srcs)
+    )
     if node.size == 0 or node.id in outputs or not (node.op in ELEMENTWISE or is_core):
         return None
     reads = readers[node.id]
@@ -170,7 +167,7 @@ def _join(
         if len(sites) != 1:
             return None
         site = sites.pop()
-        if site == "in" and graph[group.core].kernel.name not in PROLOGUE_KERNELS:
+        if site == "in" and not kernel_class(graph[group.core].kernel.name).takes_prologue:
             return None
     members = group.members | {node.id} | views
     core = node.id if is_core else group.core
@@ -204,7 +201,7 @@ def _fused_node(graph: Graph, group: _Group, position: dict[int, int]) -> Node:
     arg = FusedArg(terms, tuple(leaves))
     root = graph[group.root]
     if group.core is None:
-        choice = KernelChoice("elementwise", "fused", workgroup=(256, 1, 1))
+        choice = fused_group_choice()
     else:
         choice = graph[group.core].kernel
     choice = replace(choice, params=choice.params + (("group", arg.holds),))

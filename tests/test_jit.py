@@ -194,3 +194,200 @@ def test_realize_reuses_programs_and_never_aliases_held_outputs():
     assert a._lazy.buffer.buffer is not b._lazy.buffer.buffer
     assert_close(a.numpy(), np.exp(x.numpy() * 2), rtol=1e-6)
     assert_close(b.numpy(), a.numpy())
+
+
+# --- what a replay guarantees (issue 16 item 2) ------------------------------------------------
+
+
+def test_host_read_of_an_argument_raises_instead_of_replaying_a_stale_value():
+    @tr.jit
+    def f(x):
+        return float((x * 2).sum())
+
+    a = tr.tensor(np.array([1.0, 2.0], np.float32))
+    b = tr.tensor(np.array([3.0, 4.0], np.float32))
+    for arg in (a, a, b):  # f(a); f(a); f(b) once replayed f(a)'s value
+        with pytest.raises(tr.JitError, match=r"jit f: the function reads a tensor computed from its arguments"):
+            f(arg)
+
+    @tr.jit
+    def g(x):
+        if x.min() > 0:  # control flow on a value (bool() of a tensor): refused too
+            return x
+        return -x
+
+    with pytest.raises(tr.JitError, match="jit g: "):
+        g(a)
+
+
+def test_host_read_of_a_captured_value_is_a_constant_of_the_trace():
+    w = tr.tensor(np.array([1.0, 2.0, 3.0], np.float32))
+
+    @tr.jit
+    def f(x):
+        return x * float(w.sum())  # does not depend on x: read once, when traced
+
+    for seed in range(3):
+        x = tr.randn(3, seed=seed)
+        assert_close(f(x).numpy(), x.numpy() * 6.0)
+    assert f.trace_count == 1
+
+
+def test_float_static_arguments_are_keyed_by_their_bits():
+    o = tr.tensor(np.ones(3, np.float32))
+
+    @tr.jit
+    def g(x, s):
+        return x / s
+
+    assert np.all(g(o, 0.0).numpy() == np.inf)
+    assert np.all(g(o, 0.0).numpy() == np.inf)
+    assert np.all(g(o, -0.0).numpy() == -np.inf)  # once +inf: 0.0 and -0.0 shared a signature
+    assert g.trace_count == 2
+
+    @tr.jit
+    def h(x, s):
+        return x / s
+
+    assert np.all(h(o, -0.0).numpy() == -np.inf)
+    assert np.all(h(o, 0.0).numpy() == np.inf)  # once a JitError on every later call
+    assert np.all(h(o, s=-0.0).numpy() == -np.inf)  # the keyword path keys floats the same way
+    assert h.trace_count == 2
+    assert np.all(h(o, s=np.float64(0.0)).numpy() == np.inf)  # another type: its own signature, keyed by bits
+    assert np.all(h(o, s=np.float64(-0.0)).numpy() == -np.inf)
+    assert h.trace_count == 4
+    assert np.all(np.isnan(h(o, float("nan")).numpy()))
+    assert np.all(np.isnan(h(o, float("nan")).numpy()))  # a new NaN object is the same signature
+    assert h.trace_count == 5
+
+
+def test_pending_arguments_are_computed_then_replayed():
+    @tr.jit
+    def f(x):
+        return (x * 2).exp()
+
+    a = tr.tensor(np.linspace(-1, 1, 6, dtype=np.float32))
+    for i in range(4):  # f(a + 1); f(a + 1) once raised a spurious JitError
+        arg = a + float(i)
+        assert_close(f(arg).numpy(), np.exp((a.numpy() + i) * 2), rtol=1e-5)
+        assert_close(arg.numpy(), a.numpy() + i)
+    assert (f.trace_count, f.replay_count) == (1, 3)
+
+
+def test_nested_and_recursive_jitted_functions_trace_into_the_caller():
+    @tr.jit
+    def inner(x):
+        return x * 2 + 1
+
+    @tr.jit
+    def outer(x):
+        return inner(x).exp() + inner(x * 3)
+
+    @tr.jit
+    def power(x, n):
+        return x if n == 1 else power(x, n - 1) * x
+
+    for seed in range(3):
+        x = tr.randn(5, seed=seed)
+        xn = x.numpy()
+        assert_close(outer(x).numpy(), np.exp(xn * 2 + 1) + (xn * 3 * 2 + 1), rtol=1e-5)
+        assert_close(power(x, 3).numpy(), xn**3, rtol=1e-5)
+        assert_close(inner(x).numpy(), xn * 2 + 1)
+    assert (outer.trace_count, outer.replay_count) == (1, 2)
+    assert (power.trace_count, power.replay_count) == (1, 2)
+    assert inner.trace_count == 1  # only its own calls; inside outer it was inlined
+
+
+def test_side_effects_run_once_per_trace():
+    calls = []
+
+    @tr.jit
+    def f(x):
+        calls.append(1)
+        return x + 1
+
+    x = tr.randn(4, seed=0)
+    for _ in range(5):
+        assert_close(f(x).numpy(), x.numpy() + 1)
+    assert len(calls) == 1 and f.trace_count == 1
+
+
+SCALE = 2.0
+
+
+def test_rebound_globals_and_closure_variables_retrace(monkeypatch, capsys):
+    global SCALE
+    monkeypatch.setenv("WGJIT_DEBUG", "1")
+    offset = 1.0
+
+    @tr.jit
+    def f(x):
+        return x * SCALE + offset
+
+    x = tr.randn(4, seed=1)
+    xn = x.numpy()
+    assert_close(f(x).numpy(), xn * 2 + 1)
+    assert_close(f(x).numpy(), xn * 2 + 1)
+    SCALE = 3.0
+    try:
+        assert_close(f(x).numpy(), xn * 3 + 1)
+        assert "the global 'SCALE' names another object" in capsys.readouterr().err
+        offset = 5.0
+        assert_close(f(x).numpy(), xn * 3 + 5)
+        assert "the closure variable 'offset'" in capsys.readouterr().err
+        assert_close(f(x).numpy(), xn * 3 + 5)
+        assert f.trace_count == 3
+    finally:
+        SCALE = 2.0
+
+
+def test_captured_tensors_are_read_at_each_call():
+    cache = tr.tensor(np.zeros((4, 3), np.float32))
+
+    @tr.jit
+    def f(x):
+        return x + cache.sum(axis=0)
+
+    x = tr.randn(3, seed=2)
+    assert_close(f(x).numpy(), x.numpy())
+    cache.index_write(tr.tensor(np.ones((1, 3), np.float32)), (1, 0))  # written outside: still pending
+    assert_close(f(x).numpy(), x.numpy() + 1)
+    cache.index_write(tr.tensor(np.full((1, 3), 2, np.float32)), (3, 0))
+    cache.realize()
+    assert_close(f(x).numpy(), x.numpy() + 3)
+    assert f.trace_count == 1
+
+
+def test_index_write_inside_a_jitted_function_repeats_on_every_replay():
+    """The KV-cache append under @tr.jit: into an argument and into a captured tensor."""
+    state = tr.tensor(np.zeros((4, 3), np.float32))
+
+    @tr.jit
+    def push(cache, row, pos):
+        cache.index_write(row, (pos, 0))
+        state.index_write(row * 2, (pos, 0))
+        return cache.sum(axis=0)
+
+    cache = tr.tensor(np.zeros((4, 3), np.float32))
+    want, want_state = np.zeros((4, 3), np.float32), np.zeros((4, 3), np.float32)
+    for step in range(10):
+        row = np.random.default_rng(step).standard_normal((1, 3)).astype(np.float32)
+        pos = step % 4
+        want[pos], want_state[pos] = row[0], row[0] * 2
+        total = push(cache, tr.tensor(row), pos)
+        assert_close(total.numpy(), want.sum(axis=0), rtol=1e-5, atol=1e-6)
+        assert_close(cache.numpy(), want)
+        assert_close(state.numpy(), want_state)
+    assert (push.trace_count, push.replay_count) == (4, 6)
+
+
+def test_realize_inside_a_jitted_function_is_left_to_the_program():
+    @tr.jit
+    def f(x):
+        y = (x * 2).realize()  # would be computed once and captured if it ran at trace time
+        return y + 1
+
+    for seed in range(3):
+        x = tr.randn(4, seed=seed)
+        assert_close(f(x).numpy(), x.numpy() * 2 + 1)
+    assert f.trace_count == 1

@@ -39,7 +39,7 @@ def test_arg_reduce(op: str, axis, rng: np.random.Generator) -> None:
 def test_each_reduce_variant_and_width(shape, variant: str, width: int, rng: np.random.Generator) -> None:
     x = rng.standard_normal(shape).astype(np.float32)
     y = tr.tensor(x).sum(axis=-1)
-    # contiguous float rows go to row_reduce (kernels/rows_fast.py), whose variant key adds its knobs
+    # contiguous float rows go to row_reduce (kernels/reduce/row_reduce.py), whose variant key adds its knobs
     (name, var, w), *_ = kernels_of(y)
     assert len(kernels_of(y)) == 1 and (var.split(":")[0], w) == (variant, width)
     assert name == ("reduce" if variant.endswith("_serial") else "row_reduce")
@@ -92,7 +92,7 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
 def test_softmax_widths(n: int, width: int, rng: np.random.Generator) -> None:
     x = (rng.standard_normal((5, n)) * 10).astype(np.float32)
     y = tr.tensor(x).softmax()
-    (name, var, w), *_ = kernels_of(y)  # rows that fit in registers: softmax_regs (kernels/rows_fast.py)
+    (name, var, w), *_ = kernels_of(y)  # rows that fit in registers: softmax_regs (kernels/softmax/softmax_regs.py)
     assert len(kernels_of(y)) == 1 and (name, var.split(":")[0], w) == ("softmax_regs", "softmax", width)
     assert_close(y.numpy(), _softmax(x, -1), rtol=1e-5, atol=1e-6)
     ls = tr.tensor(x).log_softmax().numpy()

@@ -37,6 +37,7 @@ from passes.plan_memory import memory_report
 from tracer.graph_builder import build_graph
 from tracer.lazy import Lazy
 from tracer.limits import check_graph_features
+from tracer.tracing import check_host_read, to_compute_now
 
 LOCK = threading.RLock()  # one realization at a time: the runtime is thread-safe by serializing
 _PROGRAMS: OrderedDict[str, Program] = OrderedDict()
@@ -164,7 +165,11 @@ def device_buffer(lz: Lazy) -> DeviceBuffer:
 
 
 def realize_lazies(lazies: Sequence[Lazy]) -> None:
-    """Compute every given Lazy that is still pending, in one submission; upload the others' host data."""
+    """Compute every given Lazy that is still pending, in one submission; upload the others' host data.
+
+    Inside a jit trace, values computed from the arguments are left to the traced program.
+    """
+    lazies = to_compute_now(lazies)
     with LOCK:
         for lz in lazies:  # leaves with host data: upload now, as asked
             if lz.host is not None:
@@ -193,6 +198,7 @@ def compile_lazies(lazies: Sequence[Lazy]) -> Program:
 
 def read_lazy(lz: Lazy) -> np.ndarray:
     """A Lazy's values as a new numpy array (computed first when pending)."""
+    check_host_read(lz)
     if lz.host is not None:
         return lz.host.copy()
     realize_lazies([lz])

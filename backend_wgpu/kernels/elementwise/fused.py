@@ -264,6 +264,16 @@ def core_input(kernel: Kernel, widths: dict[str, int]) -> CoreInput:
     return CoreInput(group.core, code, i, kernel.operands[i].view, kernel.operands[i].dtype)
 
 
+def store_value(
+    b: WgslBuilder, kernel: Kernel, code: FusedCode | None, index: str, value: str, lanes: int, indent: str = ""
+) -> None:
+    """`out[index] = value` (`lanes` lanes of the core's f32 result), through the group's epilogue when it has one."""
+    if code is not None and code.has_epilogue():
+        b.line(f"{indent}out[{index}] = {code.store_lanes(index, value, lanes, b)};")
+    else:
+        b.line(f"{indent}out[{index}] = {vtype(kernel.node.dtype, lanes, storage=True)}({value});")
+
+
 def plain_group(node: Node) -> FusedArg:
     """A single node as a one-term group (its distinct srcs are the leaves)."""
     from dataclasses import replace
