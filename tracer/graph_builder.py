@@ -68,7 +68,7 @@ def build_graph(targets: list[Lazy]) -> BuiltGraph:
 
 def _visible_outside(lz: Lazy, members: set[int]) -> bool:
     """A user Tensor shows it, or a pending Lazy outside the graph still reads it."""
-    return bool(lz.live_handles()) or any(id(c) not in members and not c.is_leaf for c in lz.live_consumers())
+    return lz.has_live_handle() or any(id(c) not in members for c in lz.live_consumers())
 
 
 def postorder(root: Lazy, order: list[Lazy], seen: set[int]) -> None:

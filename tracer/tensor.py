@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import operator
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,7 +46,7 @@ class Tensor:
 
     def __init__(self, lazy: Lazy) -> None:
         self._lazy = lazy
-        lazy.handles.add(self)
+        lazy.add_handle(self)
 
     # --- properties ---------------------------------------------------------------
     @property
@@ -740,9 +739,6 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
 
 def rebind(t: Tensor, lazy: Lazy) -> None:
     """Make `t` show another value; every other Tensor keeps showing what it showed."""
-    old = t._lazy
-    note_rebind(t, old)  # a jit trace repeats the rebinding on every replay
-    # rebuilt rather than discard(): WeakSet.discard compares by ==, which Tensor overloads
-    old.handles = weakref.WeakSet([h for h in old.handles if h is not t])
-    t._lazy = lazy
-    lazy.handles.add(t)
+    note_rebind(t, t._lazy)  # a jit trace repeats the rebinding on every replay
+    t._lazy = lazy  # the old value's live_handles() no longer counts t
+    lazy.add_handle(t)
