@@ -136,7 +136,9 @@ def _minilm() -> Any:
         return None
 
 
-def _random_bert_weights(layers: int = 6, hidden: int = 384, ff: int = 1536, vocab: int = 30522) -> dict[str, tr.Tensor]:
+def _random_bert_weights(
+    layers: int = 6, hidden: int = 384, ff: int = 1536, vocab: int = 30522
+) -> dict[str, tr.Tensor]:
     rng = np.random.default_rng(0)
 
     def w(*shape: int) -> tr.Tensor:

@@ -216,8 +216,12 @@ def cached_programs() -> list[Program]:
 
 
 def clear_program_cache() -> None:
+    """Forget every compiled program and what programs keep for replays (bind groups, free output buffers)."""
     with LOCK:
+        for program in list(_PROGRAMS.values()) + list(_WARM.values()):
+            program.trim()
         _PROGRAMS.clear()
+        _WARM.clear()
 
 
 ResetHook = Callable[[], None]
