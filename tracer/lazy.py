@@ -72,8 +72,8 @@ class Lazy:
 
     @property
     def is_leaf(self) -> bool:
-        """Realized or waiting for upload: enters a graph as an INPUT."""
-        return self.buffer is not None or self.host is not None
+        """Realized or waiting for upload: enters a graph as an INPUT (the only Lazies whose op is INPUT)."""
+        return self.op is Op.INPUT
 
     @property
     def size(self) -> int:
@@ -88,8 +88,18 @@ class Lazy:
         # list(): one snapshot (C call, kept whole by the GIL) while other threads may trace and append
         return [t for r in list(self.handles) if (t := r()) is not None and t._lazy is self]
 
-    def has_live_handle(self) -> bool:
-        return any((t := r()) is not None and t._lazy is self for r in list(self.handles))
+    def seen_outside(self, members: set[int]) -> bool:
+        """A Tensor shows this value, or a pending Lazy whose id() is not in `members` reads it."""
+        # iterating a list that another thread appends to is safe (it may or may not see the new entry)
+        for r in self.handles:
+            t = r()
+            if t is not None and t._lazy is self:
+                return True
+        for r in self.consumers:
+            c = r()
+            if c is not None and id(c) not in members and self in c.srcs:
+                return True
+        return False
 
     def live_consumers(self) -> list[Lazy]:
         """The pending Lazies that read this value now."""
