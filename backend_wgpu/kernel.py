@@ -4,6 +4,12 @@ A Kernel is one concrete GPU kernel for one node. It says its KernelElement, its
 (the uniform: shapes, strides, sizes; shapes never enter the WGSL, so one shader serves
 every shape), its dispatch size, its cache key, which bindings it registers (the
 bind-group layout is derived from them), and how it renders its body.
+
+Before any code exists the passes ask the kernel class what it allows (class attributes
+and classmethods, with defaults here so a kernel states only what differs): the widest
+KernelElement for a node's operand views (passes.vectorize), whether it renders a fused
+prologue or epilogue (passes.fuse), which operands it may overwrite in place
+(passes.inplace), and the one-line reason `explain` prints (tracer/inspect/why.py).
 """
 
 from __future__ import annotations
@@ -53,6 +59,37 @@ class Kernel:
     """Base class: subclasses set `name` and implement metadata, dispatch and render."""
 
     name: ClassVar[str] = ""
+
+    # --- what the passes ask (class-level: no instance, no device) ------------------------
+    # passes.fuse: renders an elementwise prologue per element it reads, an epilogue per element it writes
+    takes_prologue: ClassVar[bool] = False
+    takes_epilogue: ClassVar[bool] = False
+    # passes.vectorize: the epilogue is evaluated KernelElement lanes at a time (the others call
+    # a per-element wg_epilogue, kernels/elementwise/fused.py), so its terms must allow the width too
+    vector_epilogue: ClassVar[bool] = False
+    # passes.inplace: threads move elements (each writes where another may still read), so no
+    # other operand may read the overwritten buffer at all
+    inplace_exclusive: ClassVar[bool] = False
+
+    @classmethod
+    def widest_element(cls, node: Node, views: list[View]) -> int:
+        """The widest KernelElement (4, 2 or 1) for `node` when its operands are read through `views`."""
+        return 1
+
+    @classmethod
+    def inplace_operands(cls, node: Node) -> tuple[int, ...]:
+        """The operands whose buffer the output may overwrite (passes.inplace checks liveness and views)."""
+        return ()
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        """One line for `explain`: what this kernel does with the node ('' says nothing)."""
+        return ""
+
+    @classmethod
+    def width_reason(cls, node: Node, views: list[View]) -> str:
+        """For `explain`: what kept node.kernel.element (below 4) from being wider."""
+        return "" if node.kernel.element > 1 else f"{cls.name} reads scalars"
 
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         assert node.kernel is not None
@@ -151,6 +188,33 @@ class Kernel:
             raw += np.array(v, dtype=dt).tobytes()
         raw += b"\0" * ((-len(raw)) % 16)
         return bytes(raw)
+
+
+class PerElementKernel(Kernel):
+    """One thread per output element (or KernelElement): the `numel` bound, the dispatch, the thread index.
+
+    Subclasses give `extra_metadata` (after `numel`) and render after `thread_index(b)`;
+    `threads()` is the output's size in KernelElements unless they say otherwise.
+    """
+
+    def threads(self) -> int:
+        return self.node.size // self.kernel_element()
+
+    def extra_metadata(self) -> Meta:
+        return []
+
+    def metadata(self) -> Meta:
+        return [("numel", "u32", self.threads())] + self.extra_metadata()
+
+    def calculate_dispatch(self) -> Workload:
+        wg = self.choice.workgroup[0]
+        return Workload.for_workgroups(-(-self.threads() // wg), self.choice.workgroup, self.max_workgroups)
+
+    def thread_index(self, b: WgslBuilder) -> str:
+        """Emit `let idx` (this thread's element) and the return past the last one; returns "idx"."""
+        b.line(f"let idx = wg * {self.choice.workgroup[0]}u + lidx;")
+        b.line("if (idx >= params.numel) { return; }")
+        return "idx"
 
 
 def index_to_coords(var: str, shape_fields: list[str], prefix: str = "c") -> list[str]:

@@ -17,6 +17,11 @@ def vtype(dtype: DType, width: int = 1, storage: bool = False) -> str:
     return scalar if width == 1 else f"vec{width}<{scalar}>"
 
 
+def f32v(width: int) -> str:
+    """f32 or vec{width}<f32>: `width` lanes of the f32 arithmetic most kernels compute in."""
+    return vtype(DType.float32, width)
+
+
 def load_cast(expr: str, dtype: DType, width: int) -> str:
     """Turn a loaded storage value into an arithmetic value (u32 -> bool for bool tensors)."""
     if dtype is DType.bool:

@@ -4,7 +4,8 @@ Each op case is compiled once, checked against numpy once (a wrong kernel is rep
 never timed as if it were right), then timed after a warm-up: ours with GPU timestamps
 around the compute pass (wall time too), torch on CUDA with events (eager; torch.compile
 where the case asks; TF32 off), numpy with wall time. All in one process, side by side.
-The `compile`, `dispatch` and `model` suites measure what their names say.
+The `compile`, `dispatch` and `model` suites measure what their names say; `e2e`
+(benchmarks/e2e/) times whole models as users run them, wall time per call.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 from benchmarks import cases as C
 from benchmarks.timing import ProgramTimer, Timing, time_host, time_program, time_torch
 
-SUITES = ["elementwise", "reduce", "softmax", "norm", "matmul", "model", "compile", "dispatch"]
+SUITES = ["elementwise", "reduce", "softmax", "norm", "matmul", "model", "compile", "dispatch", "e2e"]
+DEFAULT_SUITES = [s for s in SUITES if s != "e2e"]  # e2e takes minutes on the H200: ask for it by name
 
 
 @dataclass
@@ -58,6 +60,7 @@ def suite_sizes(suite: str, sizes: str) -> dict[str, Any]:
         "compile": {"ops": [10, 100] if full else [10]},
         "dispatch": {"n": [10, 100, 1000] if full else [16]},
         "model": {"batch": 32 if full else 2, "seq": 128 if full else 16},
+        "e2e": {"full": full},  # benchmarks/e2e/__init__.py plans the rest
     }[suite]
 
 
@@ -270,6 +273,10 @@ def run_suite(ctx: Context, suite: str) -> list[dict[str, Any]]:
         from benchmarks.special import model_suite
 
         return model_suite(ctx, suite_sizes(suite, ctx.settings.sizes))
+    if suite == "e2e":
+        from benchmarks.e2e import e2e_suite
+
+        return e2e_suite(ctx, suite_sizes(suite, ctx.settings.sizes))
     records = []
     for case in op_cases(ctx, suite):
         t0 = time.perf_counter()

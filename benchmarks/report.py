@@ -7,6 +7,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks.e2e import table as e2e_table
+
 COLUMNS = ["suite", "case", "shape", "dtype", "ours ms", "timer", "±%", "GB/s", "GFLOP/s", "torch ms", "vs torch",
            "torch.compile", "numpy ms", "vs numpy", "ok", "kernels"]  # fmt: skip
 
@@ -26,6 +28,8 @@ def _fmt(v: Any, digits: int = 3) -> str:
 def rows(result: dict[str, Any]) -> list[list[str]]:
     out = []
     for r in result["records"]:
+        if r.get("suite") == "e2e" and "error" not in r:
+            continue  # its own table (benchmarks/e2e/table.py)
         if "error" in r:
             out.append(
                 [r["suite"], r["case"], r["shape"], r["dtype"], "ERROR"] + [""] * (len(COLUMNS) - 6) + [r["error"][:60]]
@@ -58,10 +62,14 @@ def terminal_table(result: dict[str, Any]) -> str:
     head = f"wgjit bench on {dev['adapter']} ({dev['backend']})" + (
         f", torch {dev['torch']} on {dev['torch_device']}" if dev.get("torch") else ""
     )
-    out = [head, line(COLUMNS), line(["-" * w for w in widths])] + [line(r) for r in body]
+    out = [head, line(COLUMNS), line(["-" * w for w in widths])] + [line(r) for r in body] if body else [head]
     out += [f"note: {n}" for n in result.get("notes", [])]
-    out.append("ratios: the comparator's median time over ours (above 1: wgjit is faster); GPU time where both have it")
-    return "\n".join(out)
+    if body:
+        out.append(
+            "ratios: the comparator's median time over ours (above 1: wgjit is faster); GPU time where both have it"
+        )
+    e2e = e2e_table.terminal(result)
+    return "\n".join(out + ([e2e] if e2e else []))
 
 
 def markdown_table(result: dict[str, Any]) -> str:
@@ -69,11 +77,13 @@ def markdown_table(result: dict[str, Any]) -> str:
     out = [
         f"Device: **{dev['adapter']}** ({dev['backend']}); timestamps: {dev['timestamps']}; "
         + (f"torch {dev['torch']} on {dev['torch_device']}" if dev.get("torch") else "no torch comparator"),
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "|".join("---" for _ in COLUMNS) + "|",
     ]
-    out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in rows(result)]
+    body = rows(result)
+    if body:
+        out += ["", "| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+        out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in body]
+    e2e = e2e_table.markdown(result)
+    out += ["", e2e] if e2e else []
     out += ["", *[f"- {n}" for n in result.get("notes", [])]]
     return "\n".join(out) + "\n"
 

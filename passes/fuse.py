@@ -6,8 +6,8 @@ with an elementwise prologue (a scale or mask before a softmax, a cast or square
 a sum) and an epilogue (a mean's scale, `+ eps` and rsqrt after a sum of squares), or a
 matmul with an epilogue (bias + activation + residual after a GEMM or GEMV).
 
-Where it runs: after select_kernels, so that legality can ask which kernel each core got
-(only the kernels in PROLOGUE_KERNELS / EPILOGUE_KERNELS render fused code), and before
+Where it runs: after select_kernels, so that legality can ask the kernel each core got
+whether it renders fused code (`Kernel.takes_prologue` / `takes_epilogue`), and before
 vectorize, which then picks one KernelElement width for the whole group, and inplace and
 plan_memory, which then never allocate the values a group keeps in registers.
 
@@ -21,7 +21,9 @@ node N joins the group G of its readers when all of these hold:
      C's kernel must render) or all downstream of it (the epilogue); never both;
   5. G then still fits the device: its leaves plus its output need at most
      caps.max_storage_buffers_per_stage storage bindings; and no leaf is read both by the
-     prologue or core and by the epilogue (the two are read at different widths).
+     prologue or core and by the epilogue (the two are read at different widths);
+  6. G then holds at most MAX_GROUP_TERMS computing nodes: a driver's compile time grows
+     faster than the shader (see MAX_GROUP_TERMS), so a long chain becomes several kernels.
 Otherwise N starts a group of its own, as its root.
 
 The recompute-or-store rule: nothing is recomputed by two kernels. A value is stored
@@ -49,11 +51,13 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
+from backend_wgpu.kernels import kernel_class
 from ir.caps import DeviceCaps
 from ir.fusion import CORE_OPS, FusedArg, linear_identity
 from ir.graph import Graph
-from ir.node import KernelChoice, Node
+from ir.node import Node
 from ir.ops import ELEMENTWISE, Op
+from passes.select_kernels import fused_group_choice
 
 
 def fusion_enabled() -> bool:
@@ -61,11 +65,11 @@ def fusion_enabled() -> bool:
     return os.environ.get("WGJIT_FUSION", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-# the kernels that render a fused prologue (per input element) or epilogue (per output element)
-PROLOGUE_KERNELS = frozenset({"reduce", "softmax", "row_reduce", "softmax_regs"})
-EPILOGUE_KERNELS = frozenset(
-    {"reduce", "softmax", "row_reduce", "softmax_regs", "gemm", "gemv", "gemm_blocked", "gemv_split"}
-)
+# Drivers compile a shader in time that grows faster than its length. lavapipe with its shader
+# cache off, a chain of `sin`: 16 terms 0.8 s, 32 2.1 s, 64 3.7 s, 128 11.8 s, 256 56 s (tanh:
+# 32 1.6 s, 64 4.0 s, 128 10.5 s). Up to 64 terms the cost per term stays flat; past it a long
+# chain pays quadratically (2,000 terms took minutes), so groups stop there.
+MAX_GROUP_TERMS = 64
 
 
 @dataclass
@@ -141,7 +145,9 @@ def _join(
     max_leaves: int,
 ) -> tuple[_Group, str, set[int]] | None:
     """The group `node` may join (with its site, "in" or "out", and the views it brings), or None."""
-    is_core = node.op in CORE_OPS and node.kernel.name in EPILOGUE_KERNELS and len(set(node.srcs)) == len(node.srcs)
+    is_core = (
+        node.op in CORE_OPS and kernel_class(node.kernel.name).takes_epilogue and len(set(node.srcs)) == len(node.srcs)
+    )
     if node.size == 0 or node.id in outputs or not (node.op in ELEMENTWISE or is_core):
         return None
     reads = readers[node.id]
@@ -170,9 +176,11 @@ def _join(
         if len(sites) != 1:
             return None
         site = sites.pop()
-        if site == "in" and graph[group.core].kernel.name not in PROLOGUE_KERNELS:
+        if site == "in" and not kernel_class(graph[group.core].kernel.name).takes_prologue:
             return None
     members = group.members | {node.id} | views
+    if sum(graph[m].op is not Op.VIEW for m in members) > MAX_GROUP_TERMS:
+        return None
     core = node.id if is_core else group.core
     prologue = group.prologue | ({node.id} | views if site == "in" else set())
     in_leaves, out_leaves = _leaves(graph, members, core, prologue, position)
@@ -204,7 +212,7 @@ def _fused_node(graph: Graph, group: _Group, position: dict[int, int]) -> Node:
     arg = FusedArg(terms, tuple(leaves))
     root = graph[group.root]
     if group.core is None:
-        choice = KernelChoice("elementwise", "fused", workgroup=(256, 1, 1))
+        choice = fused_group_choice()
     else:
         choice = graph[group.core].kernel
     choice = replace(choice, params=choice.params + (("group", arg.holds),))

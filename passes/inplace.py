@@ -1,8 +1,9 @@
-"""In-place execution: let an elementwise kernel write over one of its operands' buffers.
+"""In-place execution: let a kernel write over one of its operands' buffers.
 
-DESIGN.md's rule. A node may overwrite operand i when: its kernel supports it
-(elementwise: any operand; index_write: only the tensor written into, and no other
-operand may read that buffer); the operand reads its buffer through the identity view;
+DESIGN.md's rule. A node may overwrite operand i when: its kernel allows it
+(`Kernel.inplace_operands`: elementwise any operand, index_write only the tensor written
+into; a kernel with `inplace_exclusive` also needs that no other operand reads that
+buffer at all); the operand reads its buffer through the identity view;
 that buffer holds the same dtype and size; it is not a graph output, nor an input that
 anything outside the graph can still see (`InputArg.donatable`); and no node after this
 one reads that buffer, directly or through any view. Chains share one buffer.
@@ -12,18 +13,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from backend_wgpu.kernels import kernel_class
 from ir.caps import DeviceCaps
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
 from passes.fold_views import view_of_operand
-
-INPLACE_KERNELS = frozenset({"elementwise", "index_write"})
-# kernels that may overwrite only some operands (index_write: only the tensor written into)
-INPLACE_OPERANDS: dict[str, tuple[int, ...]] = {"index_write": (0,)}
-# kernels that move elements (index_write puts src[i] at x[i + offsets]): no other operand may
-# read the overwritten buffer at all, or threads would read what others already wrote
-INPLACE_EXCLUSIVE = frozenset({"index_write"})
 
 
 def buffer_owner(graph: Graph, node_id: int, owner_of: dict[int, int]) -> int:
@@ -68,13 +63,12 @@ def _pick_operand(
     owner_of: dict[int, int],
     outputs: set[int],
 ) -> int | None:
-    if node.kernel is None or node.kernel.name not in INPLACE_KERNELS or node.size == 0:
+    if node.kernel is None or node.size == 0:
         return None
+    kernel = kernel_class(node.kernel.name)
     here = position[node.id]
-    allowed = INPLACE_OPERANDS.get(node.kernel.name)
-    for i, s in enumerate(node.srcs):
-        if allowed is not None and i not in allowed:
-            continue
+    for i in kernel.inplace_operands(node):
+        s = node.srcs[i]
         base, view = view_of_operand(graph, s)
         if not view.is_identity or base.dtype != node.dtype or base.size != node.size:
             continue
@@ -86,9 +80,9 @@ def _pick_operand(
         if any(last_read.get(o, -1) > here for o in _sharing(owner, owner_of)):
             continue
         # every other operand on the same buffer must read it element for element too
-        exclusive = node.kernel.name in INPLACE_EXCLUSIVE
         if any(
-            buffer_owner(graph, t, owner_of) == owner and (exclusive or not view_of_operand(graph, t)[1].is_identity)
+            buffer_owner(graph, t, owner_of) == owner
+            and (kernel.inplace_exclusive or not view_of_operand(graph, t)[1].is_identity)
             for j, t in enumerate(node.srcs)
             if j != i
         ):

@@ -1,8 +1,9 @@
 """Kernel selection: the GPUOperation step. Picks one of the kernels that can run each op.
 
 Several kernels may serve one op (matmul: tiled GEMM, GEMV over rows, GEMV over columns;
-reductions: a workgroup per row or a thread per row). The choice is a KernelChoice record;
-KernelElement width is decided later by passes.vectorize.
+reductions: a workgroup per row or a thread per row). The choice is a KernelChoice record
+naming a registered kernel class (backend_wgpu.kernels); this is the one place that
+chooses. KernelElement width is decided later by passes.vectorize.
 """
 
 from __future__ import annotations
@@ -10,6 +11,23 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from backend_wgpu.kernels import (
+    ArangeKernel,
+    BlockedGemmKernel,
+    ConcatKernel,
+    Conv1dKernel,
+    ElementwiseKernel,
+    GatherKernel,
+    GemmKernel,
+    GemvKernel,
+    IndexWriteKernel,
+    NormKernel,
+    ReduceKernel,
+    RowReduceKernel,
+    SoftmaxKernel,
+    SoftmaxRegsKernel,
+    SplitGemvKernel,
+)
 from ir.caps import DeviceCaps
 from ir.dtypes import DType
 from ir.graph import Graph
@@ -31,30 +49,35 @@ def select_kernels(graph: Graph, caps: DeviceCaps) -> Graph:
 
 def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if node.op in ELEMENTWISE:
-        return KernelChoice("elementwise", node.op.value, workgroup=(256, 1, 1))
+        return KernelChoice(ElementwiseKernel.name, node.op.value, workgroup=(256, 1, 1))
     if node.op in REDUCE:
         return _select_reduce(graph, node, caps)
     if node.op in ROW:
         n = node.shape[-1] if node.shape else 1
         return _select_softmax_regs(graph, node, caps) or KernelChoice(
-            "softmax", node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1)
+            SoftmaxKernel.name, node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1)
         )
     if node.op is Op.MATMUL:
         return _select_matmul(graph, node, caps)
     if node.op is Op.CONCAT:
-        return KernelChoice("concat", f"n{len(node.srcs)}", workgroup=(256, 1, 1))
+        return KernelChoice(ConcatKernel.name, f"n{len(node.srcs)}", workgroup=(256, 1, 1))
     if node.op is Op.ARANGE:
-        return KernelChoice("arange", workgroup=(256, 1, 1))
+        return KernelChoice(ArangeKernel.name, workgroup=(256, 1, 1))
     if node.op in NORM:
         n = node.shape[-1] if node.shape else 1
-        return KernelChoice("norm", node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1))
+        return KernelChoice(NormKernel.name, node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1))
     if node.op is Op.GATHER:
-        return KernelChoice("gather", workgroup=(256, 1, 1))
+        return KernelChoice(GatherKernel.name, workgroup=(256, 1, 1))
     if node.op is Op.CONV1D:
-        return KernelChoice("conv1d", workgroup=(64, 1, 1))
+        return KernelChoice(Conv1dKernel.name, workgroup=(64, 1, 1))
     if node.op is Op.INDEX_WRITE:
-        return KernelChoice("index_write", workgroup=(256, 1, 1))
+        return KernelChoice(IndexWriteKernel.name, workgroup=(256, 1, 1))
     raise NotImplementedError(f"select_kernels: no kernel for op {node.op.value}")
+
+
+def fused_group_choice() -> KernelChoice:
+    """The kernel of a fused group without a core (passes.fuse): elementwise over all its terms."""
+    return KernelChoice(ElementwiseKernel.name, "fused", workgroup=(256, 1, 1))
 
 
 def _row_workgroup(n: int, caps: DeviceCaps) -> int:
@@ -69,13 +92,13 @@ def _select_reduce(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     rows = node.size
     # short rows: one thread walks a whole row; long rows: a workgroup shares one row
     if r <= 64 or (rows >= 16384 and r <= 256):
-        return KernelChoice("reduce", f"{node.op.value}_serial", workgroup=(64, 1, 1))
+        return KernelChoice(ReduceKernel.name, f"{node.op.value}_serial", workgroup=(64, 1, 1))
     if node.op in (Op.SUM, Op.MAX, Op.MIN) and _contiguous_float(graph, node):
-        # contiguous float rows: loads in flight and subgroup reductions (kernels/rows_fast.py)
+        # contiguous float rows: loads in flight and subgroup reductions (RowReduceKernel)
         wg = _row_workgroup(-(-r // 4 // ROW_REDUCE_UNROLL), caps)
         params = (("unroll", ROW_REDUCE_UNROLL), ("subgroups", caps.subgroups))
-        return KernelChoice("row_reduce", f"{node.op.value}_rows", workgroup=(wg, 1, 1), params=params)
-    return KernelChoice("reduce", f"{node.op.value}_rows", workgroup=(_row_workgroup(r, caps), 1, 1))
+        return KernelChoice(RowReduceKernel.name, f"{node.op.value}_rows", workgroup=(wg, 1, 1), params=params)
+    return KernelChoice(ReduceKernel.name, f"{node.op.value}_rows", workgroup=(_row_workgroup(r, caps), 1, 1))
 
 
 ROW_REDUCE_UNROLL = 4
@@ -99,7 +122,7 @@ def _select_softmax_regs(graph: Graph, node: Node, caps: DeviceCaps) -> KernelCh
     if per > SOFTMAX_MAX_PER_THREAD:
         return None
     params = (("subgroups", caps.subgroups),)
-    return KernelChoice("softmax_regs", node.op.value, workgroup=(wg, 1, 1), params=params)
+    return KernelChoice(SoftmaxRegsKernel.name, node.op.value, workgroup=(wg, 1, 1), params=params)
 
 
 def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
@@ -110,12 +133,14 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if m == 1:
         if b_k_stride == 1 and n > 1 or n == 1:
             # each output column is a dot product of two contiguous runs: a workgroup per column
-            return KernelChoice("gemv", "k_contig", workgroup=(_row_workgroup(k, caps) if k < 256 else 256, 1, 1))
+            return KernelChoice(
+                GemvKernel.name, "k_contig", workgroup=(_row_workgroup(k, caps) if k < 256 else 256, 1, 1)
+            )
         if b_n_stride == 1:
             h8 = graph[node.srcs[1]].dtype is DType.float16 and _vec_along(b_view, -1, 8)
             return gemv_split_choice(n, k, caps, h8=h8, itemsize=graph[node.srcs[1]].dtype.itemsize)
     return _select_gemm(graph, node, caps) or KernelChoice(
-        "gemm", "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16))
+        GemmKernel.name, "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16))
     )
 
 
@@ -138,10 +163,10 @@ def gemv_split_choice(n: int, k: int, caps: DeviceCaps, h8: bool = False, itemsi
     threads = min(1024, caps.max_invocations)
     wy = max(1, min(threads // wx, 1 << max(0, math.ceil(math.log2(max(1, -(-k // unroll)))))))
     variant = "n_contig_h8" if h8 else "n_contig"
-    return KernelChoice("gemv_split", variant, workgroup=(wx, wy, 1), params=(("unroll", unroll),))
+    return KernelChoice(SplitGemvKernel.name, variant, workgroup=(wx, wy, 1), params=(("unroll", unroll),))
 
 
-# gemm_blocked configurations: (tile_m, tile_n, tile_k, (wx, wy)); see backend_wgpu/kernels/gemm_blocked.py
+# gemm_blocked configurations: (tile_m, tile_n, tile_k, (wx, wy)); see backend_wgpu/kernels/matmul/gemm_blocked.py
 GEMM_CONFIGS: dict[str, tuple[int, int, int, tuple[int, int]]] = {
     "b128k16": (128, 128, 16, (16, 16)),  # 32 KiB of workgroup memory: the fastest on the H200
     "b128": (128, 128, 8, (16, 16)),  # 16 KiB, for adapters at WebGPU's default limit
@@ -174,7 +199,7 @@ def gemm_variant(a: View, b: View, n: int) -> str:
 def gemm_choice(config: str, variant: str) -> KernelChoice:
     tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
     params = (("config", config), ("tile_m", tm), ("tile_n", tn), ("tile_k", tk), ("group_m", 8))
-    return KernelChoice("gemm_blocked", variant, workgroup=(wx, wy, 1), params=params)
+    return KernelChoice(BlockedGemmKernel.name, variant, workgroup=(wx, wy, 1), params=params)
 
 
 # 128x128 tiles only when they alone make this many workgroups (a large GPU has 100+ multiprocessors)

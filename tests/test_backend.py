@@ -124,7 +124,7 @@ def test_tensor_over_the_binding_limit_fails_at_the_op(device) -> None:
 
 
 def test_kernel_compile_error_carries_key_and_wgsl(monkeypatch) -> None:
-    from backend_wgpu.kernels.elementwise import ElementwiseKernel
+    from backend_wgpu.kernels.elementwise.elementwise import ElementwiseKernel
 
     real = ElementwiseKernel.render
 

@@ -116,6 +116,33 @@ def test_gemm_blocked_many_k_tiles_matches_numpy() -> None:
     close(y.numpy(), a.astype(np.float64) @ b, tol=1e-5)
 
 
+# --- gemm_tiled: only below WebGPU's default workgroup memory, so forced by the caps -------------
+@pytest.mark.parametrize(
+    "a_shape,b_shape,tb",
+    [
+        ((70, 33), (33, 67), False),  # edges in m, n and k
+        ((2, 3, 20, 17), (17, 36), False),  # batch dims, B broadcast over them
+        ((65, 40), (66, 40), True),  # x @ W.T: B read through its strides
+    ],
+)
+def test_gemm_tiled_when_no_blocked_tile_fits(a_shape: tuple, b_shape: tuple, tb: bool) -> None:
+    a, b = randn(*a_shape), randn(*b_shape)
+    B, b = (tr.tensor(b).T, b.T) if tb else (tr.tensor(b), b)
+    got, program = run_with_caps(tr.tensor(a) @ B, max_workgroup_storage=8192)
+    d = program.dispatches[-1]
+    assert (d.kernel, d.variant) == ("gemm", "tiled")
+    close(got, a.astype(np.float64) @ b)
+
+
+def test_gemm_tiled_with_a_fused_epilogue() -> None:
+    a, b, bias = randn(40, 24), randn(24, 30), randn(30)
+    y = (tr.tensor(a) @ tr.tensor(b) + tr.tensor(bias)).relu()
+    got, program = run_with_caps(y, max_workgroup_storage=8192)
+    (d,) = program.dispatches
+    assert (d.kernel, d.variant.split(":")[0], d.op) == ("gemm", "tiled", "fused")
+    close(got, np.maximum(a.astype(np.float64) @ b + bias, 0))
+
+
 # --- gemv_split -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "k,n,dtype,variant,element",

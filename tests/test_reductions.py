@@ -39,7 +39,7 @@ def test_arg_reduce(op: str, axis, rng: np.random.Generator) -> None:
 def test_each_reduce_variant_and_width(shape, variant: str, width: int, rng: np.random.Generator) -> None:
     x = rng.standard_normal(shape).astype(np.float32)
     y = tr.tensor(x).sum(axis=-1)
-    # contiguous float rows go to row_reduce (kernels/rows_fast.py), whose variant key adds its knobs
+    # contiguous float rows go to row_reduce (kernels/reduce/row_reduce.py), whose variant key adds its knobs
     (name, var, w), *_ = kernels_of(y)
     assert len(kernels_of(y)) == 1 and (var.split(":")[0], w) == (variant, width)
     assert name == ("reduce" if variant.endswith("_serial") else "row_reduce")
@@ -92,11 +92,24 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
 def test_softmax_widths(n: int, width: int, rng: np.random.Generator) -> None:
     x = (rng.standard_normal((5, n)) * 10).astype(np.float32)
     y = tr.tensor(x).softmax()
-    (name, var, w), *_ = kernels_of(y)  # rows that fit in registers: softmax_regs (kernels/rows_fast.py)
+    (name, var, w), *_ = kernels_of(y)  # rows that fit in registers: softmax_regs (kernels/softmax/softmax_regs.py)
     assert len(kernels_of(y)) == 1 and (name, var.split(":")[0], w) == ("softmax_regs", "softmax", width)
     assert_close(y.numpy(), _softmax(x, -1), rtol=1e-5, atol=1e-6)
     ls = tr.tensor(x).log_softmax().numpy()
     assert_close(ls, np.log(_softmax(x, -1).astype(np.float64)), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [4, 300, 40000])  # registers (two widths), and the streaming kernel
+@pytest.mark.parametrize("scale", [1e4, 1e7, 1e8])
+def test_log_softmax_keeps_its_precision_at_large_logits(n: int, scale: float, rng: np.random.Generator) -> None:
+    """(x - max) - log(sum): m + log(s) first would round the answer away (a row of 1e8 gave 0)."""
+    x = np.full((3, n), scale, np.float32)
+    x[1] += rng.standard_normal(n).astype(np.float32)  # distinct values: still representable at 1e4
+    x[2, ::3] -= 2.0
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.max(-1, keepdims=True)) - np.log(np.exp(x64 - x64.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    for y in (tr.tensor(x).log_softmax(), tr.tensor(x.T.copy()).T.log_softmax()):  # contiguous and strided rows
+        assert_close(y.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])

@@ -11,7 +11,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("bench", help="time wgjit's kernels against numpy and torch (see benchmarks/RESULTS.md)")
     p.add_argument(
-        "--suite", action="append", choices=SUITES + ["all"], help="a suite to run (repeatable; default all)"
+        "--suite",
+        action="append",
+        choices=SUITES + ["all"],
+        help="a suite to run (repeatable; default: every suite but e2e, which 'all' includes)",
     )
     p.add_argument(
         "--sizes", choices=["small", "full"], default="small", help="small: a quick check; full: the H200 sizes"
@@ -29,7 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from benchmarks import harness, report
 
-    suites = harness.SUITES if not args.suite or "all" in args.suite else list(dict.fromkeys(args.suite))
+    if not args.suite:
+        suites = harness.DEFAULT_SUITES
+    else:
+        suites = harness.SUITES if "all" in args.suite else list(dict.fromkeys(args.suite))
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     settings = harness.Settings(
         sizes=args.sizes, repeat=args.repeat, warmup=args.warmup, use_torch=not args.no_torch, log=log

@@ -3,9 +3,9 @@
 Which ops have their own kernel and which are composed from other ops (lossless: the
 same arithmetic the kernel would do, in the same precision):
 
-  kernel    layer_norm, rms_norm (kernels/norm.py), gather/index_select/embedding
-            (kernels/gather.py), conv1d (kernels/conv1d.py), index_write
-            (kernels/index_write.py), erf (an elementwise op)
+  kernel    layer_norm, rms_norm (kernels/norm/norm.py), gather/index_select/embedding
+            (kernels/movement/gather.py), conv1d (kernels/conv/conv1d.py), index_write
+            (kernels/movement/index_write.py), erf (an elementwise op)
   composed  group_norm = layer_norm over (N, groups, -1) + elementwise affine;
             rope = slices + elementwise + concat; scaled_dot_product_attention =
             matmul + scale + mask + softmax + matmul (grouped-query attention reshapes q

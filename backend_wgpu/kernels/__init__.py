@@ -1,27 +1,54 @@
-"""The concrete kernels, registered by the name a KernelChoice carries."""
+"""The concrete kernels and their registry: the class behind each KernelChoice name.
+
+The passes and `explain` ask a kernel class what it allows (backend_wgpu/kernel.py lists
+the facts) through `kernel_class`; nothing here imports wgpu.
+"""
 
 from backend_wgpu.kernel import Kernel
-from backend_wgpu.kernels.arange import ArangeKernel
-from backend_wgpu.kernels.concat import ConcatKernel
-from backend_wgpu.kernels.conv1d import Conv1dKernel
-from backend_wgpu.kernels.elementwise import ElementwiseKernel
-from backend_wgpu.kernels.gather import GatherKernel
-from backend_wgpu.kernels.gemm_blocked import BlockedGemmKernel
-from backend_wgpu.kernels.gemv_split import SplitGemvKernel
-from backend_wgpu.kernels.index_write import IndexWriteKernel
-from backend_wgpu.kernels.matmul import GemmKernel, GemvKernel
-from backend_wgpu.kernels.norm import NormKernel
-from backend_wgpu.kernels.reduce import ReduceKernel
-from backend_wgpu.kernels.rows_fast import RowReduceKernel, SoftmaxRegsKernel
-from backend_wgpu.kernels.softmax import SoftmaxKernel
+from backend_wgpu.kernels.conv.conv1d import Conv1dKernel
+from backend_wgpu.kernels.elementwise.elementwise import ElementwiseKernel
+from backend_wgpu.kernels.matmul.gemm_blocked import BlockedGemmKernel
+from backend_wgpu.kernels.matmul.gemm_tiled import GemmKernel
+from backend_wgpu.kernels.matmul.gemv import GemvKernel
+from backend_wgpu.kernels.matmul.gemv_split import SplitGemvKernel
+from backend_wgpu.kernels.movement.arange import ArangeKernel
+from backend_wgpu.kernels.movement.concat import ConcatKernel
+from backend_wgpu.kernels.movement.gather import GatherKernel
+from backend_wgpu.kernels.movement.index_write import IndexWriteKernel
+from backend_wgpu.kernels.norm.norm import NormKernel
+from backend_wgpu.kernels.reduce.reduce import ReduceKernel
+from backend_wgpu.kernels.reduce.row_reduce import RowReduceKernel
+from backend_wgpu.kernels.softmax.softmax import SoftmaxKernel
+from backend_wgpu.kernels.softmax.softmax_regs import SoftmaxRegsKernel
 
 KERNELS: dict[str, type[Kernel]] = {
     k.name: k
-    for k in (ElementwiseKernel, ReduceKernel, SoftmaxKernel, GemmKernel, GemvKernel, ConcatKernel, ArangeKernel)
+    for k in (
+        ElementwiseKernel,
+        ReduceKernel,
+        RowReduceKernel,
+        SoftmaxKernel,
+        SoftmaxRegsKernel,
+        NormKernel,
+        GemmKernel,
+        BlockedGemmKernel,
+        GemvKernel,
+        SplitGemvKernel,
+        ConcatKernel,
+        ArangeKernel,
+        GatherKernel,
+        IndexWriteKernel,
+        Conv1dKernel,
+    )
 }
-# the faster variants (issue 5), registered apart so each branch's edit stays one line
-KERNELS.update({k.name: k for k in (BlockedGemmKernel, SplitGemvKernel, RowReduceKernel, SoftmaxRegsKernel)})
-# transformer inference kernels (tracer/nn.py)
-KERNELS.update({k.name: k for k in (NormKernel, GatherKernel, Conv1dKernel, IndexWriteKernel)})
 
-__all__ = ["KERNELS"]
+
+def kernel_class(name: str) -> type[Kernel]:
+    """The kernel a KernelChoice names (passes.select_kernels only names registered kernels)."""
+    try:
+        return KERNELS[name]
+    except KeyError:
+        raise KeyError(f"no kernel named {name!r}; registered: {', '.join(sorted(KERNELS))}") from None
+
+
+__all__ = ["KERNELS", "kernel_class"] + [k.__name__ for k in KERNELS.values()]

@@ -9,20 +9,25 @@ a tiled im2col-GEMM would be the kernel to add for large channel counts.
 
 from __future__ import annotations
 
-from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
+from backend_wgpu.kernel import Meta, PerElementKernel, index_to_coords
 from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.graph import Graph
+from ir.node import Node
 from ir.ops import Conv1dArg
 
 
-class Conv1dKernel(Kernel):
+class Conv1dKernel(PerElementKernel):
     name = "conv1d"
 
-    def metadata(self) -> Meta:
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        return "direct convolution: one thread per output element"
+
+    def extra_metadata(self) -> Meta:
         arg: Conv1dArg = self.node.arg
         x, w = self.operands[0].view, self.operands[1].view
         n, cout, lout = self.node.shape
         meta: Meta = [
-            ("numel", "u32", self.node.size),
             ("batch", "u32", n),
             ("cout", "u32", cout),
             ("lout", "u32", lout),
@@ -38,15 +43,10 @@ class Conv1dKernel(Kernel):
         meta += [("w_off", "u32", w.offset)] + [(f"ws{d}", "i32", s) for d, s in enumerate(w.strides)]
         return meta
 
-    def calculate_dispatch(self) -> Workload:
-        wg = self.choice.workgroup[0]
-        return Workload.for_workgroups(-(-self.node.size // wg), self.choice.workgroup, self.max_workgroups)
-
     def render(self, b: WgslBuilder) -> None:
         out_t = vtype(self.node.dtype, 1, storage=True)
-        b.line(f"let idx = wg * {self.choice.workgroup[0]}u + lidx;")
-        b.line("if (idx >= params.numel) { return; }")
-        for line in index_to_coords("idx", ["batch", "cout", "lout"]):
+        idx = self.thread_index(b)
+        for line in index_to_coords(idx, ["batch", "cout", "lout"]):
             b.line(line)
         b.line("let group = c1 / params.cout_g;")
         b.line("let x_base = i32(params.x_off) + i32(c0) * params.xs0 + i32(group * params.cin_g) * params.xs1;")
@@ -66,4 +66,4 @@ class Conv1dKernel(Kernel):
         b.line("    acc = fma(xv, wv, acc);")
         b.line("  }")
         b.line("}")
-        b.line(f"out[idx] = {out_t}(acc);")
+        b.line(f"out[{idx}] = {out_t}(acc);")

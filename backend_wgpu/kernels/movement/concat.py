@@ -6,20 +6,19 @@ only when the graph is built; the input count is part of the kernel key.
 
 from __future__ import annotations
 
-from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
+from backend_wgpu.kernel import Meta, PerElementKernel, index_to_coords
 from backend_wgpu.wgsl import WgslBuilder, load_cast, store_cast
 
 
-class ConcatKernel(Kernel):
+class ConcatKernel(PerElementKernel):
     name = "concat"
 
     def variant_key(self) -> str:
         return f"{self.choice.variant},axis{self.node.arg}"
 
-    def metadata(self) -> Meta:
+    def extra_metadata(self) -> Meta:
         axis = self.node.arg
-        meta: Meta = [("numel", "u32", self.node.size)]
-        meta += [(f"shape{d}", "u32", n) for d, n in enumerate(self.node.shape)]
+        meta: Meta = [(f"shape{d}", "u32", n) for d, n in enumerate(self.node.shape)]
         end = 0
         for i, op in enumerate(self.operands):
             start = end
@@ -28,17 +27,12 @@ class ConcatKernel(Kernel):
             meta += [(f"st{i}_{d}", "i32", s) for d, s in enumerate(op.view.strides)]
         return meta
 
-    def calculate_dispatch(self) -> Workload:
-        wg = self.choice.workgroup[0]
-        return Workload.for_workgroups(-(-self.node.size // wg), self.choice.workgroup, self.max_workgroups)
-
     def render(self, b: WgslBuilder) -> None:
         axis = self.node.arg
         rank = len(self.node.shape)
         dt = self.node.dtype
-        b.line(f"let idx = wg * {self.choice.workgroup[0]}u + lidx;")
-        b.line("if (idx >= params.numel) { return; }")
-        for line in index_to_coords("idx", [f"shape{d}" for d in range(rank)]):
+        idx = self.thread_index(b)
+        for line in index_to_coords(idx, [f"shape{d}" for d in range(rank)]):
             b.line(line)
         for i in range(len(self.operands)):
             cond = "if" if i == 0 else "} else if"
@@ -48,5 +42,5 @@ class ConcatKernel(Kernel):
                 c = f"(c{d} - params.start{i})" if d == axis else f"c{d}"
                 terms.append(f"i32({c}) * params.st{i}_{d}")
             value = load_cast(f"in{i}[u32({' + '.join(terms)})]", dt, 1)
-            b.line(f"  out[idx] = {store_cast(value, dt, 1)};")
+            b.line(f"  out[{idx}] = {store_cast(value, dt, 1)};")
         b.line("}")

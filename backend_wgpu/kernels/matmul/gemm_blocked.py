@@ -20,12 +20,25 @@ driver keeps them in registers.
 from __future__ import annotations
 
 from backend_wgpu.kernel import Workload
-from backend_wgpu.kernels.matmul import _MatmulBase
+from backend_wgpu.kernels.matmul.base import MatmulKernel
 from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.graph import Graph
+from ir.node import Node
+from ir.view import View
 
 
-class BlockedGemmKernel(_MatmulBase):
+class BlockedGemmKernel(MatmulKernel):
     name = "gemm_blocked"
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        k = node.kernel
+        tiles = "x".join(str(k.param(p)) for p in ("tile_m", "tile_n", "tile_k"))
+        return f"general matmul: workgroup tiles {tiles}, register-blocked, loads {k.variant}"
+
+    @classmethod
+    def width_reason(cls, node: Node, views: list[View]) -> str:
+        return ""  # its variant names how each operand is loaded (a_k4: vec4 along k, ...)
 
     # --- variant decoding -------------------------------------------------------------
     def _modes(self) -> tuple[str, str, str]:
@@ -62,28 +75,14 @@ class BlockedGemmKernel(_MatmulBase):
         tm, tn, tk, wx, wy = self._tiles()
         threads = wx * wy
         rm, rn = tm // wy, tn // wx  # rows / columns per thread
-        gm_, gn_ = rm // 4, rn // 4  # vec4 groups per thread
+        gn_ = rn // 4  # vec4 groups per thread along n
         assert rm % 4 == 0 and rn % 4 == 0 and tk % 4 == 0, "gemm_blocked: per-thread blocks must be multiples of 4"
-        tm4, tn4 = tm // 4, tn // 4
-        stage_a, stage_b = tk * tm4, tk * tn4  # vec4 per stage
+        stage_a, stage_b = tk * tm // 4, tk * tn // 4  # vec4 per stage
         b.workgroup_var(f"sa: array<vec4<f32>, {2 * stage_a}>")
         b.workgroup_var(f"sb: array<vec4<f32>, {2 * stage_b}>")
-        group = self.choice.param("group_m", 8)
         if self.code:
             self.code.describe(b)
-
-        # which tile: grouped order (group_m tile rows walk the tile columns together)
-        b.line(f"let tiles_n = (params.n + {tn - 1}u) / {tn}u;")
-        b.line(f"let tiles_m = (params.m + {tm - 1}u) / {tm}u;")
-        b.line("let per_batch = tiles_m * tiles_n;")
-        b.line("let bt = wg / per_batch;")
-        b.line("if (bt >= params.batch) { return; }")
-        b.line("let pid = wg % per_batch;")
-        b.line(f"let first_m = (pid / ({group}u * tiles_n)) * {group}u;")
-        b.line(f"let gsize = min(tiles_m - first_m, {group}u);")
-        b.line(f"let inner = pid % ({group}u * tiles_n);")
-        b.line(f"let tm0 = (first_m + inner % gsize) * {tm}u;")
-        b.line(f"let tn0 = (inner / gsize) * {tn}u;")
+        self._tile_origin(b)
         self._batch_offsets(b, "bt")
         b.line(f"let tx = lidx % {wx}u;")
         b.line(f"let ty = lidx / {wx}u;")
@@ -106,17 +105,8 @@ class BlockedGemmKernel(_MatmulBase):
         # the next tile's global loads are in flight while this tile computes
         self._emit_load(b, "a", "k_next", a_loads, threads, indent="  ")
         self._emit_load(b, "b", "k_next", b_loads, threads, indent="  ")
-        for kk in range(tk):  # each unrolled k step in its own scope: it declares a*/b* anew
-            b.line("  {")
-            for g in range(gm_):
-                b.line(f"    let a{g} = sa[cur_a + {kk * tm4 + g * wy}u + ty];")
-            for h in range(gn_):
-                b.line(f"    let b{h} = sb[cur_b + {kk * tn4 + h * wx}u + tx];")
-            for g in range(gm_):
-                for c, lane in enumerate("xyzw"):
-                    for h in range(gn_):
-                        b.line(f"    c{g * 4 + c}_{h} = fma(vec4<f32>(a{g}.{lane}), b{h}, c{g * 4 + c}_{h});")
-            b.line("  }")
+        for kk in range(tk):
+            self._k_step(b, kk)
         b.line(f"  let nxt_a = {stage_a}u - cur_a;")
         b.line(f"  let nxt_b = {stage_b}u - cur_b;")
         self._emit_store(b, "a", "nxt_a", a_loads, threads, indent="  ")
@@ -124,6 +114,38 @@ class BlockedGemmKernel(_MatmulBase):
         b.line("  workgroupBarrier();")
         b.line("}")
         self._emit_output(b, rm, gn_, wx, wy)
+
+    def _tile_origin(self, b: WgslBuilder) -> None:
+        """`bt`, `tm0`, `tn0`: this workgroup's batch and tile, in grouped order (group_m tile
+        rows walk the tile columns together, so neighbouring workgroups share B in L2)."""
+        tm, tn, _, _, _ = self._tiles()
+        group = self.choice.param("group_m", 8)
+        b.line(f"let tiles_n = (params.n + {tn - 1}u) / {tn}u;")
+        b.line(f"let tiles_m = (params.m + {tm - 1}u) / {tm}u;")
+        b.line("let per_batch = tiles_m * tiles_n;")
+        b.line("let bt = wg / per_batch;")
+        b.line("if (bt >= params.batch) { return; }")
+        b.line("let pid = wg % per_batch;")
+        b.line(f"let first_m = (pid / ({group}u * tiles_n)) * {group}u;")
+        b.line(f"let gsize = min(tiles_m - first_m, {group}u);")
+        b.line(f"let inner = pid % ({group}u * tiles_n);")
+        b.line(f"let tm0 = (first_m + inner % gsize) * {tm}u;")
+        b.line(f"let tn0 = (inner / gsize) * {tn}u;")
+
+    def _k_step(self, b: WgslBuilder, kk: int) -> None:
+        """One unrolled k step in its own scope (it declares a*/b* anew): vec4 outer products into c*."""
+        tm, tn, _, wx, wy = self._tiles()
+        gm_, gn_ = tm // wy // 4, tn // wx // 4
+        b.line("  {")
+        for g in range(gm_):
+            b.line(f"    let a{g} = sa[cur_a + {kk * (tm // 4) + g * wy}u + ty];")
+        for h in range(gn_):
+            b.line(f"    let b{h} = sb[cur_b + {kk * (tn // 4) + h * wx}u + tx];")
+        for g in range(gm_):
+            for c, lane in enumerate("xyzw"):
+                for h in range(gn_):
+                    b.line(f"    c{g * 4 + c}_{h} = fma(vec4<f32>(a{g}.{lane}), b{h}, c{g * 4 + c}_{h});")
+        b.line("  }")
 
     # operand loads: each thread moves `count` items (vec4 or scalar) per tile
     def _declare_loads(self, b: WgslBuilder, which: str, elems: int, threads: int) -> int:

@@ -1,0 +1,1 @@
+"""Convolutions: direct 1-D convolution (conv1d.py)."""

@@ -1,0 +1,282 @@
+"""The decoder workloads: a 128-token prefill, then decoding token by token (random seeded weights).
+
+wgjit runs examples/llama.py two ways: `jit`, the decode step under `@tr.jit` (fixed-size
+cache updated with `where`, additive mask, position as a tensor), and `lazy`, the natural
+loop (`index_write` at the position, attention over `cache[:, :, :pos + 1]`), which
+compiles a program for every new position. A decode call is one token: the step plus
+reading back the next id (greedy, argmax on the GPU), which the next call feeds in.
+torch runs the same architecture eagerly and as a replayed CUDA graph
+(benchmarks/e2e/torch_llama.py). The lazy loop never revisits a position without clearing
+wgjit's program cache first, so each of its tokens costs what a new position costs.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks.e2e.blocks import Contender, interleave
+from benchmarks.e2e.common import gpu_time_of, record, summary, torch_device, torch_gpu_ms
+
+CONFIGS = {  # layers, dim, heads, kv heads, ff, vocab, ctx
+    "12L": (12, 768, 12, 4, 2048, 32000, 512),
+    "1B": (16, 2048, 32, 8, 8192, 32000, 1024),
+    "tiny": (2, 64, 4, 2, 128, 256, 24),
+}
+
+
+def config(name: str) -> Any:
+    from examples.llama import LlamaConfig
+
+    layers, dim, heads, kv, ff, vocab, ctx = CONFIGS[name]
+    return LlamaConfig("LlamaForCausalLM", vocab, dim, layers, heads, kv, dim // heads, ff, 1e-5, max_positions=ctx)
+
+
+def describe(cfg: Any) -> str:
+    return (
+        f"{cfg.layers} layers, d {cfg.dim}, {cfg.heads}/{cfg.kv_heads} heads, ff {cfg.ff}, vocab {cfg.vocab}, "
+        f"ctx {cfg.max_positions}"
+    )
+
+
+# --- wgjit's two decode loops ----------------------------------------------------------------------
+
+
+class JitDecode:
+    """The `@tr.jit` step: the cache is replaced by the step's outputs; positions wrap after prefill."""
+
+    def __init__(self, model: Any, prompt: list[int]) -> None:
+        self.model, self.prompt = model, prompt
+        self.reset()
+
+    def reset(self) -> None:
+        import tracer as tr
+
+        out = self.model.prefill_jit(tr.tensor(np.array([self.prompt], np.int32)), *self.model.empty_cache().tensors())
+        self.cache, self.pos, self.token = list(out[2:]), len(self.prompt), int(out[1].numpy()[0])
+
+    def prepare(self, n: int) -> None:
+        if self.pos + n > self.model.ctx:
+            self.reset()
+
+    def inputs(self) -> tuple[Any, Any]:
+        import tracer as tr
+
+        return tr.tensor(np.array([[self.token]], np.int32)), tr.tensor(np.array([self.pos], np.int32))
+
+    def __call__(self) -> int:
+        out = self.model.step_jit(*self.inputs(), *self.cache)
+        self.token = int(out[1].numpy()[0])
+        self.cache, self.pos = list(out[2:]), self.pos + 1
+        return self.token
+
+
+class LazyDecode:
+    """The natural loop over a KVCache that `step_lazy` writes in place."""
+
+    def __init__(self, model: Any, prompt: list[int]) -> None:
+        self.model, self.prompt, self.visited = model, prompt, False
+        self.reset()
+
+    def reset(self) -> None:
+        import tracer as tr
+        from examples.llama import KVCache
+        from tracer.realize import clear_program_cache
+
+        if self.visited:  # positions come again: forget their programs, so each still costs a new position
+            clear_program_cache()
+        self.visited = True
+        out = self.model.prefill(tr.tensor(np.array([self.prompt], np.int32)), *self.model.empty_cache().tensors())
+        self.cache = KVCache.from_tensors(out[2:], len(self.prompt))
+        self.token = int(out[1].numpy()[0])
+
+    def prepare(self, n: int) -> None:
+        if self.cache.length + n > self.model.ctx:
+            self.reset()
+
+    def __call__(self) -> int:
+        import tracer as tr
+
+        ids = tr.tensor(np.array([[self.token]], np.int32))
+        argmax = self.model.step_lazy(ids, self.cache.length, self.cache)[1]  # the logits are not kept
+        self.token = int(argmax.numpy()[0])
+        return self.token
+
+
+class TorchDecode:
+    """torch eager (natural slices) or a CUDA graph replayed per token, over its own static cache."""
+
+    def __init__(self, model: Any, prompt: list[int], graph: bool) -> None:
+        from benchmarks.e2e.torch_llama import CudaGraphStep
+
+        self.model, self.torch = model, model.torch
+        self.prompt = self.torch.tensor([prompt], device=model.device)
+        self.cache = model.cache()
+        self.graph = CudaGraphStep(model, self.cache) if graph else None
+        self.reset()
+
+    def reset(self) -> None:
+        self.token = int(self.model.prefill(self.prompt, self.cache).argmax(-1).item())
+        self.pos = self.prompt.shape[1]
+
+    def prepare(self, n: int) -> None:
+        if self.pos + n > self.model.ctx:
+            self.reset()
+
+    def __call__(self) -> int:
+        if self.graph is not None:
+            self.token = self.graph(self.token, self.pos)
+        else:
+            ids = self.torch.tensor([[self.token]], device=self.model.device)
+            self.token = int(self.model.step(ids, self.pos, self.cache).argmax(-1).item())
+        self.pos += 1
+        return self.token
+
+    def gpu_call(self) -> None:
+        """The step without the read-back, for CUDA events."""
+        if self.graph is not None:
+            self.graph.replay(self.token, self.pos % self.model.ctx)
+        else:
+            ids = self.torch.tensor([[self.token]], device=self.model.device)
+            self.model.step(ids, min(self.pos, self.model.ctx - 1), self.cache)
+
+
+# --- the cases -------------------------------------------------------------------------------------
+
+
+def decoder_cases(ctx: Any, name: str, prompt_len: int, check_tokens: int, plan: dict[str, Any]) -> list[dict]:
+    """Prefill and per-token records for one configuration; `plan` holds the blocks and schedules."""
+    import tracer as tr
+    from examples import llama as L
+
+    log = ctx.settings.log
+    cfg = config(name)
+    t0 = time.perf_counter()
+    weights = L.random_weights(cfg, seed=0)
+    model = L.Llama(cfg, L.check_weights(weights, cfg, f"random {name}"), cfg.max_positions)
+    tr.realize(*model.w.values())
+    prompt = np.random.default_rng(1).integers(0, cfg.vocab, prompt_len).tolist()
+    theirs = None
+    if ctx.torch is not None:
+        from benchmarks.e2e.torch_llama import TorchLlama
+
+        theirs = TorchLlama(ctx.torch, cfg, weights, cfg.max_positions, torch_device(ctx.torch))
+    del weights
+    log(f"  e2e decoder {name} ({describe(cfg)}): weights ready in {time.perf_counter() - t0:.1f} s")
+    check = _check(model, theirs, prompt, check_tokens)
+    log(f"    check: {check['summary']}")
+    records = [_prefill_case(ctx, name, cfg, model, theirs, prompt, check, plan)]
+    records.append(_decode_case(ctx, name, cfg, model, theirs, prompt, check, plan))
+    del model, theirs
+    gc.collect()
+    if ctx.torch is not None and ctx.torch.cuda.is_available():
+        ctx.torch.cuda.empty_cache()
+    return records
+
+
+def _check(model: Any, theirs: Any, prompt: list[int], n: int) -> dict[str, Any]:
+    """Greedy ids from both wgjit loops (and torch), the prefill logits compared; before any timing."""
+    import tracer as tr
+
+    ids = tr.tensor(np.array([prompt], np.int32))
+    logits = model.prefill_jit(ids, *model.empty_cache().tensors())[0].numpy()[0]
+    lazy_logits = model.prefill(ids, *model.empty_cache().tensors())[0].numpy()[0]
+    jit, lazy = JitDecode(model, prompt), LazyDecode(model, prompt)
+    out: dict[str, Any] = {"prompt": prompt, "prefill_logits_head": logits[:8].tolist()}
+    out["ids_jit"] = [jit.token] + [jit() for _ in range(n - 1)]
+    out["ids_lazy"] = [lazy.token] + [lazy() for _ in range(n - 1)]
+    scale = max(1.0, float(np.abs(logits).max()))
+    errors = {"lazy": float(np.abs(lazy_logits - logits).max()) / scale}
+    if theirs is not None:
+        t = theirs.prefill(theirs.torch.tensor([prompt], device=theirs.device), theirs.cache())[0].float().cpu().numpy()
+        errors["torch"] = float(np.abs(t - logits).max()) / scale
+        eager = TorchDecode(theirs, prompt, graph=False)
+        out["ids_torch"] = [eager.token] + [eager() for _ in range(n - 1)]
+    out["max_rel_err"] = max(errors.values())
+    out["errors"] = errors
+    out["verified"] = out["ids_jit"] == out["ids_lazy"] and out["max_rel_err"] < 1e-3
+    out["summary"] = f"ids jit {out['ids_jit'][:4]}..., lazy {'same' if out['ids_jit'] == out['ids_lazy'] else 'DIFFER'}" + (
+        f", torch {'same' if out.get('ids_torch') == out['ids_jit'] else 'differ (near-ties)'}" if theirs else ""
+    ) + f"; prefill logits rel err {errors}"  # fmt: skip
+    return out
+
+
+def _prefill_case(
+    ctx: Any, name: str, cfg: Any, model: Any, theirs: Any, prompt: list[int], check: dict, plan: dict[str, Any]
+) -> dict:
+    import tracer as tr
+
+    zero = model.empty_cache().tensors()  # prefill is pure: one zero cache serves every call
+    arr = np.array([prompt], np.int32)
+
+    def ours(jit: bool) -> Any:
+        fn = model.prefill_jit if jit else model.prefill
+        return lambda: int(fn(tr.tensor(arr), *zero)[1].numpy()[0])
+
+    contenders = [
+        Contender("jit", ours(True), plan["prefill_block"]),
+        Contender("lazy", ours(False), plan["prefill_block"]),
+    ]
+    same = gpu_time_of(ctx, model.prefill(tr.tensor(arr), *zero))
+    gpu = {"jit": same, "lazy": same}  # both run the same program
+    if theirs is not None:
+        t_prompt, t_cache = theirs.torch.tensor([prompt], device=theirs.device), theirs.cache()
+        contenders.append(Contender("torch", lambda: int(theirs.prefill(t_prompt, t_cache).argmax(-1).item()), plan["prefill_block"]))  # fmt: skip
+    ctx.settings.log(f"  e2e decoder {name}: prefill {len(prompt)} tokens")
+    outcome = interleave(contenders, plan["prefill"], ctx.settings.log)
+    if theirs is not None:
+        gpu["torch"] = torch_gpu_ms(ctx.torch, lambda: theirs.prefill(t_prompt, t_cache))
+    by = {c.name: c for c in contenders}
+    return record(
+        ctx, "decoder_prefill", f"{name}: {len(prompt)} tokens", {k: summary(by[k], gpu.get(k)) for k in ("jit", "lazy")},
+        {"torch": summary(by["torch"], gpu.get("torch"))} if theirs is not None else {}, outcome, check,
+        [f"{describe(cfg)}, f32, random weights (seed 0); a call: the prompt through the model and the next id read back",
+         "jit: prefill under @tr.jit; lazy: the same function traced each call (its program comes from the cache)"],
+    )  # fmt: skip
+
+
+def _decode_case(
+    ctx: Any, name: str, cfg: Any, model: Any, theirs: Any, prompt: list[int], check: dict, plan: dict[str, Any]
+) -> dict:
+    jit, lazy = JitDecode(model, prompt), LazyDecode(model, prompt)
+    contenders = [
+        Contender("jit", jit, plan["jit_block"], jit.prepare),
+        Contender("lazy", lazy, plan["lazy_block"], lazy.prepare),
+    ]
+    eager = graph = None
+    if theirs is not None:
+        eager = TorchDecode(theirs, prompt, graph=False)
+        contenders.append(Contender("torch", eager, plan["jit_block"], eager.prepare))
+        if theirs.device == "cuda":
+            graph = TorchDecode(theirs, prompt, graph=True)
+            contenders.append(Contender("torch_cuda_graph", graph, plan["jit_block"], graph.prepare))
+    ctx.settings.log(f"  e2e decoder {name}: decode per token after {len(prompt)} prompt tokens")
+    outcome = interleave(contenders, plan["decode"], ctx.settings.log)
+    gpu = {"jit": gpu_time_of(ctx, model.step(*jit.inputs(), *jit.cache))}
+    scratch = model.empty_cache()
+    lazy_pos = min(len(prompt) + 8, model.ctx - 1)
+    import tracer as tr
+
+    gpu["lazy"] = gpu_time_of(ctx, model.step_lazy(tr.tensor(np.array([[1]], np.int32)), lazy_pos, scratch), scratch)
+    if eager is not None:
+        eager.prepare(2)
+        gpu["torch"] = torch_gpu_ms(ctx.torch, eager.gpu_call)
+    if graph is not None:
+        gpu["torch_cuda_graph"] = torch_gpu_ms(ctx.torch, graph.gpu_call)
+    by = {c.name: c for c in contenders}
+    variants = {k: summary(by[k], gpu[k]) for k in ("jit", "lazy")}
+    comparators = {k: summary(by[k], gpu.get(k)) for k in ("torch", "torch_cuda_graph") if k in by}
+    rec = record(
+        ctx, "decoder_token", f"{name}: per token", variants, comparators, outcome, check,
+        [f"{describe(cfg)}, f32, random weights (seed 0); a call: one token, the next id read back (greedy)",
+         "jit: the @tr.jit step over a fixed-size cache (where + additive mask); lazy: index_write + "
+         "cache[:, :, :pos+1], compiling per new position; torch: eager with slices, and one step captured "
+         "as a CUDA graph over the static cache",
+         f"lazy GPU time: one pass at position {lazy_pos}"],
+    )  # fmt: skip
+    rec["tokens_per_s"] = {k: 1e3 / statistics.median(c.samples) for k, c in by.items() if c.samples}
+    return rec
