@@ -6,22 +6,32 @@ memory plan asked for (pool buffers, or one arena buffer whose ranges the slots 
 records every dispatch into one compute pass of one command encoder, and submits once.
 
 Replaying is cheap: pipelines, the uniform and the temporaries never change, so the bind
-groups of dispatches that touch only temporaries are built once; the others are cached
-by the identity of the input/output buffers they bind (a run on the same buffers builds
-none). The output buffers of the last SPARE_OUTPUTS runs are reused once nothing holds
-the DeviceBuffer a run returned for them, so outputs the caller holds are never
-overwritten; programs keep one DeviceBuffer object per GPU buffer so the test is exact.
-`trim()` drops what a program keeps for replays (its last bind groups and spare outputs).
+groups of dispatches that touch only temporaries are built once. The others depend on the
+input and output buffers of a run: for each set of them (up to PLANS_KEPT sets, least
+recently used dropped) the program keeps a plan, every dispatch's pipeline, bind group and
+workgroup counts, ready to encode; a run on buffers seen before builds nothing.
+
+Output buffers come from a pool (OutputPool): a buffer whose DeviceBuffer nobody holds any
+more goes back to its program and output slot, and the next run takes the one freed last
+(so a loop that drops or replaces its result alternates between at most two buffers, and
+finds their plans). Outputs the caller holds are never overwritten. What the pools keep
+free is bounded in bytes across all programs (WGJIT_SPARE_OUTPUT_BYTES); `trim()` drops a
+program's plans and free buffers.
+
+Encoding calls wgpu-native's C functions straight through wgpu-py's cffi library for the
+per-dispatch commands (set pipeline, set bind group, dispatch): wgpu-py wraps each such
+call in Python error capture, which costs more than the call itself when a replay has
+hundreds of dispatches. Encoder errors still surface, at `encoder.finish()`.
 """
 
 from __future__ import annotations
 
-import operator
 import os
+import threading
 import time
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import wgpu
@@ -37,7 +47,20 @@ if TYPE_CHECKING:
     from backend_wgpu.profile import Profile
 
 
-SPARE_OUTPUTS = 4  # per output slot, how many recent runs' buffers a program may reuse
+SPARE_OUTPUTS = 4  # per output slot, how many free buffers a program keeps
+PLANS_KEPT = 4  # per program, how many sets of input/output buffers keep their bind groups
+SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 20)))  # free outputs, all programs
+
+try:  # wgpu-native's C functions, for the per-dispatch commands (see the module docstring)
+    from wgpu.backends.wgpu_native import ffi as _ffi
+    from wgpu.backends.wgpu_native import lib as _lib
+
+    _SET_PIPELINE = _lib.wgpuComputePassEncoderSetPipeline
+    _SET_BIND_GROUP = _lib.wgpuComputePassEncoderSetBindGroup
+    _DISPATCH = _lib.wgpuComputePassEncoderDispatchWorkgroups
+    _NULL = _ffi.NULL
+except (ImportError, AttributeError):  # another backend: wgpu-py's own methods
+    _SET_PIPELINE = None
 
 
 @dataclass(frozen=True)
@@ -68,9 +91,80 @@ class _Launch:
     uniform_size: int
     count: tuple[int, int, int]
     static_group: Any = None  # bind group when every slot is a temp (reused on every run)
-    io_key: Callable[[list[Any]], Any] | None = None  # picks the input/output GPU buffers it binds from a run's list
-    cached_key: Any = None  # the GPU buffers its cached group binds (held, so their ids stay unique)
-    cached_group: Any = None
+    io_slots: tuple[int, ...] = ()  # the input/output slots it binds
+    groups: dict[tuple, Any] = field(default_factory=dict)  # its bind group per buffers of those slots
+
+
+@dataclass
+class _Plan:
+    """Every dispatch ready to encode for one set of input and output buffers."""
+
+    groups: list[Any]  # the bind groups (kept alive: `commands` holds their C handles)
+    commands: list[tuple[Any, Any, int, int, int]]  # (pipeline handle or None when unchanged, group handle, x, y, z)
+
+
+class OutputPool:
+    """Free output buffers of all programs, the least recently freed dropped past a byte budget.
+
+    A program hands out an output buffer wrapped in a new DeviceBuffer; when that
+    DeviceBuffer dies (nothing holds the tensor any more), the buffer comes back here,
+    filed under its program and output slot. Taking gives the one freed last.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.free_bytes = 0
+        self._stacks: dict[tuple[weakref.ref, int], list[Any]] = {}  # (program, slot) -> free buffers
+        self._order: OrderedDict[int, tuple[tuple[weakref.ref, int], Any]] = OrderedDict()  # id(raw), oldest first
+        self._lock = threading.Lock()  # buffers are freed from any thread (by the garbage collector)
+
+    def take(self, program_ref: weakref.ref, slot: int) -> Any | None:
+        """A free buffer for this program's output slot, the one freed last; None when there is none."""
+        with self._lock:
+            stack = self._stacks.get((program_ref, slot))
+            if not stack:
+                return None
+            raw = stack.pop()
+            del self._order[id(raw)]
+            self.free_bytes -= raw.size
+            return raw
+
+    def give_back(self, program_ref: weakref.ref, slot: int, raw: Any) -> None:
+        """`raw` is free again; past SPARE_OUTPUTS per slot or the byte budget, the oldest free ones are dropped."""
+        if program_ref() is None or getattr(raw, "_wgjit_destroyed", False):
+            return
+        key = (program_ref, slot)
+        dropped: list[tuple[weakref.ref, Any]] = []
+        with self._lock:
+            stack = self._stacks.setdefault(key, [])
+            if len(stack) >= SPARE_OUTPUTS:
+                dropped.append(self._forget(stack[0]))
+            stack.append(raw)
+            self._order[id(raw)] = (key, raw)
+            self.free_bytes += raw.size
+            while self.free_bytes > self.budget and self._order:
+                dropped.append(self._forget(next(iter(self._order.values()))[1]))
+        for ref, old in dropped:  # outside the lock: the program takes its own
+            program = ref()
+            if program is not None:
+                program.released(old)  # its bind groups let go of the buffer too; wgpu frees it when idle
+
+    def _forget(self, raw: Any) -> tuple[weakref.ref, Any]:
+        key, _ = self._order.pop(id(raw))
+        self._stacks[key].remove(raw)
+        self.free_bytes -= raw.size
+        return key[0], raw
+
+    def drop(self, program_ref: weakref.ref | None = None) -> None:
+        """Forget the free buffers of one program (all programs when None)."""
+        with self._lock:
+            for key in [k for k in self._stacks if program_ref is None or k[0] is program_ref]:
+                for raw in list(self._stacks.pop(key)):
+                    del self._order[id(raw)]
+                    self.free_bytes -= raw.size
+
+
+OUTPUT_POOL = OutputPool(SPARE_OUTPUT_BYTES)
 
 
 class Program:
@@ -144,24 +238,20 @@ class Program:
         self._uniform = dev.create_buffer_with_data(data=bytes(uniform) or b"\0" * 16, usage=wgpu.BufferUsage.UNIFORM)
         self._temps = self._allocate_temps()
         for launch in self._launches:
-            io_slots = tuple(dict.fromkeys(s for s in launch.slots if s is not None and self.slots[s].kind != "temp"))
-            if not io_slots:
+            launch.io_slots = tuple(
+                dict.fromkeys(s for s in launch.slots if s is not None and self.slots[s].kind != "temp")
+            )
+            if not launch.io_slots:
                 launch.static_group = self._bind_group(launch, self._temps)
-            else:
-                launch.io_key = operator.itemgetter(*io_slots)
-        # for run(): every slot's GPU buffer, temporaries filled in; inputs and outputs per run
-        self._raw_template: list[Any] = [
-            self._temps[i].buffer if i in self._temps else None for i in range(len(self.slots))
-        ]
         self._input_slots = [(i, s.index) for i, s in enumerate(self.slots) if s.kind == "input"]
         self._output_slots = [i for i, s in enumerate(self.slots) if s.kind == "output"]
-        self._io_slots = [i for i, s in enumerate(self.slots) if s.kind != "temp"]
-        # output slot -> the last runs' (DeviceBuffer, its GPU buffer), most recent last
-        self._spare: dict[int, list[tuple[weakref.ref, Any]]] = {}
-        self._last_io: tuple[Any, ...] | None = None
-        self._last_groups: list[Any] = []
-        self._run_pipelines = [launch.pipeline for launch in self._launches]
-        self._run_counts = [launch.count for launch in self._launches]
+        self._plans: OrderedDict[tuple, _Plan] = OrderedDict()  # by the run's input and output buffers
+        self._ref = weakref.ref(self)
+        # runs and the forgetting of released buffers exclude each other (buffers are released from
+        # any thread, when the garbage collector frees a tensor)
+        self._lock = threading.Lock()
+        self._released: list[Any] = []
+        weakref.finalize(self, OUTPUT_POOL.drop, self._ref)  # its free outputs go when it does
 
     @property
     def temp_bytes(self) -> int:
@@ -216,30 +306,22 @@ class Program:
             return self._run(inputs, timestamp_writes)
 
     def _run(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None) -> list[DeviceBuffer]:
+        with self._lock:
+            self._forget_released()
+            return self._run_locked(inputs, timestamp_writes)
+
+    def _run_locked(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None) -> list[DeviceBuffer]:
         dev = self.device
         for buf in inputs:
             if buf.device is not dev:  # a tensor realized before tr.reset_device()
                 buf.device.check_alive()
                 raise DeviceError("an input tensor lives on another GPU device than this program; recreate it")
-        raw = list(self._raw_template)
-        for slot, index in self._input_slots:
-            raw[slot] = inputs[index].buffer
-        outs: dict[int, DeviceBuffer] = {}
-        for slot in self._output_slots:
-            buf = outs[slot] = self._output_buffer(slot)
-            raw[slot] = buf.buffer
+        outs = {slot: self._output_buffer(slot) for slot in self._output_slots}
         if self._launches:
-            groups = self._groups(raw, lambda: self._slot_buffers(inputs, outs))
+            plan = self._plan(inputs, outs)
             encoder = dev.device.create_command_encoder()
             cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
-            set_pipeline, set_bind_group, dispatch = cpass.set_pipeline, cpass.set_bind_group, cpass.dispatch_workgroups
-            last = None
-            for pipeline, group, (x, y, z) in zip(self._run_pipelines, groups, self._run_counts, strict=True):
-                if pipeline is not last:  # consecutive dispatches of one kernel keep it bound
-                    set_pipeline(pipeline)
-                    last = pipeline
-                set_bind_group(0, group)
-                dispatch(x, y, z)
+            _encode(cpass, plan)
             cpass.end()
             dev.queue.submit([encoder.finish()])
             dev.stats["submits"] += 1
@@ -249,55 +331,81 @@ class Program:
         return [outs[s] if s in outs else inputs[self.slots[s].index] for s in self.outputs]
 
     def _output_buffer(self, slot: int) -> DeviceBuffer:
-        """The buffer for an output slot: a recent run's that nothing holds any more, else a new one."""
-        recent = self._spare.setdefault(slot, [])
-        nbytes = self._output_bytes[slot]
-        free = next(
-            (k for k, (ref, raw) in enumerate(recent) if ref() is None and not getattr(raw, "_wgjit_destroyed", False)),
-            None,
-        )
-        if free is not None:
-            buf = DeviceBuffer(recent.pop(free)[1], nbytes, self.device)
+        """The buffer for an output slot: one of this slot's that nothing holds any more, else a new one.
+
+        The slot may be larger than the tensor (it hosted temporaries first): the DeviceBuffer
+        says the tensor's bytes, the GPU buffer has the slot's.
+        """
+        raw = OUTPUT_POOL.take(self._ref, slot)
+        if raw is not None:
+            buf = DeviceBuffer(raw, self._output_bytes[slot], self.device)
             self.device.stats["outputs_reused"] += 1
         else:
             buf = self.device.alloc(self.slots[slot].nbytes)
-            buf.nbytes = nbytes  # the slot may be larger than the tensor (it hosted temporaries)
-        recent.append((weakref.ref(buf), buf.buffer))
-        del recent[:-SPARE_OUTPUTS]
+            buf.nbytes = self._output_bytes[slot]
+        weakref.finalize(buf, OUTPUT_POOL.give_back, self._ref, slot, buf.buffer)
         return buf
 
-    def _slot_buffers(self, inputs: list[DeviceBuffer], outs: dict[int, DeviceBuffer]) -> dict[int, DeviceBuffer]:
+    def _plan(self, inputs: list[DeviceBuffer], outs: dict[int, DeviceBuffer]) -> _Plan:
+        """The plan for these buffers: from the cache, else built (bind groups only where missing)."""
+        key = tuple((inputs[i].buffer, inputs[i].offset) for _, i in self._input_slots) + tuple(
+            b.buffer for b in outs.values()
+        )
+        plan = self._plans.get(key)
+        if plan is not None:
+            self._plans.move_to_end(key)
+            return plan
         buffers = dict(self._temps)
         buffers.update(outs)
-        buffers.update((slot, inputs[index]) for slot, index in self._input_slots)
-        return buffers
-
-    def _groups(self, raw: list[Any], slot_buffers: Callable[[], dict[int, DeviceBuffer]]) -> list[Any]:
-        """Every launch's bind group for these GPU buffers (by slot), built only where they changed."""
-        io = tuple(raw[s] for s in self._io_slots)
-        if io == self._last_io:
-            return self._last_groups
+        buffers.update((slot, inputs[i]) for slot, i in self._input_slots)
         groups = []
-        buffers: dict[int, DeviceBuffer] | None = None
         for launch in self._launches:
-            if launch.static_group is not None:
-                groups.append(launch.static_group)
-                continue
-            key = launch.io_key(raw)
-            if launch.cached_group is None or key != launch.cached_key:
-                buffers = buffers if buffers is not None else slot_buffers()
-                launch.cached_group = self._bind_group(launch, buffers)
-                launch.cached_key = key
-            groups.append(launch.cached_group)
-        self._last_io, self._last_groups = io, groups
-        return groups
+            group = launch.static_group
+            if group is None:
+                bound = tuple((buffers[s].buffer, buffers[s].offset) for s in launch.io_slots)
+                group = launch.groups.get(bound)
+                if group is None:
+                    group = launch.groups[bound] = self._bind_group(launch, buffers)
+            groups.append(group)
+        plan = _Plan(groups, _commands(self._launches, groups))
+        self._plans[key] = plan
+        if len(self._plans) > PLANS_KEPT:
+            self._plans.popitem(last=False)
+            self._forget_unplanned_groups()
+        return plan
+
+    def released(self, raw: Any) -> None:
+        """The output pool dropped `raw`: forget the plans and bind groups that bind it (now, or before the next run)."""
+        self._released.append(raw)
+        if self._lock.acquire(blocking=False):  # not while this thread or another is running the program
+            try:
+                self._forget_released()
+            finally:
+                self._lock.release()
+
+    def _forget_released(self) -> None:
+        if not self._released:
+            return
+        gone = {id(raw) for raw in self._released}
+        self._released.clear()
+        self._plans = OrderedDict((k, p) for k, p in self._plans.items() if not any(id(b) in gone for b in k))
+        for launch in self._launches:
+            launch.groups = {k: g for k, g in launch.groups.items() if not any(id(b) in gone for b, _ in k)}
+
+    def _forget_unplanned_groups(self) -> None:
+        """Drop the cached bind groups no kept plan uses (they hold their buffers)."""
+        used = {id(g) for plan in self._plans.values() for g in plan.groups}
+        for launch in self._launches:
+            launch.groups = {k: g for k, g in launch.groups.items() if id(g) in used}
 
     def trim(self) -> None:
-        """Forget the buffers kept for replays (cached bind groups, spare outputs)."""
-        self._spare.clear()
-        self._last_io, self._last_groups = None, []
-        for launch in self._launches:
-            launch.cached_key = launch.cached_group = None
+        """Forget what this program keeps for replays: its plans, cached bind groups and free outputs."""
+        with self._lock:
+            self._released.clear()
+            self._plans.clear()
+            for launch in self._launches:
+                launch.groups = {}
+        OUTPUT_POOL.drop(self._ref)
 
     def summary(self) -> str:
         lines = [
@@ -334,6 +442,38 @@ class Program:
 
     def __repr__(self) -> str:
         return f"<Program {len(self.dispatches)} dispatches, {self.input_count} inputs, {len(self.outputs)} outputs>"
+
+
+def _commands(launches: list[_Launch], groups: list[Any]) -> list[tuple[Any, Any, int, int, int]]:
+    """Each dispatch as (pipeline handle, or None when the previous dispatch's is still bound; group handle; x, y, z)."""
+    commands = []
+    last = None
+    for launch, group in zip(launches, groups, strict=True):
+        pipeline = launch.pipeline
+        changed = pipeline is not last
+        last = pipeline
+        if _SET_PIPELINE is not None:
+            commands.append((pipeline._internal if changed else None, group._internal, *launch.count))
+        else:
+            commands.append((pipeline if changed else None, group, *launch.count))
+    return commands
+
+
+def _encode(cpass: Any, plan: _Plan) -> None:
+    """Record a plan's dispatches into a compute pass."""
+    if _SET_PIPELINE is None:
+        for pipeline, group, x, y, z in plan.commands:
+            if pipeline is not None:
+                cpass.set_pipeline(pipeline)
+            cpass.set_bind_group(0, group)
+            cpass.dispatch_workgroups(x, y, z)
+        return
+    handle, set_pipeline, set_group, dispatch, null = cpass._internal, _SET_PIPELINE, _SET_BIND_GROUP, _DISPATCH, _NULL
+    for pipeline, group, x, y, z in plan.commands:
+        if pipeline is not None:
+            set_pipeline(handle, pipeline)
+        set_group(handle, 0, group, 0, null)
+        dispatch(handle, x, y, z)
 
 
 def compile_program(graph: Graph, device: Device) -> Program:

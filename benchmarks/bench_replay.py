@@ -55,7 +55,10 @@ def _mixed_chain(n: int, width: int) -> Callable[[tr.Tensor], tr.Tensor]:
 def _floor(program: Any) -> Callable[[], None]:
     """The floor loop for `program`: its pipelines and (already built) bind groups, nothing else."""
     dev = program.device
-    launches = list(zip(program._run_pipelines, program._last_groups, program._run_counts, strict=True))
+    plan = next(reversed(program._plans.values()))  # the bind groups of the last run
+    launches = [
+        (launch.pipeline, group, launch.count) for launch, group in zip(program._launches, plan.groups, strict=True)
+    ]
 
     def run() -> None:
         encoder = dev.device.create_command_encoder()

@@ -16,22 +16,25 @@ class DType(enum.Enum):
     uint32 = "uint32"
     bool = "bool"
 
+    # the properties read facts computed once per member (below the class): tracing asks
+    # them for every op, and an Enum member's own lookups cost microseconds each
+
     @property
     def np(self) -> np.dtype:
-        return np.dtype(self.value)
+        return self._facts[0]
 
     @property
     def itemsize(self) -> int:
         """Bytes per element in a GPU buffer (bool is stored as u32: WGSL has no bool storage)."""
-        return 4 if self is DType.bool else self.np.itemsize
+        return self._facts[1]
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.float32, DType.float16)
+        return self._facts[2]
 
     @property
     def is_int(self) -> bool:
-        return self in (DType.int32, DType.uint32)
+        return self._facts[3]
 
     @property
     def family(self) -> str:
@@ -61,6 +64,14 @@ _WGSL = {
     DType.uint32: "u32",
     DType.bool: "bool",
 }
+
+for _dt in DType:  # (numpy dtype, bytes per element in a buffer, is float, is int)
+    _dt._facts = (
+        np.dtype(_dt.value),
+        4 if _dt is DType.bool else np.dtype(_dt.value).itemsize,
+        _dt in (DType.float32, DType.float16),
+        _dt in (DType.int32, DType.uint32),
+    )
 
 float32 = DType.float32
 float16 = DType.float16

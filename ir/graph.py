@@ -14,7 +14,9 @@ from typing import Any
 
 import networkx as nx
 
+from ir.dtypes import DType
 from ir.node import Node
+from ir.ops import Op
 
 
 @dataclass(frozen=True)
@@ -80,20 +82,22 @@ class Graph:
         return sorted(self.nx.successors(node_id))
 
     def inputs(self) -> list[Node]:
-        from ir.ops import Op
-
         return sorted((n for n in self if n.op is Op.INPUT), key=lambda n: n.arg.index)
 
-    def structural_key(self) -> str:
-        """A hash of everything that decides the compiled program, but not buffer contents."""
+    def structure(self) -> tuple:
+        """Everything that decides the compiled program, but not buffer contents, as one hashable value.
+
+        Equal for two graphs exactly when they compile to the same program; the program cache
+        is keyed by it. tracer.graph_builder.walk computes the same value from the Lazies
+        without building a Graph.
+        """
         pos = {nid: i for i, nid in enumerate(self.nodes)}
-        h = hashlib.sha256()
-        for n in self.nodes.values():
-            h.update(
-                repr((n.op.value, tuple(pos[s] for s in n.srcs), n.shape, n.dtype.value, _arg_key(n.arg))).encode()
-            )
-        h.update(repr(tuple(pos[o] for o in self.outputs)).encode())
-        return h.hexdigest()[:24]
+        nodes = tuple(node_key(n.op, tuple([pos[s] for s in n.srcs]), n.shape, n.dtype, n.arg) for n in self)
+        return (nodes, tuple([pos[o] for o in self.outputs]))
+
+    def structural_key(self) -> str:
+        """A short hash of structure(), for messages and tools."""
+        return structure_hash(self.structure())
 
     def __repr__(self) -> str:
         return f"<Graph {len(self.nodes)} nodes, outputs {', '.join(f'%{o}' for o in self.outputs)}>"
@@ -121,5 +125,23 @@ class Graph:
         return None if svg is None else inline_svg(svg)
 
 
-def _arg_key(arg: Any) -> Any:
-    return arg if not hasattr(arg, "__dataclass_fields__") else repr(arg)
+def node_key(op: Op, srcs: tuple[int, ...], shape: tuple[int, ...], dtype: DType, arg: Any) -> tuple:
+    """One node of a structure (Graph.structure): sources by position; an INPUT by index and donatability.
+
+    Ops and dtypes appear as their value strings (an Enum member hashes in Python, a str in
+    C, once). Args are compared as values, except ARANGE's (start, step), compared by repr
+    so that 0 and 0.0, or 0.0 and -0.0, stay apart: the uniform of a cached program holds them.
+    """
+    if op is Op.INPUT:
+        return input_key(arg.index, arg.donatable, shape, dtype)
+    return (op._value_, srcs, shape, dtype._value_, repr(arg) if op is Op.ARANGE else arg)
+
+
+def input_key(index: int, donatable: bool, shape: tuple[int, ...], dtype: DType) -> tuple:
+    """node_key of an INPUT node (InputArg(index, donatable)), without making the InputArg."""
+    return ("input", index, donatable, shape, dtype._value_)
+
+
+def structure_hash(structure: tuple) -> str:
+    """A short stable text for a structure (the same on every run of the process)."""
+    return hashlib.sha256(repr(structure).encode()).hexdigest()[:24]

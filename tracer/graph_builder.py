@@ -1,13 +1,30 @@
-"""Turns the pending Lazies behind some tensors into an ir.Graph ready for the passes."""
+"""Turns the pending Lazies behind some tensors into an ir.Graph ready for the passes.
+
+`walk` collects what a realization needs (the Lazies in topological order, the inputs,
+the outputs) and the graph's structure (ir.graph.Graph.structure), the program cache's
+key, without building any Node: a realization whose structure was compiled before never
+builds its Graph. `graph_of` builds it when a program must be compiled.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ir.graph import Graph
+from ir.graph import Graph, input_key, node_key
 from ir.node import Node
 from ir.ops import MOVEMENT, InputArg, Op
 from tracer.lazy import Lazy
+
+_INPUT = Op.INPUT  # a leaf: realized, or host data waiting for upload (Lazy.is_leaf, read fast)
+
+
+@dataclass
+class Walk:
+    order: list[Lazy]  # every Lazy the graph holds, in topological order
+    inputs: list[Lazy]  # the leaves, by InputArg.index
+    donatable: list[bool]  # per input: nothing outside the graph can see it (an in-place kernel may overwrite it)
+    outputs: list[Lazy]  # by position in graph.outputs
+    structure: tuple  # ir.graph.Graph.structure() of graph_of(this walk)
 
 
 @dataclass
@@ -17,8 +34,8 @@ class BuiltGraph:
     outputs: list[Lazy]  # by position in graph.outputs
 
 
-def build_graph(targets: list[Lazy]) -> BuiltGraph:
-    """Collect every pending Lazy the targets need, in topological order.
+def walk(targets: list[Lazy]) -> Walk:
+    """Collect every pending Lazy the targets need, in topological order, and the graph's structure.
 
     Besides the targets, a pending value becomes an output when something outside this
     graph can still see it (a live user Tensor, or a pending Lazy that is not part of
@@ -28,17 +45,15 @@ def build_graph(targets: list[Lazy]) -> BuiltGraph:
     never donated to an in-place kernel.
     """
     order: list[Lazy] = []
-    seen: set[int] = set()
+    members: set[int] = set()
     for t in targets:
-        postorder(t, order, seen)
-    members = {id(lz) for lz in order}
+        postorder(t, order, members)
     target_ids = {id(t) for t in targets}
-
     outputs: list[Lazy] = list(dict.fromkeys(targets))
     output_ids = {id(lz) for lz in outputs}
     kept_leaves: set[int] = set()
     for lz in order:
-        if lz.is_leaf or id(lz) in target_ids or not _visible_outside(lz, members):
+        if lz.op is _INPUT or id(lz) in target_ids or not lz.seen_outside(members):
             continue
         base = lz
         while base.op in MOVEMENT and not base.is_leaf:
@@ -49,26 +64,43 @@ def build_graph(targets: list[Lazy]) -> BuiltGraph:
             outputs.append(base)
             output_ids.add(id(base))
 
+    pos: dict[int, int] = {}
+    nodes: list[tuple] = []
+    inputs: list[Lazy] = []
+    donatable: list[bool] = []
+    for lz in order:
+        pos[id(lz)] = len(nodes)
+        if lz.op is _INPUT:
+            free = not lz.pinned and id(lz) not in kept_leaves and not lz.seen_outside(members)
+            nodes.append(input_key(len(inputs), free, lz.shape, lz.dtype))
+            inputs.append(lz)
+            donatable.append(free)
+        else:
+            nodes.append(node_key(lz.op, tuple([pos[id(s)] for s in lz.srcs]), lz.shape, lz.dtype, lz.arg))
+    structure = (tuple(nodes), tuple([pos[id(lz)] for lz in outputs]))
+    return Walk(order, inputs, donatable, outputs, structure)
+
+
+def graph_of(w: Walk) -> Graph:
+    """The ir.Graph of a walk (node ids are positions in the walk's order)."""
     ids: dict[int, int] = {}
     nodes: list[Node] = []
-    inputs: list[Lazy] = []
-    for lz in order:
+    index = {id(lz): i for i, lz in enumerate(w.inputs)}
+    for lz in w.order:
         nid = len(nodes)
         ids[id(lz)] = nid
-        if lz.is_leaf:
-            donatable = not lz.pinned and id(lz) not in kept_leaves and not _visible_outside(lz, members)
-            arg = InputArg(len(inputs), donatable)
-            inputs.append(lz)
-            nodes.append(Node(nid, Op.INPUT, (), lz.shape, lz.dtype, arg))
+        if lz.op is _INPUT:
+            i = index[id(lz)]
+            nodes.append(Node(nid, Op.INPUT, (), lz.shape, lz.dtype, InputArg(i, w.donatable[i])))
         else:
             nodes.append(Node(nid, lz.op, tuple(ids[id(s)] for s in lz.srcs), lz.shape, lz.dtype, lz.arg))
-    graph = Graph({n.id: n for n in nodes}, tuple(ids[id(lz)] for lz in outputs))
-    return BuiltGraph(graph, inputs, outputs)
+    return Graph({n.id: n for n in nodes}, tuple(ids[id(lz)] for lz in w.outputs))
 
 
-def _visible_outside(lz: Lazy, members: set[int]) -> bool:
-    """A user Tensor shows it, or a pending Lazy outside the graph still reads it."""
-    return bool(lz.live_handles()) or any(id(c) not in members and not c.is_leaf for c in lz.live_consumers())
+def build_graph(targets: list[Lazy]) -> BuiltGraph:
+    """The graph that computes `targets` (see walk), with its inputs and outputs."""
+    w = walk(targets)
+    return BuiltGraph(graph_of(w), w.inputs, w.outputs)
 
 
 def postorder(root: Lazy, order: list[Lazy], seen: set[int]) -> None:
@@ -79,7 +111,7 @@ def postorder(root: Lazy, order: list[Lazy], seen: set[int]) -> None:
         lz, expanded = stack.pop()
         if id(lz) in seen:
             continue
-        if expanded or lz.is_leaf:
+        if expanded or lz.op is _INPUT:
             seen.add(id(lz))
             order.append(lz)
             continue

@@ -19,6 +19,7 @@ from tracer.limits import check_binding_size, check_float16
 from tracer.realize import add_reset_hook
 
 _F32_MAX = float(np.finfo(np.float32).max)
+_F16 = DType.float16
 
 
 def host_array(data: Any, dtype: DType | str | None) -> tuple[np.ndarray, DType]:
@@ -72,12 +73,12 @@ class ConstantCache:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._lazies: OrderedDict[tuple[str, DType], Lazy] = OrderedDict()
+        self._lazies: OrderedDict[tuple[str, str], Lazy] = OrderedDict()
         self._lock = threading.Lock()  # threads trace at once: get, move and evict must not interleave
 
     def get(self, value: bool | int | float, dtype: DType) -> Lazy:
-        key = (repr(value), dtype)  # repr: 0.0 and -0.0, 1 and True stay apart
-        if dtype is DType.float16:
+        key = (repr(value), dtype._value_)  # repr: 0.0 and -0.0, 1 and True stay apart; str keys hash in C
+        if dtype is _F16:
             check_float16("constant", ())
         with self._lock:
             lz = self._lazies.get(key)
@@ -90,11 +91,6 @@ class ConstantCache:
             else:
                 self._lazies.move_to_end(key)
         return lz
-
-    def keys_by_id(self) -> dict[int, tuple[str, DType]]:
-        """id(Lazy) -> (repr of the value, dtype) for every cached constant."""
-        with self._lock:
-            return {id(lz): key for key, lz in self._lazies.items()}
 
     def clear(self) -> None:
         with self._lock:

@@ -2,6 +2,13 @@
 
 A Lazy becomes realized when a program computes it: it then holds a device buffer and
 forgets its sources, so the graph above it can be freed and is never recomputed.
+
+Who can still see a value decides what a realization keeps (graph_builder): the Tensors
+that show it and the pending Lazies that read it. Both are kept as plain lists of weak
+references, appended to when a Tensor or a consumer is made and filtered when read (a
+dead reference, a Tensor rebound to another value, or a consumer realized since, no
+longer counts). Tracing pays one weak reference per node and one list append per
+operand, not a WeakSet per node.
 """
 
 from __future__ import annotations
@@ -16,15 +23,14 @@ from ir.dtypes import DType
 from ir.ops import Op
 
 
-def alive(refs: weakref.WeakSet) -> list[Any]:
-    """The live members of a WeakSet, read from one snapshot of its references.
-
-    Tracing takes no lock, so another thread may add a consumer or a handle to a shared
-    value (a weight both use) while a realization walks it; iterating the WeakSet itself
-    would then fail with "set changed size during iteration". list() of the underlying
-    set is one C call, which the GIL keeps whole.
-    """
-    return [x for r in list(refs.data) if (x := r()) is not None]
+def _append(refs: list[weakref.ref], ref: weakref.ref) -> None:
+    """Append; at 64, 128, 256... entries drop the dead references if that halves the list (amortized O(1))."""
+    refs.append(ref)
+    n = len(refs)
+    if n >= 64 and n & (n - 1) == 0:
+        kept = [r for r in refs if r() is not None]
+        if len(kept) <= n // 2:
+            refs[:] = kept
 
 
 class Lazy:
@@ -50,11 +56,13 @@ class Lazy:
         self.arg = arg
         self.buffer: Any = None  # backend_wgpu.DeviceBuffer once realized
         self.host: np.ndarray | None = None  # data waiting to be uploaded
-        self.handles: weakref.WeakSet = weakref.WeakSet()  # user Tensors that show this value
-        self.consumers: weakref.WeakSet = weakref.WeakSet()  # pending Lazies that read it
+        self.handles: list[weakref.ref] = []  # Tensors made to show this value (see live_handles)
+        self.consumers: list[weakref.ref] = []  # Lazies made to read it (see live_consumers)
         self.pinned = False  # never donated to an in-place kernel (cached constants)
-        for s in srcs:
-            s.consumers.add(self)
+        if srcs:
+            me = weakref.ref(self)
+            for s in srcs:
+                _append(s.consumers, me)
 
     @staticmethod
     def from_host(data: np.ndarray, dtype: DType) -> Lazy:
@@ -64,26 +72,42 @@ class Lazy:
 
     @property
     def is_leaf(self) -> bool:
-        """Realized or waiting for upload: enters a graph as an INPUT."""
-        return self.buffer is not None or self.host is not None
+        """Realized or waiting for upload: enters a graph as an INPUT (the only Lazies whose op is INPUT)."""
+        return self.op is Op.INPUT
 
     @property
     def size(self) -> int:
         return math.prod(self.shape)
 
+    def add_handle(self, tensor: Any) -> None:
+        """`tensor` shows this value from now on (until it is rebound: Tensor._lazy is checked when read)."""
+        _append(self.handles, weakref.ref(tensor))
+
     def live_handles(self) -> list[Any]:
-        """The user Tensors that show this value (see `alive`)."""
-        return alive(self.handles)
+        """The Tensors that show this value now."""
+        # list(): one snapshot (C call, kept whole by the GIL) while other threads may trace and append
+        return [t for r in list(self.handles) if (t := r()) is not None and t._lazy is self]
+
+    def seen_outside(self, members: set[int]) -> bool:
+        """A Tensor shows this value, or a pending Lazy whose id() is not in `members` reads it."""
+        # iterating a list that another thread appends to is safe (it may or may not see the new entry)
+        for r in self.handles:
+            t = r()
+            if t is not None and t._lazy is self:
+                return True
+        for r in self.consumers:
+            c = r()
+            if c is not None and id(c) not in members and self in c.srcs:
+                return True
+        return False
 
     def live_consumers(self) -> list[Lazy]:
-        """The pending Lazies that read this value (see `alive`)."""
-        return alive(self.consumers)
+        """The pending Lazies that read this value now."""
+        return [c for r in list(self.consumers) if (c := r()) is not None and self in c.srcs]
 
     def mark_realized(self, buffer: Any) -> None:
         self.buffer = buffer
         self.op = Op.INPUT
         self.arg = None
         self.host = None
-        for s in self.srcs:
-            s.consumers.discard(self)
-        self.srcs = ()
+        self.srcs = ()  # no longer a consumer of them: live_consumers() checks srcs

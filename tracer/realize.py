@@ -29,12 +29,12 @@ from backend_wgpu import Program, get_device
 from backend_wgpu import device as backend_device
 from backend_wgpu.device import DeviceBuffer
 from ir.dtypes import DType
-from ir.graph import Graph
+from ir.graph import Graph, structure_hash
 from passes import run_pipeline
 from passes.fuse import fusion_enabled
 from passes.pipeline import PipelineRun
 from passes.plan_memory import memory_report
-from tracer.graph_builder import build_graph
+from tracer.graph_builder import graph_of, walk
 from tracer.lazy import Lazy
 from tracer.limits import check_graph_features
 from tracer.tracing import check_host_read, to_compute_now
@@ -92,17 +92,27 @@ def add_compile_listener(listener: CompileListener) -> Callable[[], None]:
 
 def program_for(graph: Graph) -> Program:
     """The compiled program for a graph, from the cache when its structure was seen before."""
-    device = get_device()
-    key = graph.structural_key() + ("" if fusion_enabled() else ":unfused")
+    return _program(graph.structure(), lambda: graph)
+
+
+def _program(structure: tuple, make_graph: Callable[[], Graph]) -> Program:
+    """The program for a structure: cached, or compiled from make_graph() (only called on a miss or for listeners)."""
+    key = (structure, fusion_enabled())
     program = _PROGRAMS.get(key)
     if program is not None:
         _PROGRAMS.move_to_end(key)
         stats["program_cache_hits"] += 1
         if debug_level() >= 1:
-            print(f"[wgjit] program cache hit {key}: {len(program.dispatches)} dispatches", file=sys.stderr)
-        _notify(CompileEvent(graph, program, True, None))
+            print(
+                f"[wgjit] program cache hit {structure_hash(structure)}: {len(program.dispatches)} dispatches",
+                file=sys.stderr,
+            )
+        if _LISTENERS:
+            _notify(CompileEvent(make_graph(), program, True, None))
         return program
+    graph = make_graph()
     check_graph_features(graph)
+    device = get_device()
     t0 = time.perf_counter()
     run = run_pipeline(graph, device.caps, keep=debug_level() >= 2 or bool(_LISTENERS))
     program = Program(run.graph, device, pass_seconds=run.seconds, stages=run.stages)
@@ -112,7 +122,9 @@ def program_for(graph: Graph) -> Program:
         len(_PROGRAMS) > MAX_CACHED_PROGRAMS or sum(p.temp_bytes for p in _PROGRAMS.values()) > MAX_CACHED_TEMP_BYTES
     ):
         _PROGRAMS.popitem(last=False)[1].trim()
-    _debug_report(key, program, run.seconds, time.perf_counter() - t0)
+    _debug_report(
+        structure_hash(structure) + ("" if key[1] else ":unfused"), program, run.seconds, time.perf_counter() - t0
+    )
     _notify(CompileEvent(graph, program, False, run))
     return program
 
@@ -177,12 +189,12 @@ def realize_lazies(lazies: Sequence[Lazy]) -> None:
         targets = [lz for lz in lazies if not lz.is_leaf]
         if not targets:
             return
-        built = build_graph(targets)
-        program = program_for(built.graph)
-        inputs = [device_buffer(lz) for lz in built.inputs]
+        w = walk(targets)
+        program = _program(w.structure, lambda: graph_of(w))
+        inputs = [device_buffer(lz) for lz in w.inputs]
         outputs = program.run(inputs)
         note_run(program)
-        for lz, buf in zip(built.outputs, outputs):
+        for lz, buf in zip(w.outputs, outputs, strict=True):
             lz.mark_realized(buf)
         stats["realizations"] += 1
 
@@ -193,7 +205,8 @@ def compile_lazies(lazies: Sequence[Lazy]) -> Program:
         targets = [lz for lz in lazies if not lz.is_leaf]
         if not targets:
             raise ValueError("compile: every tensor is already realized; there is nothing to compile")
-        return program_for(build_graph(targets).graph)
+        w = walk(targets)
+        return _program(w.structure, lambda: graph_of(w))
 
 
 def read_lazy(lz: Lazy) -> np.ndarray:
@@ -216,8 +229,12 @@ def cached_programs() -> list[Program]:
 
 
 def clear_program_cache() -> None:
+    """Forget every compiled program and what programs keep for replays (bind groups, free output buffers)."""
     with LOCK:
+        for program in list(_PROGRAMS.values()) + list(_WARM.values()):
+            program.trim()
         _PROGRAMS.clear()
+        _WARM.clear()
 
 
 ResetHook = Callable[[], None]

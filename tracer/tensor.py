@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import operator
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +26,7 @@ from tracer.graph_builder import build_graph
 from tracer.host import CONSTANTS, lazy_from_data
 from tracer.indexing import resolve_index
 from tracer.lazy import Lazy
-from tracer.limits import check_binding_size, check_float16, max_storage_buffers
+from tracer.limits import LARGEST_SAFE_BINDING, check_binding_size, check_float16, max_storage_buffers
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
 from tracer.tracing import note_rebind
 
@@ -47,7 +46,7 @@ class Tensor:
 
     def __init__(self, lazy: Lazy) -> None:
         self._lazy = lazy
-        lazy.handles.add(self)
+        lazy.add_handle(self)
 
     # --- properties ---------------------------------------------------------------
     @property
@@ -379,12 +378,17 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 # --- node construction ---------------------------------------------------------------
 
 
+_F16 = DType.float16
+
+
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
-    if op not in MOVEMENT:  # views add no bytes
-        check_binding_size(op.value, shape, dtype, math.prod(shape) * dtype.itemsize)
-    if dtype is DType.float16 and not any(s.dtype is DType.float16 for s in srcs):
+    """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > LARGEST_SAFE_BINDING and op not in MOVEMENT:  # views add no bytes
+        check_binding_size(op.value, shape, dtype, nbytes)
+    if dtype is _F16 and not any(s._lazy.dtype is _F16 for s in srcs):
         check_float16(op.value, shape)  # where float16 enters a graph, not later at realize
-    return Tensor(Lazy(op, tuple(s._lazy for s in srcs), shape, dtype, arg))
+    return Tensor(Lazy(op, tuple([s._lazy for s in srcs]), shape, dtype, arg))
 
 
 def from_data(data: Any, dtype: DType | str | None = None) -> Tensor:
@@ -697,12 +701,9 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
 
 def rebind(t: Tensor, lazy: Lazy) -> None:
     """Make `t` show another value; every other Tensor keeps showing what it showed."""
-    old = t._lazy
-    note_rebind(t, old)  # a jit trace repeats the rebinding on every replay
-    # rebuilt rather than discard(): WeakSet.discard compares by ==, which Tensor overloads
-    old.handles = weakref.WeakSet([h for h in old.handles if h is not t])
-    t._lazy = lazy
-    lazy.handles.add(t)
+    note_rebind(t, t._lazy)  # a jit trace repeats the rebinding on every replay
+    t._lazy = lazy  # the old value's live_handles() no longer counts t
+    lazy.add_handle(t)
 
 
 def _unary_method(op: Op) -> Callable[[Tensor], Tensor]:
