@@ -30,6 +30,8 @@ Per-op error bounds (relative, float32; float16 results use at least `F16_EPS`, 
 `F16_ABS_ERROR` absolute for values near zero, where float16 steps are 2**-24):
   +, -, *, square, casts to f16 .......... 1e-6 (correctly rounded; slack for fma contraction)
   exp, log, sqrt, sigmoid ................ 1e-5 (WGSL builtins are not correctly rounded)
+  expm1, log1p, hypot, logaddexp ......... 1e-5 (expm1 like exp: plus `mag` growing with |x|)
+  round(x, d != 0) ....................... 1e-6 (x * 10**d is exact as numpy's; the division is not)
   sin, cos ............................... 1e-5 times max(|x|, 0.1), absolute (WGSL bounds them absolutely)
   tanh, gelu, silu, rsqrt, reciprocal, / . 1e-5, plus `mag` where an approximation is absolute
   pow .................................... 1e-5 times (1 + |y log2 x|): exp2(y * log2 x) scales it
@@ -559,6 +561,11 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[F64])(x.astype(F64))
 
 
+def _round(x: np.ndarray, decimals: int) -> Result:
+    """numpy's round: exact for ints and to 0 decimals; otherwise x * 10**d rounds before a division."""
+    return Result(np.round(x, decimals), decimals == 0 or x.dtype.kind != "f")
+
+
 def _cast(x: np.ndarray, dtype: str) -> Result:
     """wgjit's casts: float -> int truncates and saturates at the largest float32 inside the
     int range (2**31 - 128 for int32: what WGSL's conversion gives), NaN -> 0; to bool is != 0."""
@@ -751,6 +758,11 @@ def d_where(b: Builder) -> Call | None:
         return None
     del cv
     return Call((c, x, y))
+
+
+def d_round(b: Builder) -> Call | None:
+    x = operand(b, _NUM)
+    return Call((x,), (("decimals", b.draw(st.sampled_from([0, 0, 1, 2, -1]))),))
 
 
 def d_cast(b: Builder) -> Call | None:
@@ -1289,6 +1301,18 @@ OPS: dict[str, OpSpec] = {
         OpSpec(
             "minimum", d_binary(_ANY, no_bool_result=False), "tr.minimum({0}, {1})", _elementwise(np.minimum, "always")
         ),
+        OpSpec(
+            "hypot",
+            d_binary(_ANY, no_bool_result=False),
+            "tr.hypot({0}, {1})",
+            _elementwise(np.hypot, "never", float_out=True),
+        ),
+        OpSpec(
+            "logaddexp",
+            d_binary(_ANY, no_bool_result=False),
+            "tr.logaddexp({0}, {1})",
+            _elementwise(np.logaddexp, "never", float_out=True),
+        ),
         OpSpec("lt", d_binary(_ANY, no_bool_result=False), "{0} < {1}", _elementwise(np.less, "always", cmp=True)),
         OpSpec(
             "le", d_binary(_ANY, no_bool_result=False), "{0} <= {1}", _elementwise(np.less_equal, "always", cmp=True)
@@ -1363,6 +1387,11 @@ OPS: dict[str, OpSpec] = {
         ),
         OpSpec("floor", d_unary(_NUM), "{0}.floor()", _unary(np.floor, floats=False), "always"),
         OpSpec("ceil", d_unary(_NUM), "tr.ceil({0})", _unary(np.ceil, floats=False), "always"),
+        OpSpec("trunc", d_unary(_NUM), "{0}.trunc()", _unary(np.trunc, floats=False), "always"),
+        OpSpec("round", d_round, "{0}.round({decimals})", _round, eps=1e-6),
+        OpSpec("isnan", d_unary(_ANY), "{0}.isnan()", np.isnan, "always"),
+        OpSpec("isinf", d_unary(_ANY), "tr.isinf({0})", np.isinf, "always"),
+        OpSpec("isfinite", d_unary(_ANY), "{0}.isfinite()", np.isfinite, "always"),
         OpSpec("not", d_unary((BOOL,)), "~{0}", np.logical_not, "always"),
         OpSpec("cast", d_cast, "{0}.astype(tr.{dtype})", _cast, "always"),
         OpSpec("contiguous", d_unary(_ANY), "{0}.contiguous()", lambda x: x.copy(), "always"),

@@ -33,7 +33,7 @@ from tracer.factories import (
 from tracer.jit import jit
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.realize import reset_device
-from tracer.tensor import Tensor, compile, concat, matmul, maximum, minimum, realize, stack, where
+from tracer.tensor import Tensor, compile, concat, hypot, logaddexp, matmul, maximum, minimum, realize, stack, where
 from tracer.weights import load_safetensors
 
 bool = bool_  # noqa: A001  tr.bool, as numpy spells it
@@ -54,6 +54,8 @@ globals().update({name: _unary(name) for name in _TABLE_UNARY})
 gelu = _unary("gelu")
 floor = _unary("floor")
 ceil = _unary("ceil")
+trunc = _unary("trunc")
+round = _unary("round")  # noqa: A001
 sum = _unary("sum")  # noqa: A001
 mean = _unary("mean")
 max = _unary("max")  # noqa: A001
@@ -101,9 +103,9 @@ def record():  # noqa: ANN201
 __all__ = [
     "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "JitError", "KernelCompileError", "ShapeError",
     "Tensor", "WgjitError", "arange", "argmax", "argmin", "astype", "bool", "bool_",
-    "broadcast_to", "ceil", "compile", "concat", "expand", "explain", "flatten", "float16",
+    "broadcast_to", "ceil", "round", "trunc", "compile", "concat", "expand", "explain", "flatten", "float16",
     "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log_softmax", "matmul", "max",
-    "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
+    "hypot", "logaddexp", "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
     "record", "reset_device", "reshape", "softmax",
     "squeeze", "stack", "sum", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",

@@ -239,6 +239,31 @@ class Tensor:
     def ceil(self) -> Tensor:
         return self if not self.dtype.is_float else unary(Op.CEIL, self)
 
+    def trunc(self) -> Tensor:
+        return self if not self.dtype.is_float else unary(Op.TRUNC, self)
+
+    def round(self, decimals: int = 0) -> Tensor:
+        """Rounded to `decimals` decimal places, ties to even, as numpy's round: a float times 10**d,
+        rounded, divided by 10**d (d < 0: divided, rounded, multiplied); an int with d >= 0 is itself,
+        with d < 0 it is rounded exactly in integers."""
+        if not isinstance(decimals, int) or isinstance(decimals, bool):
+            raise TypeError(f"round: decimals must be an int, got {decimals!r}")
+        if self.dtype.is_float:
+            if decimals == 0:
+                return unary(Op.ROUND, self)
+            if decimals > 0:
+                return unary(Op.ROUND, self * 10.0**decimals) / 10.0**decimals
+            return unary(Op.ROUND, self / 10.0**-decimals) * 10.0**-decimals
+        if decimals >= 0:
+            return self
+        p = 10**-decimals
+        if p > np.iinfo(self.dtype.np).max:
+            return self * 0
+        q = self // p
+        twice_r = (self - q * p) * 2
+        up = (twice_r > p) | ((twice_r == p) & (q % 2 != 0))
+        return (q + up.astype(self.dtype)) * p
+
     def astype(self, dtype: DType | str | type) -> Tensor:
         dt = to_dtype(dtype)
         if dt is self.dtype:
@@ -485,6 +510,16 @@ def maximum(a: Any, b: Any) -> Tensor:
 
 def minimum(a: Any, b: Any) -> Tensor:
     return binary(Op.MINIMUM, a, b)
+
+
+def hypot(a: Any, b: Any) -> Tensor:
+    """sqrt(a**2 + b**2) elementwise, without overflow (ints become float32), as np.hypot."""
+    return binary(Op.HYPOT, a, b)
+
+
+def logaddexp(a: Any, b: Any) -> Tensor:
+    """log(exp(a) + exp(b)) elementwise, without overflow (ints become float32), as np.logaddexp."""
+    return binary(Op.LOGADDEXP, a, b)
 
 
 def _move_axes_last(x: Tensor, axes: tuple[int, ...]) -> Tensor:
