@@ -1019,6 +1019,47 @@ def _clamp(x: np.ndarray, lo: Any, hi: Any) -> Result:
     return Result(y if hi is None else minimum(y, hi).value, True)
 
 
+def d_var(b: Builder) -> Call | None:
+    call = d_reduce(_ANY)(b)
+    return None if call is None else Call(call.args, call.params + (("ddof", b.draw(st.sampled_from([0, 0, 1]))),))
+
+
+def _var(root: bool) -> Callable[..., Result]:
+    """np.var / np.std in float64. The centered values carry the rounding of the mean: an absolute
+    error of var scaling with mean(x**2); through the square root, std's grows as its root."""
+
+    def ref(x: np.ndarray, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Result:
+        dt = to_float(x.dtype)
+        a = _up(x.astype(dt)).astype(F64)
+        with np.errstate(all="ignore"):
+            r = np.var(a, axis=axis, ddof=ddof, keepdims=keepdims)
+            mag = np.mean(a * a, axis=axis, keepdims=keepdims) if a.size else np.zeros_like(r)
+            if root:
+                r, mag = np.sqrt(r), np.sqrt(mag / (F16_EPS if dt == F16 else 1e-5))
+        return Result(np.asarray(r).astype(dt), False, mag)
+
+    return ref
+
+
+def _logsumexp(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Result:
+    """scipy's logsumexp in float64: the largest element (where finite) taken out first."""
+    dt = to_float(x.dtype)
+    a = _up(x.astype(dt)).astype(F64)
+    axes = tuple(range(a.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+    shape = np.sum(a, axis=axes, keepdims=keepdims).shape
+    if any(a.shape[i] == 0 for i in axes):
+        return Result(np.full(shape, -np.inf, dt), True)
+    m = np.max(a, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(all="ignore"):
+        r = np.log(np.sum(np.exp(a - m), axis=axes, keepdims=keepdims)) + m.reshape(shape)
+    return Result(r.astype(dt), False, np.abs(m).reshape(shape) + 1.0)
+
+
+def d_nan_to_num(b: Builder) -> Call | None:
+    return Call((operand(b, _ANY),), (("nan", b.draw(st.sampled_from([0.0, -1.0, 2.5]))),))
+
+
 def d_masked_fill(b: Builder) -> Call | None:
     x = operand(b, _ANY)
     xv = b.value(x)
@@ -1461,6 +1502,32 @@ OPS: dict[str, OpSpec] = {
         # transformer ops (tracer/nn.py)
         OpSpec("erf", d_unary(_NUM), "tr.erf({0})", _unary(lambda a: _erf(a), mag=lambda a: np.full_like(a, 0.05))),
         OpSpec("clamp", d_clamp, "tr.clamp({0}, {lo!r}, {hi!r})", _clamp, "always"),
+        # numpy's everyday API (tracer/reductions.py, numeric.py)
+        OpSpec("clip", d_clamp, "{0}.clip({lo!r}, {hi!r})", _clamp, "always"),
+        OpSpec(
+            "nan_to_num",
+            d_nan_to_num,
+            "tr.nan_to_num({0}, nan={nan!r})",
+            lambda x, nan: np.nan_to_num(x, nan=nan),
+            "always",
+        ),
+        OpSpec("var", d_var, "{0}.var(axis={axis!r}, ddof={ddof}, keepdims={keepdims!r})", _var(False), eps=1e-5),
+        OpSpec("std", d_var, "tr.std({0}, axis={axis!r}, ddof={ddof}, keepdims={keepdims!r})", _var(True), eps=1e-5),
+        OpSpec(
+            "any",
+            d_reduce(_ANY),
+            "{0}.any(axis={axis!r}, keepdims={keepdims!r})",
+            lambda x, axis, keepdims: np.any(x, axis=axis, keepdims=keepdims),
+            "always",
+        ),
+        OpSpec(
+            "all",
+            d_reduce(_ANY),
+            "tr.all({0}, axis={axis!r}, keepdims={keepdims!r})",
+            lambda x, axis, keepdims: np.all(x, axis=axis, keepdims=keepdims),
+            "always",
+        ),
+        OpSpec("logsumexp", d_reduce(_ANY), "tr.logsumexp({0}, axis={axis!r}, keepdims={keepdims!r})", _logsumexp),
         OpSpec("masked_fill", d_masked_fill, "{0}.masked_fill({1}, {value!r})", _masked_fill, "always"),
         OpSpec(
             "layer_norm",

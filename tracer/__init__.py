@@ -32,7 +32,9 @@ from tracer.factories import (
 )
 from tracer.jit import jit
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
+from tracer.numeric import clip, nan_to_num
 from tracer.realize import reset_device
+from tracer.reductions import all, any, logsumexp, std, var
 from tracer.tensor import Tensor, compile, concat, hypot, logaddexp, matmul, maximum, minimum, realize, stack, where
 from tracer.weights import load_safetensors
 
@@ -110,6 +112,8 @@ __all__ = [
     "squeeze", "stack", "sum", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
     # transformer inference (tracer/nn.py, tracer/weights.py)
-    "clamp", "gather", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
+    "clamp", "gather",
+    # numpy's everyday API (tracer/reductions.py, numeric.py)
+    "all", "any", "clip", "logsumexp", "nan_to_num", "std", "var", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
 ]  # fmt: skip
 __all__ += _TABLE_UNARY  # abs, exp, log, sqrt, sin, tanh, silu, erf, ... (the op table's plain unary ops)

@@ -738,6 +738,18 @@ def rebind(t: Tensor, lazy: Lazy) -> None:
     lazy.handles.add(t)
 
 
+def add_methods(*functions: Callable[..., Any]) -> None:
+    """Make each function a Tensor method of its name (x.var(axis) is var(x, axis)).
+
+    For the modules built on Tensor (reductions, shaping, linalg, sorting): numpy's ndarray has
+    these methods, and those modules come after this one. A name Tensor already has is an error.
+    """
+    for fn in functions:
+        if hasattr(Tensor, fn.__name__):
+            raise TypeError(f"Tensor.{fn.__name__} exists already; {fn.__module__}.{fn.__name__} would replace it")
+        setattr(Tensor, fn.__name__, fn)
+
+
 def _unary_method(op: Op) -> Callable[[Tensor], Tensor]:
     def method(self: Tensor) -> Tensor:
         return unary(op, self)
@@ -748,8 +760,4 @@ def _unary_method(op: Op) -> Callable[[Tensor], Tensor]:
 
 
 # the plain unary ops of the op table (ir/optable, `method=True`): x.exp(), x.silu(), ...
-for _op in Op:
-    if _op.opdef.method:
-        if hasattr(Tensor, _op.value):
-            raise TypeError(f"op table: {_op.value} asks for a generated method, but Tensor.{_op.value} is written")
-        setattr(Tensor, _op.value, _unary_method(_op))
+add_methods(*(_unary_method(op) for op in Op if op.opdef.method))

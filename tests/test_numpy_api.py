@@ -1,0 +1,165 @@
+"""numpy's everyday API against numpy: reductions (var, std, any, all, logsumexp), clip,
+nan_to_num, argmax/argmin keepdims; on edge values, every dtype, empty and 0-d tensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tracer as tr
+from backend_wgpu import get_device
+from tests.helpers import assert_close
+
+pytestmark = pytest.mark.gpu
+
+NAN, INF = np.nan, np.inf
+DTYPES = ["float32", "float16", "int32", "bool"]
+# axis arguments and the shapes they apply to: all axes, one, negative, a tuple, none at all
+AXES = [None, 0, -1, (0, 2), ()]
+SHAPES = [(3, 4, 5), (2, 0, 3), (1, 1, 1)]
+
+
+def needs(dtype: str) -> None:
+    if dtype == "float16" and not get_device().caps.shader_f16:
+        pytest.skip(f"the adapter ({get_device().caps.name}) lacks shader-f16")
+
+
+def data(shape: tuple[int, ...], dtype: str, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype == "int32":
+        return rng.integers(-5, 6, shape).astype(np.int32)
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+
+
+def close(got: np.ndarray, want: np.ndarray, dtype: str, rtol: float = 2e-5, atol: float = 1e-5) -> None:
+    """float16 results are float16 roundings of float32 work: a few float16 ulp."""
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if dtype == "float16":
+        rtol, atol = max(rtol, 4e-3), max(atol, 4e-3)
+    assert_close(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("ddof", [0, 1])
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["var", "std"])
+def test_var_std(name: str, dtype: str, axis: Any, keepdims: bool, ddof: int) -> None:
+    needs(dtype)
+    for shape in SHAPES:
+        x = data(shape, dtype)
+        with np.errstate(all="ignore"):  # n <= ddof: numpy divides by 0 too (inf, or NaN for 0 / 0)
+            want = getattr(np, name)(x.astype(np.float64), axis=axis, ddof=ddof, keepdims=keepdims)
+        got = getattr(tr, name)(tr.tensor(x), axis=axis, ddof=ddof, keepdims=keepdims)
+        assert got.dtype == (tr.float16 if dtype == "float16" else tr.float32)
+        close(got.numpy(), want.astype(got.dtype.np), dtype)
+        method = getattr(tr.tensor(x), name)(axis, ddof=ddof, keepdims=keepdims)
+        close(method.numpy(), want.astype(got.dtype.np), dtype)
+
+
+def test_var_of_special_values_and_0d() -> None:
+    x = np.array([[1.0, NAN, 3.0], [INF, 1.0, 2.0], [1e20, -1e20, 0.0], [5.0, 5.0, 5.0]], np.float32)
+    with np.errstate(all="ignore"):
+        close(tr.var(tr.tensor(x), axis=1).numpy(), np.var(x.astype(np.float64), axis=1).astype(np.float32), "float32")
+        assert np.isnan(tr.tensor(np.float32(2.0)).var(ddof=1).item())  # 0-d: n = 1, 0 / 0
+        assert tr.tensor(np.float32(2.0)).std().item() == 0.0
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["any", "all"])
+def test_any_all(name: str, dtype: str, axis: Any, keepdims: bool) -> None:
+    needs(dtype)
+    for shape in SHAPES:
+        x = data(shape, dtype)
+        if dtype != "bool":
+            x = np.where(data(shape, "bool", seed=1), 0, x).astype(dtype)  # zeros in every row
+        want = getattr(np, name)(x, axis=axis, keepdims=keepdims)
+        got = getattr(tr, name)(tr.tensor(x), axis=axis, keepdims=keepdims)
+        assert got.dtype == tr.bool
+        np.testing.assert_array_equal(got.numpy(), want)
+        np.testing.assert_array_equal(getattr(tr.tensor(x), name)(axis, keepdims=keepdims).numpy(), want)
+
+
+def test_any_all_count_nan_as_true_and_0d() -> None:
+    x = np.array([[NAN, 0.0], [0.0, 0.0], [-0.0, INF]], np.float32)
+    np.testing.assert_array_equal(tr.any(tr.tensor(x), axis=1).numpy(), np.any(x, axis=1))
+    np.testing.assert_array_equal(tr.all(tr.tensor(x), axis=0).numpy(), np.all(x, axis=0))
+    assert tr.tensor(np.float32(0.0)).any().item() is False
+    assert tr.tensor(np.int32(3)).all().item() is True
+
+
+def _logsumexp(x: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
+    """scipy.special.logsumexp, written out in float64."""
+    axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, int) else axis
+    shape = np.sum(x, axis=axes, keepdims=keepdims).shape
+    if any(x.shape[a] == 0 for a in axes):
+        return np.full(shape, -INF)
+    m = np.max(x, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(all="ignore"):
+        return np.log(np.sum(np.exp(x - m), axis=axes, keepdims=keepdims)) + m.reshape(shape)
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_logsumexp(dtype: str, axis: Any, keepdims: bool) -> None:
+    needs(dtype)
+    for shape in SHAPES:
+        x = data(shape, dtype)
+        want = _logsumexp(x.astype(np.float64), axis, keepdims)
+        got = tr.logsumexp(tr.tensor(x), axis=axis, keepdims=keepdims)
+        close(got.numpy(), want.astype(got.dtype.np), dtype)
+
+
+def test_logsumexp_of_large_and_infinite_values() -> None:
+    rows = np.array(
+        [[1000.0, 1000.0, 0.0], [-INF, -INF, -INF], [INF, 1.0, 2.0], [NAN, 1.0, 2.0], [-1000.0, -1001.0, -INF]],
+        np.float32,
+    )
+    got = tr.tensor(rows).logsumexp(axis=1).numpy()
+    want = _logsumexp(rows.astype(np.float64), 1, False).astype(np.float32)
+    close(got, want, "float32")
+    assert tr.logsumexp(tr.tensor(np.float32(3.0))).item() == 3.0  # 0-d
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
+def test_clip(dtype: str) -> None:
+    needs(dtype)
+    x = np.array([-5, -1, 0, 1, 2, 7, NAN if dtype != "int32" else 3], np.float64).astype(dtype)
+    np.testing.assert_array_equal(tr.clip(tr.tensor(x), -1, 2).numpy(), np.clip(x, -1, 2))
+    np.testing.assert_array_equal(tr.tensor(x).clip(None, 1).numpy(), np.clip(x, None, 1))
+    lo = np.array([0, 0, 1, 1, -3, 3, 0], dtype)
+    np.testing.assert_array_equal(tr.clip(tr.tensor(x), tr.tensor(lo), 5).numpy(), np.clip(x, lo, 5))
+    np.testing.assert_array_equal(tr.clip(tr.tensor(x[:0]), 0, 1).numpy(), np.clip(x[:0], 0, 1))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "bool"])
+def test_nan_to_num(dtype: str) -> None:
+    needs(dtype)
+    if dtype in ("int32", "bool"):
+        x = data((2, 3), dtype)
+        np.testing.assert_array_equal(tr.nan_to_num(tr.tensor(x)).numpy(), np.nan_to_num(x))
+        return
+    with np.errstate(over="ignore"):
+        x = np.array([[NAN, INF, -INF], [1.5, -0.0, 3e38]], np.float32).astype(dtype)
+    for kwargs in ({}, {"nan": -1.0}, {"nan": 2.5, "posinf": 7.0, "neginf": -7.0}):
+        got = tr.nan_to_num(tr.tensor(x), **kwargs)
+        assert got.dtype.np == x.dtype
+        np.testing.assert_array_equal(got.numpy(), np.nan_to_num(x, **kwargs))
+    np.testing.assert_array_equal(tr.tensor(x[0, 0]).nan_to_num().numpy(), np.nan_to_num(x[0, 0]))  # 0-d
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_argmax_argmin_keepdims(name: str) -> None:
+    x = data((3, 4, 5), "float32")
+    for axis in (None, 0, 1, -1):
+        want = getattr(np, name)(x, axis=axis, keepdims=True)
+        got = getattr(tr, name)(tr.tensor(x), axis=axis, keepdims=True).numpy()
+        np.testing.assert_array_equal(got, want)
