@@ -886,12 +886,36 @@ def d_permute(b: Builder) -> Call | None:
     return Call((x,), (("order", tuple(b.draw(st.permutations(range(nd))))),))
 
 
-def d_transpose(b: Builder) -> Call | None:
+def d_swapaxes(b: Builder) -> Call | None:
     x = operand(b, (F32, I32, BOOL, F16))
     nd = b.value(x).ndim
     if nd < 1:
         return None
     return Call((x,), (("a0", b.draw(st.integers(-nd, nd - 1))), ("a1", b.draw(st.integers(-nd, nd - 1)))))
+
+
+def d_transpose(b: Builder) -> Call | None:
+    """numpy's transpose: no axes, or all of them in some order (negative ones too); or two axes of a
+    tensor of other than 2 dims, which wgjit swaps as torch does (numpy refuses: the ref swaps)."""
+    x = operand(b, (F32, I32, BOOL, F16))
+    nd = b.value(x).ndim
+    kind = b.draw(st.sampled_from(["none", "all", "two"]))
+    if kind == "none":
+        return Call((x,), (("axes", ()),))
+    if kind == "two":
+        if nd in (0, 2):
+            return None
+        return Call((x,), (("axes", (b.draw(st.integers(-nd, nd - 1)), b.draw(st.integers(-nd, nd - 1)))),))
+    order = b.draw(st.permutations(range(nd)))
+    if nd == 2 and tuple(order) == (0, 1):
+        return None  # refused: numpy keeps the order, torch swaps
+    return Call((x,), (("axes", tuple(a - nd if b.draw(st.booleans()) else a for a in order)),))
+
+
+def _transpose(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    if len(axes) == 2 and x.ndim != 2:
+        return np.swapaxes(x, *axes)
+    return np.transpose(x, axes or None)
 
 
 def d_expand(b: Builder) -> Call | None:
@@ -974,6 +998,95 @@ def d_factory(kind: str) -> Callable[[Builder], Call | None]:
         return Call((), (("shape", b.shape()), ("value", value)))
 
     return draw
+
+
+def d_eye(b: Builder) -> Call | None:
+    n, m = b.draw(st.integers(0, 6)), b.draw(st.one_of(st.none(), st.integers(0, 6)))
+    return Call((), (("n", n), ("m", m), ("k", b.draw(st.integers(-2, 2))), ("dtype", b.dtype().name)))
+
+
+def d_linspace(b: Builder) -> Call | None:
+    start, stop = b.draw(st.sampled_from([-2.0, 0.0, 0.5, 3.0])), b.draw(st.sampled_from([-1.0, 1.0, 2.5, 10.0]))
+    return Call(
+        (), (("start", start), ("stop", stop), ("num", b.draw(st.integers(0, 9))), ("end", b.draw(st.booleans())))
+    )
+
+
+def _linspace(start: float, stop: float, num: int, end: bool) -> Result:
+    """float32 start + i * float32 step: within a few ulp of |start| + |stop| of numpy's float64 values."""
+    r = np.linspace(start, stop, num, endpoint=end).astype(F32)
+    return Result(r, False, np.full(r.shape, abs(start) + abs(stop)))
+
+
+def d_tri(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    if b.value(x).ndim == 0:
+        return None
+    return Call((x,), (("k", b.draw(st.integers(-2, 2))),))
+
+
+def d_moveaxis(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    nd = b.value(x).ndim
+    if nd == 0:
+        return None
+    return Call((x,), (("src", b.draw(st.integers(-nd, nd - 1))), ("dst", b.draw(st.integers(-nd, nd - 1)))))
+
+
+def d_flip(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    return Call((x,), (("axis", axes_of(b, b.value(x).ndim)),))
+
+
+def d_roll(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    nd = b.value(x).ndim
+    axis = None if nd == 0 or b.draw(st.booleans()) else b.draw(st.integers(-nd, nd - 1))
+    return Call((x,), (("shift", b.draw(st.integers(-7, 7))), ("axis", axis)))
+
+
+def d_tile(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    return Call((x,), (("reps", tuple(b.draw(st.lists(st.integers(0, 3), max_size=3)))),))
+
+
+def d_repeat(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    v = b.value(x)
+    axis = None if v.ndim == 0 or b.draw(st.booleans()) else b.draw(st.integers(-v.ndim, v.ndim - 1))
+    n = v.size if axis is None else v.shape[axis]
+    if b.draw(st.booleans()):
+        return Call((x,), (("repeats", b.draw(st.integers(0, 3))), ("axis", axis)))
+    return Call((x,), (("repeats", tuple(b.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)))), ("axis", axis)))
+
+
+def d_split(kind: str) -> Callable[[Builder], Call | None]:
+    """One part of np.split / np.array_split / torch.chunk (the part's index is a parameter)."""
+
+    def draw(b: Builder) -> Call | None:
+        x = operand(b, (F32, I32, BOOL, F16))
+        v = b.value(x)
+        if v.ndim == 0:
+            return None
+        axis = b.draw(st.integers(-v.ndim, v.ndim - 1))
+        n = v.shape[axis]
+        if kind != "chunk" and b.draw(st.booleans()):
+            cuts = tuple(sorted(b.draw(st.lists(st.integers(0, n), max_size=3))))
+            return Call((x,), (("parts", cuts), ("axis", axis), ("part", b.draw(st.integers(0, len(cuts))))))
+        parts = b.draw(st.integers(1, 4))
+        if kind == "split" and n % parts:
+            return None
+        count = len(np.array_split(np.empty(n), parts)) if kind != "chunk" else len(range(0, n, max(1, -(-n // parts))))
+        if count == 0:
+            return None
+        return Call((x,), (("parts", parts), ("axis", axis), ("part", b.draw(st.integers(0, count - 1)))))
+
+    return draw
+
+
+def _chunk(x: np.ndarray, parts: int, axis: int, part: int) -> np.ndarray:
+    size = max(1, -(-x.shape[axis] // parts))
+    return np.array_split(x, list(range(size, x.shape[axis], size)), axis)[part]
 
 
 def d_like(b: Builder) -> Call | None:
@@ -1464,13 +1577,19 @@ OPS: dict[str, OpSpec] = {
         OpSpec(
             "concat", d_concat(False), lambda s, p: f"tr.concat([{', '.join(s)}], axis={p['axis']})", _concat, "always"
         ),
+        OpSpec(
+            "concatenate",
+            d_concat(False),
+            lambda s, p: f"tr.concatenate([{', '.join(s)}], axis={p['axis']})",
+            _concat,
+            "always",
+        ),
         OpSpec("stack", d_concat(True), lambda s, p: f"tr.stack([{', '.join(s)}], axis={p['axis']})", _stack, "always"),
         # movement
         OpSpec("reshape", d_reshape, "{0}.reshape({shape!r})", lambda x, shape: x.reshape(shape), "always"),
         OpSpec("permute", d_permute, "{0}.permute({order!r})", lambda x, order: np.transpose(x, order), "always"),
-        OpSpec(
-            "transpose", d_transpose, "{0}.transpose({a0}, {a1})", lambda x, a0, a1: np.swapaxes(x, a0, a1), "always"
-        ),
+        OpSpec("swapaxes", d_swapaxes, "{0}.swapaxes({a0}, {a1})", lambda x, a0, a1: np.swapaxes(x, a0, a1), "always"),
+        OpSpec("transpose", d_transpose, lambda s, p: f"{s[0]}.transpose{p['axes']!r}", _transpose, "always"),
         OpSpec("T", d_unary(_ANY), "{0}.T", lambda x: x.T, "always"),
         OpSpec(
             "expand",
@@ -1495,10 +1614,54 @@ OPS: dict[str, OpSpec] = {
             "always",
         ),
         OpSpec("index", d_index, lambda s, p: f"{s[0]}[{_index_src(p['index'])}]", _getitem, "always"),
+        OpSpec(
+            "moveaxis",
+            d_moveaxis,
+            "tr.moveaxis({0}, {src}, {dst})",
+            lambda x, src, dst: np.moveaxis(x, src, dst),
+            "always",
+        ),
+        OpSpec("flip", d_flip, "{0}.flip({axis!r})", lambda x, axis: np.flip(x, axis), "always"),
+        OpSpec(
+            "roll", d_roll, "tr.roll({0}, {shift}, {axis!r})", lambda x, shift, axis: np.roll(x, shift, axis), "always"
+        ),
+        OpSpec("tile", d_tile, "tr.tile({0}, {reps!r})", lambda x, reps: np.tile(x, reps), "always"),
+        OpSpec(
+            "repeat",
+            d_repeat,
+            "{0}.repeat({repeats!r}, {axis!r})",
+            lambda x, repeats, axis: np.repeat(x, repeats, axis),
+            "always",
+        ),
+        OpSpec(
+            "split",
+            d_split("split"),
+            "tr.split({0}, {parts!r}, {axis})[{part}]",
+            lambda x, parts, axis, part: np.split(x, parts, axis)[part],
+            "always",
+        ),
+        OpSpec(
+            "array_split",
+            d_split("array_split"),
+            "tr.array_split({0}, {parts!r}, {axis})[{part}]",
+            lambda x, parts, axis, part: np.array_split(x, parts, axis)[part],
+            "always",
+        ),
+        OpSpec("chunk", d_split("chunk"), "{0}.chunk({parts}, {axis})[{part}]", _chunk, "always"),
+        OpSpec("tril", d_tri, "tr.tril({0}, {k})", lambda x, k: np.tril(x, k), "always"),
+        OpSpec("triu", d_tri, "tr.triu({0}, {k})", lambda x, k: np.triu(x, k), "always"),
         # factories
         OpSpec("arange", d_factory("arange"), "tr.arange({start!r}, {stop!r}, {step!r})", _arange, "always"),
         OpSpec("full", d_factory("full"), "tr.full({shape!r}, {value!r})", _full, "always"),
         OpSpec("full_like", d_like, "tr.full_like({0}, {value!r})", _full_like, "always"),
+        OpSpec(
+            "eye",
+            d_eye,
+            "tr.eye({n}, {m}, k={k}, dtype=tr.{dtype})",
+            lambda n, m, k, dtype: np.eye(n, m, k, dtype),
+            "always",
+        ),
+        OpSpec("linspace", d_linspace, "tr.linspace({start}, {stop}, {num}, endpoint={end})", _linspace, eps=1e-6),
         # transformer ops (tracer/nn.py)
         OpSpec("erf", d_unary(_NUM), "tr.erf({0})", _unary(lambda a: _erf(a), mag=lambda a: np.full_like(a, 0.05))),
         OpSpec("clamp", d_clamp, "tr.clamp({0}, {lo!r}, {hi!r})", _clamp, "always"),

@@ -163,3 +163,101 @@ def test_argmax_argmin_keepdims(name: str) -> None:
         want = getattr(np, name)(x, axis=axis, keepdims=True)
         got = getattr(tr, name)(tr.tensor(x), axis=axis, keepdims=True).numpy()
         np.testing.assert_array_equal(got, want)
+
+
+# --- creation -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "bool"])
+def test_eye(dtype: str) -> None:
+    needs(dtype)
+    for n, m, k in [(3, None, 0), (3, 5, 1), (4, 2, -1), (0, 3, 0), (2, 2, 5), (1, None, -1)]:
+        got = tr.eye(n, m, k=k, dtype=dtype)
+        np.testing.assert_array_equal(got.numpy(), np.eye(n, m, k, dtype=dtype))
+
+
+def test_linspace() -> None:
+    for start, stop, num, endpoint in [(0, 1, 5, True), (2, 3, 4, False), (-1, 1, 1, True), (5, 5, 3, True)]:
+        want = np.linspace(start, stop, num, endpoint=endpoint).astype(np.float32)
+        got = tr.linspace(start, stop, num, endpoint=endpoint)
+        assert got.dtype == tr.float32 and got.shape == want.shape
+        assert_close(got.numpy(), want, rtol=1e-6, atol=1e-6)
+    assert tr.linspace(0, 1, 0).shape == (0,)
+    assert tr.linspace(0.0, 1e6, 7).numpy()[-1] == np.float32(1e6)  # the end point exactly
+    y, step = tr.linspace(0, 10, 5, retstep=True)
+    assert step == np.linspace(0, 10, 5, retstep=True)[1]
+    np.testing.assert_array_equal(tr.linspace(0, 10, 4, dtype=tr.int32).numpy(), np.linspace(0, 10, 4, dtype=np.int32))
+    with pytest.raises(ValueError, match="linspace: num"):
+        tr.linspace(0, 1, -1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "bool"])
+@pytest.mark.parametrize("name", ["tril", "triu"])
+def test_tril_triu(name: str, dtype: str) -> None:
+    for shape in [(4, 4), (3, 5), (2, 3, 4), (4,), (0, 3), (3, 0)]:
+        x = data(shape, dtype)
+        for k in (-2, -1, 0, 1, 3):
+            np.testing.assert_array_equal(getattr(tr, name)(tr.tensor(x), k).numpy(), getattr(np, name)(x, k))
+
+
+# --- shape ----------------------------------------------------------------------------------------
+
+X = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+SHAPE_CASES: list[tuple[str, Any, Any]] = [
+    ("transpose()", lambda t: t.transpose(), lambda x: x.transpose()),
+    ("transpose(1,2,0)", lambda t: t.transpose(1, 2, 0), lambda x: x.transpose(1, 2, 0)),
+    ("transpose((2,0,1))", lambda t: t.transpose((2, 0, -2)), lambda x: x.transpose((2, 0, -2))),
+    ("tr.transpose(axes)", lambda t: tr.transpose(t, (0, 2, 1)), lambda x: np.transpose(x, (0, 2, 1))),
+    ("swapaxes", lambda t: t.swapaxes(0, -1), lambda x: x.swapaxes(0, -1)),
+    ("moveaxis", lambda t: tr.moveaxis(t, 0, -1), lambda x: np.moveaxis(x, 0, -1)),
+    ("moveaxis-many", lambda t: t.moveaxis([0, 1], [-1, 0]), lambda x: np.moveaxis(x, [0, 1], [-1, 0])),
+    ("flip", lambda t: t.flip(1), lambda x: np.flip(x, 1)),
+    ("flip-all", lambda t: tr.flip(t), lambda x: np.flip(x)),
+    ("flip-tuple", lambda t: tr.flip(t, (0, -1)), lambda x: np.flip(x, (0, -1))),
+    ("roll-flat", lambda t: tr.roll(t, 5), lambda x: np.roll(x, 5)),
+    ("roll-axis", lambda t: t.roll(-1, 1), lambda x: np.roll(x, -1, 1)),
+    ("roll-many", lambda t: tr.roll(t, (1, -5), (0, 2)), lambda x: np.roll(x, (1, -5), (0, 2))),
+    ("tile", lambda t: tr.tile(t, (2, 1, 1, 2)), lambda x: np.tile(x, (2, 1, 1, 2))),
+    ("tile-int", lambda t: t.tile(2), lambda x: np.tile(x, 2)),
+    ("tile-zero", lambda t: tr.tile(t, (0, 1)), lambda x: np.tile(x, (0, 1))),
+    ("repeat-flat", lambda t: t.repeat(2), lambda x: x.repeat(2)),
+    ("repeat-axis", lambda t: tr.repeat(t, 3, -1), lambda x: np.repeat(x, 3, -1)),
+    ("repeat-counts", lambda t: tr.repeat(t, [1, 0, 3], 1), lambda x: np.repeat(x, [1, 0, 3], 1)),
+    ("split", lambda t: tr.split(t, 2, 2)[1], lambda x: np.split(x, 2, 2)[1]),
+    ("split-at", lambda t: tr.split(t, [1, 3], -1)[2], lambda x: np.split(x, [1, 3], -1)[2]),
+    ("array_split", lambda t: tr.array_split(t, 3, 2)[0], lambda x: np.array_split(x, 3, 2)[0]),
+    ("chunk", lambda t: t.chunk(3, 2)[1], lambda x: np.array_split(x, [2], 2)[1]),
+    ("concatenate", lambda t: tr.concatenate([t, t * 2], 1), lambda x: np.concatenate([x, x * 2], 1)),
+    ("concatenate-flat", lambda t: tr.concatenate([t, t[0]], None), lambda x: np.concatenate([x, x[0]], None)),
+]
+
+
+@pytest.mark.parametrize(("name", "fn", "ref"), SHAPE_CASES, ids=[c[0] for c in SHAPE_CASES])
+def test_shape_functions(name: str, fn: Any, ref: Any) -> None:
+    for x in (X, X[:, :, :0], X.astype(np.int32), X > 5):
+        if name.startswith(("split", "chunk", "array_split")) and x.shape[2] == 0:
+            continue
+        np.testing.assert_array_equal(fn(tr.tensor(x)).numpy(), ref(x))
+
+
+def test_shape_functions_on_0d_and_1d() -> None:
+    s = np.float32(3.0)
+    np.testing.assert_array_equal(tr.tensor(s).transpose().numpy(), s.transpose())
+    np.testing.assert_array_equal(tr.flip(tr.tensor(s)).numpy(), np.flip(s))
+    np.testing.assert_array_equal(tr.roll(tr.tensor(s), 3).numpy(), np.roll(s, 3))
+    np.testing.assert_array_equal(tr.tile(tr.tensor(s), (2, 2)).numpy(), np.tile(s, (2, 2)))
+    np.testing.assert_array_equal(tr.repeat(tr.tensor(s), 3).numpy(), np.repeat(s, 3))
+    v = np.arange(5, dtype=np.float32)
+    assert len(tr.chunk(tr.tensor(v), 3)) == 3 and len(tr.split(tr.tensor(v), [2])) == 2
+
+
+def test_shape_function_errors_name_the_alternative() -> None:
+    m = tr.ones((2, 2))
+    with pytest.raises(tr.ShapeError, match=r"transpose.*x\.T or x\.swapaxes"):
+        m.transpose(0, 1)
+    with pytest.raises(tr.ShapeError, match="array_split"):
+        tr.split(tr.ones((5,)), 2)
+    with pytest.raises(tr.ShapeError, match="moveaxis"):
+        tr.moveaxis(tr.ones((2, 3)), 0, 2)
+    with pytest.raises(tr.ShapeError, match="repeat"):
+        tr.repeat(tr.ones((3,)), [1, 2])

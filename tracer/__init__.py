@@ -20,13 +20,17 @@ from ir.ops import Op as _Op
 from tracer import nn
 from tracer.factories import (
     arange,
+    eye,
     full,
     full_like,
+    linspace,
     ones,
     ones_like,
     rand,
     randn,
     tensor,
+    tril,
+    triu,
     zeros,
     zeros_like,
 )
@@ -35,6 +39,19 @@ from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.numeric import clip, nan_to_num
 from tracer.realize import reset_device
 from tracer.reductions import all, any, logsumexp, std, var
+from tracer.shaping import (
+    array_split,
+    chunk,
+    concatenate,
+    flip,
+    moveaxis,
+    repeat,
+    roll,
+    split,
+    swapaxes,
+    tile,
+    transpose,
+)
 from tracer.tensor import Tensor, compile, concat, hypot, logaddexp, matmul, maximum, minimum, realize, stack, where
 from tracer.weights import load_safetensors
 
@@ -68,7 +85,6 @@ softmax = _unary("softmax")
 log_softmax = _unary("log_softmax")
 reshape = _unary("reshape")
 permute = _unary("permute")
-transpose = _unary("transpose")
 squeeze = _unary("squeeze")
 unsqueeze = _unary("unsqueeze")
 flatten = _unary("flatten")
@@ -114,6 +130,8 @@ __all__ = [
     # transformer inference (tracer/nn.py, tracer/weights.py)
     "clamp", "gather",
     # numpy's everyday API (tracer/reductions.py, numeric.py)
-    "all", "any", "clip", "logsumexp", "nan_to_num", "std", "var", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
+    "all", "any", "clip", "logsumexp", "nan_to_num", "std", "var",
+    "array_split", "chunk", "concatenate", "eye", "flip", "linspace", "moveaxis", "repeat", "roll", "split",
+    "swapaxes", "tile", "tril", "triu", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
 ]  # fmt: skip
 __all__ += _TABLE_UNARY  # abs, exp, log, sqrt, sin, tanh, silu, erf, ... (the op table's plain unary ops)

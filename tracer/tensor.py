@@ -313,11 +313,29 @@ class Tensor:
             return self
         return make(Op.PERMUTE, (self,), tuple(self.shape[i] for i in perm), self.dtype, perm)
 
-    def transpose(self, axis0: int = -2, axis1: int = -1) -> Tensor:
-        if self.ndim < 2 and (axis0, axis1) == (-2, -1):
-            return self
-        a = shapes.normalize_axis("transpose", axis0, self.ndim, self.shape)
-        b = shapes.normalize_axis("transpose", axis1, self.ndim, self.shape)
+    def transpose(self, *axes: Any) -> Tensor:
+        """numpy's transpose: no axes reverses them all, all axes (or one tuple of them) reorder
+        them. Two axes of a tensor of other than 2 dims are swapped, as torch's transpose(a, b)
+        (numpy refuses that call). On a 2-D tensor numpy reads (0, 1) as "keep the order" and torch
+        as "swap": that call is refused, naming x.T and x.swapaxes(0, 1)."""
+        if len(axes) == 1 and isinstance(axes[0], list | tuple):
+            axes = tuple(axes[0])
+        if not axes or axes == (None,):
+            return self.permute(tuple(reversed(range(self.ndim))))
+        if len(axes) == 2 and self.ndim != 2:
+            return self.swapaxes(*axes)
+        norm = tuple(shapes.normalize_axis("transpose", a, self.ndim, self.shape) for a in axes)
+        if self.ndim == 2 and norm == (0, 1):
+            raise ShapeError(
+                f"transpose{axes} of shape {self.shape}: numpy keeps the order, torch swaps the axes; "
+                "write x.T or x.swapaxes(0, 1) to swap, or leave x as it is"
+            )
+        return self.permute(shapes.check_permutation("transpose", norm, self.shape))
+
+    def swapaxes(self, axis0: int, axis1: int) -> Tensor:
+        """The tensor with two axes exchanged, as np.swapaxes (torch's transpose(a, b))."""
+        a = shapes.normalize_axis("swapaxes", axis0, self.ndim, self.shape)
+        b = shapes.normalize_axis("swapaxes", axis1, self.ndim, self.shape)
         if self.ndim == 0:  # axes 0/-1 of a 0-d tensor: nothing to swap
             return self
         order = list(range(self.ndim))
