@@ -824,7 +824,7 @@ def d_matmul(b: Builder) -> Call | None:
     if form <= 1 and len(shape) >= 2:
         # the transposed view of a fresh input: a strided B (gemv k_contig, gemm strides)
         t = b.fresh(shape[:-2] + (shape[-1], shape[-2]), dt)
-        y = b.add("transpose", (t,), (("a0", -1), ("a1", -2)))
+        y = b.add("swapaxes", (t,), (("a0", -1), ("a1", -2)))
     elif form == 2:
         # a broadcast constant (every stride 0): x @ ones((k, 1)) once found no GEMV width
         y = b.add("full", (), (("shape", shape), ("value", b.scalar(F32))))
@@ -833,6 +833,86 @@ def d_matmul(b: Builder) -> Call | None:
     if y is None:
         return None
     return Call((y, x) if kind == "vec" and xv.ndim == 1 and b.draw(st.booleans()) else (x, y))
+
+
+def _product(fn: Callable[..., np.ndarray]) -> Callable[..., Result]:
+    """A sum of products (dot, tensordot, einsum...) in wgjit's dtype: float16 operands in float32;
+    exact when every partial sum is representable, else within the sum of |terms|."""
+
+    def ref(*xs: np.ndarray, **params: Any) -> Result:
+        dt = result_type(*xs)
+        ops = [x.astype(dt) for x in xs]
+        if dt == BOOL:
+            return Result(fn(*[o.astype(I32) for o in ops], **params) != 0, True)
+        if dt.kind != "f":
+            return Result(np.asarray(fn(*ops, **params)).astype(dt), True)
+        r = np.asarray(fn(*[_up(o) for o in ops], **params)).astype(dt)
+        abs_terms = np.asarray(fn(*[np.abs(o.astype(F64)) for o in ops], **params))
+        grain = math.prod(granularity(o) for o in ops)
+        return Result(r, sums_exact(abs_terms, grain, *ops), abs_terms)
+
+    return ref
+
+
+def d_dot(b: Builder) -> Call | None:
+    """np.dot's cases: a 0-d side, vector . vector, N-D . 1-D and N-D . M-D (a's last, b's second to last)."""
+    x = operand(b, _NUM + (BOOL,))
+    xv = b.value(x)
+    if xv.ndim == 0:
+        return Call((x, partner(b, x, _NUM, scalars=False)))
+    k = xv.shape[-1]
+    shape = b.draw(st.sampled_from([(k,), (k, 3), (2, k, 3)]))
+    if math.prod(shape) > MAX_SIZE:
+        return None
+    return Call((x, b.pick_or_fresh(lambda v: v.shape == shape, shape, (xv.dtype,))))
+
+
+def d_outer(b: Builder) -> Call | None:
+    x = operand(b, _NUM + (BOOL,))
+    y = operand(b, _NUM + (BOOL,))
+    if b.value(x).size * b.value(y).size > MAX_SIZE:
+        return None
+    return Call((x, y))
+
+
+def d_vdot(b: Builder) -> Call | None:
+    x = operand(b, _NUM + (BOOL,))
+    xv = b.value(x)
+    shape = b.draw(st.sampled_from([xv.shape, (xv.size,)]))
+    return Call((x, b.pick_or_fresh(lambda v: v.size == xv.size, shape, (xv.dtype,))))
+
+
+def d_tensordot(b: Builder) -> Call | None:
+    x = operand(b, _NUM)
+    xv = b.value(x)
+    n = b.draw(st.integers(0, min(2, xv.ndim)))
+    shape = xv.shape[xv.ndim - n :] + tuple(b.draw(st.lists(st.sampled_from([1, 2, 3]), max_size=2)))
+    if math.prod(shape) > MAX_SIZE or math.prod(xv.shape[: xv.ndim - n] + shape[n:]) > MAX_SIZE:
+        return None
+    return Call((x, b.pick_or_fresh(lambda v: v.shape == shape, shape, (xv.dtype,))), (("axes", n),))
+
+
+# einsum subscripts and the shapes of their operands, from sizes i, j, k (b a batch of 2)
+EINSUMS = {
+    "ij,jk->ik": lambda i, j, k: [(i, j), (j, k)],
+    "bij,bjk->bik": lambda i, j, k: [(2, i, j), (2, j, k)],
+    "i,i": lambda i, j, k: [(i,), (i,)],
+    "ij->ji": lambda i, j, k: [(i, j)],
+    "ii->i": lambda i, j, k: [(i, i)],
+    "ij,j->i": lambda i, j, k: [(i, j), (j,)],
+    "...j,kj": lambda i, j, k: [(2, i, j), (k, j)],
+    "ijk->k": lambda i, j, k: [(i, j, k)],
+    "ij,jk,kl->il": lambda i, j, k: [(i, j), (j, k), (k, 2)],
+    "i,j->ij": lambda i, j, k: [(i,), (j,)],
+}
+
+
+def d_einsum(b: Builder) -> Call | None:
+    spec = b.draw(st.sampled_from(sorted(EINSUMS)))
+    sizes = [b.draw(st.sampled_from([0, 1, 2, 3, 5])) for _ in range(3)]
+    dt = b.dtype(_NUM)
+    args = tuple(b.fresh(shape, dt) for shape in EINSUMS[spec](*sizes))
+    return Call(args, (("spec", spec),))
 
 
 def d_concat(stack: bool) -> Callable[[Builder], Call | None]:
@@ -1574,6 +1654,19 @@ OPS: dict[str, OpSpec] = {
         OpSpec("log_softmax", d_softmax, "tr.log_softmax({0}, axis={axis})", _softmax(True)),
         # contraction and joins
         OpSpec("matmul", d_matmul, "{0} @ {1}", _matmul, eps=1e-6),
+        OpSpec("dot", d_dot, "{0}.dot({1})", _product(np.dot), eps=1e-6),
+        OpSpec(
+            "vdot", d_outer, "tr.vdot({0}, {1})", _product(lambda a, c: np.dot(a.reshape(-1), c.reshape(-1))), eps=1e-6
+        ),
+        OpSpec("outer", d_outer, "tr.outer({0}, {1})", _product(np.outer), eps=1e-6),
+        OpSpec("tensordot", d_tensordot, "tr.tensordot({0}, {1}, {axes})", _product(np.tensordot), eps=1e-6),
+        OpSpec(
+            "einsum",
+            d_einsum,
+            lambda s, p: f"tr.einsum({p['spec']!r}, {', '.join(s)})",
+            _product(lambda *ops, spec: np.einsum(spec, *ops)),
+            eps=1e-6,
+        ),
         OpSpec(
             "concat", d_concat(False), lambda s, p: f"tr.concat([{', '.join(s)}], axis={p['axis']})", _concat, "always"
         ),

@@ -261,3 +261,85 @@ def test_shape_function_errors_name_the_alternative() -> None:
         tr.moveaxis(tr.ones((2, 3)), 0, 2)
     with pytest.raises(tr.ShapeError, match="repeat"):
         tr.repeat(tr.ones((3,)), [1, 2])
+
+
+# --- linear algebra -------------------------------------------------------------------------------
+
+LINALG_CASES: list[tuple[str, Any, Any, list[tuple[int, ...]]]] = [
+    ("dot-vv", tr.dot, np.dot, [(5,), (5,)]),
+    ("dot-mv", tr.dot, np.dot, [(3, 5), (5,)]),
+    ("dot-vm", tr.dot, np.dot, [(5,), (5, 2)]),
+    ("dot-mm", lambda a, b: a.dot(b), np.dot, [(3, 5), (5, 2)]),
+    ("dot-nd", tr.dot, np.dot, [(2, 3, 5), (4, 5, 2)]),
+    ("dot-0d", tr.dot, np.dot, [(), (3, 2)]),
+    ("dot-empty-k", tr.dot, np.dot, [(3, 0), (0, 2)]),
+    ("vdot", tr.vdot, np.vdot, [(2, 3), (6,)]),
+    ("outer", tr.outer, np.outer, [(3,), (2, 2)]),
+    ("tensordot-2", tr.tensordot, np.tensordot, [(2, 3, 4), (3, 4, 5)]),
+    ("tensordot-0", lambda a, b: tr.tensordot(a, b, 0), lambda a, b: np.tensordot(a, b, 0), [(2, 3), (2,)]),
+    (
+        "tensordot-pairs",
+        lambda a, b: tr.tensordot(a, b, ([0, 2], [2, 0])),
+        lambda a, b: np.tensordot(a, b, ([0, 2], [2, 0])),
+        [(2, 3, 4), (4, 5, 2)],
+    ),
+]
+EINSUM_CASES: list[tuple[str, list[tuple[int, ...]]]] = [
+    ("ij,jk->ik", [(3, 4), (4, 2)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("bij,jk->bik", [(2, 3, 4), (4, 5)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (1, 4, 5)]),
+    ("...ij,jk", [(2, 3, 4), (4, 5)]),
+    ("i,i", [(5,), (5,)]),
+    ("i,i->", [(0,), (0,)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("ij->ji", [(3, 4)]),
+    ("ij->", [(3, 4)]),
+    ("ii->i", [(4, 4)]),
+    ("ii", [(4, 4)]),
+    ("iij->j", [(3, 3, 2)]),
+    ("ijk,jkl->il", [(2, 3, 4), (3, 4, 5)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+    ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
+]
+
+
+def operands_for(shapes: list[tuple[int, ...]], dtype: str) -> list[np.ndarray]:
+    return [data(s, dtype, seed=i) for i, s in enumerate(shapes)]
+
+
+def check_product(got: tr.Tensor, want: np.ndarray, dtype: str) -> None:
+    """A product's sums are reordered on the GPU: within the sum of |terms| of numpy's."""
+    want = np.asarray(want)
+    assert got.shape == want.shape
+    if dtype in ("int32", "bool"):
+        np.testing.assert_array_equal(got.numpy(), want)
+    else:
+        close(got.numpy(), want.astype(got.dtype.np), dtype, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "bool"])
+@pytest.mark.parametrize(("name", "fn", "ref", "shapes"), LINALG_CASES, ids=[c[0] for c in LINALG_CASES])
+def test_dot_vdot_outer_tensordot(name: str, fn: Any, ref: Any, shapes: list, dtype: str) -> None:
+    needs(dtype)
+    ops = operands_for(shapes, dtype)
+    check_product(fn(*map(tr.tensor, ops)), ref(*ops), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
+@pytest.mark.parametrize(("spec", "shapes"), EINSUM_CASES, ids=[c[0] for c in EINSUM_CASES])
+def test_einsum(spec: str, shapes: list, dtype: str) -> None:
+    needs(dtype)
+    ops = operands_for(shapes, dtype)
+    check_product(tr.einsum(spec, *map(tr.tensor, ops)), np.einsum(spec, *ops), dtype)
+
+
+def test_products_refuse_mismatched_shapes_clearly() -> None:
+    with pytest.raises(tr.ShapeError, match=r"dot.*\(2, 3\).*\(4,\)"):
+        tr.dot(tr.ones((2, 3)), tr.ones((4,)))
+    with pytest.raises(tr.ShapeError, match="tensordot"):
+        tr.tensordot(tr.ones((2, 3)), tr.ones((4, 3)), 1)
+    with pytest.raises(tr.ShapeError, match="einsum.*'ij'.*3 axes"):
+        tr.einsum("ij,jk", tr.ones((2, 3, 4)), tr.ones((4, 2)))
+    with pytest.raises(tr.ShapeError, match="einsum.*2 operands"):
+        tr.einsum("ij,jk->ik", tr.ones((2, 3)))

@@ -35,6 +35,7 @@ from tracer.factories import (
     zeros_like,
 )
 from tracer.jit import jit
+from tracer.linalg import dot, einsum, outer, tensordot, vdot
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.numeric import clip, nan_to_num
 from tracer.realize import reset_device
@@ -132,6 +133,6 @@ __all__ = [
     # numpy's everyday API (tracer/reductions.py, numeric.py)
     "all", "any", "clip", "logsumexp", "nan_to_num", "std", "var",
     "array_split", "chunk", "concatenate", "eye", "flip", "linspace", "moveaxis", "repeat", "roll", "split",
-    "swapaxes", "tile", "tril", "triu", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
+    "swapaxes", "tile", "tril", "triu", "dot", "einsum", "outer", "tensordot", "vdot", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
 ]  # fmt: skip
 __all__ += _TABLE_UNARY  # abs, exp, log, sqrt, sin, tanh, silu, erf, ... (the op table's plain unary ops)
