@@ -276,11 +276,13 @@ class Tensor:
         return reduce(Op.SUM, x, axis, keepdims)
 
     def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        x = self if self.dtype.is_float else self.astype(DType.float32)
+        # the total is float32 whatever the input: a float16 total overflows at 65504 (numpy too sums in f32)
+        x = self if self.dtype is DType.float32 else self.astype(DType.float32)
         axes = shapes.normalize_axes("mean", axis, self.shape)
         n = math.prod(self.shape[a] for a in axes)
         total = reduce(Op.SUM, x, axis, keepdims)
-        return total * (1.0 / n) if n else total * float("nan")
+        out = total * (1.0 / n) if n else total * float("nan")
+        return out.astype(DType.float16) if self.dtype is DType.float16 else out
 
     def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
         return reduce(Op.MAX, self, axis, keepdims)
