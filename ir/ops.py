@@ -79,6 +79,9 @@ class Op(enum.Enum):
     MIN = "min"
     ARGMAX = "argmax"
     ARGMIN = "argmin"
+    # scans along the last axis
+    CUMSUM = "cumsum"
+    CUMPROD = "cumprod"
     # row ops over the last axis
     SOFTMAX = "softmax"
     LOG_SOFTMAX = "log_softmax"
@@ -126,6 +129,7 @@ ELEMENTWISE = _ops(Kind.ELEMENTWISE)
 COMPARISON = frozenset(op for op in ELEMENTWISE if op.opdef.dtypes.result == "bool")  # bool results of any operands
 REDUCE = _ops(Kind.REDUCE)
 ROW = _ops(Kind.ROW)
+SCAN = _ops(Kind.SCAN)
 NORM = _ops(Kind.NORM)
 MOVEMENT = _ops(Kind.MOVEMENT)
 LEAF = _ops(Kind.LEAF)

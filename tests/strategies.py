@@ -1249,6 +1249,30 @@ def _logsumexp(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Resul
     return Result(r.astype(dt), False, np.abs(m).reshape(shape) + 1.0)
 
 
+def d_scan(b: Builder) -> Call | None:
+    x = operand(b, _ANY)
+    nd = b.value(x).ndim
+    axis = None if nd == 0 or b.draw(st.booleans()) else b.draw(st.integers(-nd, nd - 1))
+    return Call((x,), (("axis", axis),))
+
+
+def _scan(fn: Callable[..., np.ndarray]) -> Callable[..., Result]:
+    """np.cumsum / np.cumprod as wgjit runs them: bools as int32, floats accumulated in float32
+    in numpy's order (rows this short are one thread's), float16 rounded once per output. Exact
+    unless a partial result is a subnormal (the GPU may flush it to zero)."""
+
+    def ref(x: np.ndarray, axis: int | None = None) -> Result:
+        a = x.astype(I32) if x.dtype == BOOL else x
+        if a.dtype.kind != "f":
+            return Result(fn(a, axis=axis, dtype=a.dtype), True)
+        r = fn(_up(a), axis=axis, dtype=F32)
+        with np.errstate(invalid="ignore"):
+            normal = np.all(~np.isfinite(r) | (r == 0) | (np.abs(r) >= np.finfo(F32).tiny))
+        return Result(r.astype(a.dtype), bool(normal), np.abs(r))
+
+    return ref
+
+
 def d_nan_to_num(b: Builder) -> Call | None:
     return Call((operand(b, _ANY),), (("nan", b.draw(st.sampled_from([0.0, -1.0, 2.5]))),))
 
@@ -1783,6 +1807,8 @@ OPS: dict[str, OpSpec] = {
             lambda x, axis, keepdims: np.all(x, axis=axis, keepdims=keepdims),
             "always",
         ),
+        OpSpec("cumsum", d_scan, "{0}.cumsum({axis!r})", _scan(np.cumsum), eps=1e-6),
+        OpSpec("cumprod", d_scan, "tr.cumprod({0}, {axis!r})", _scan(np.cumprod), eps=1e-6),
         OpSpec("logsumexp", d_reduce(_ANY), "tr.logsumexp({0}, axis={axis!r}, keepdims={keepdims!r})", _logsumexp),
         OpSpec("masked_fill", d_masked_fill, "{0}.masked_fill({1}, {value!r})", _masked_fill, "always"),
         OpSpec(

@@ -10,7 +10,7 @@ import pytest
 
 import tracer as tr
 from backend_wgpu import get_device
-from tests.helpers import assert_close
+from tests.helpers import assert_close, kernels_of
 
 pytestmark = pytest.mark.gpu
 
@@ -343,3 +343,47 @@ def test_products_refuse_mismatched_shapes_clearly() -> None:
         tr.einsum("ij,jk", tr.ones((2, 3, 4)), tr.ones((4, 2)))
     with pytest.raises(tr.ShapeError, match="einsum.*2 operands"):
         tr.einsum("ij,jk->ik", tr.ones((2, 3)))
+
+
+# --- scans ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "uint32", "bool"])
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+def test_cumsum_cumprod(name: str, dtype: str) -> None:
+    needs(dtype)
+    for shape, axis in [((3, 4, 5), None), ((3, 4, 5), 1), ((3, 4, 5), -1), ((3, 4, 5), 0), ((7,), 0), ((2, 0, 3), 2)]:
+        x = data(shape, dtype) if dtype != "uint32" else data(shape, "int32").astype(np.uint32) % 4
+        if name == "cumprod" and dtype.startswith("float"):
+            x = (x / 3).astype(dtype)  # factors near 1: the products stay in range
+        want = getattr(np, name)(x.astype(np.float64) if dtype.startswith("float") else x, axis=axis)
+        got = getattr(tr, name)(tr.tensor(x), axis)
+        assert got.dtype.np == (np.int32 if dtype == "bool" else x.dtype)
+        if dtype == "float32":  # short rows are scanned in numpy's order: float32 as numpy's, bit for bit
+            np.testing.assert_array_equal(got.numpy(), getattr(np, name)(x, axis=axis))
+        close(got.numpy(), want.astype(got.dtype.np), dtype, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(getattr(tr.tensor(x), name)(axis).numpy(), got.numpy())
+
+
+@pytest.mark.parametrize("n", [1024, 1025, 5000, 70_000])
+def test_cumsum_of_long_rows(n: int) -> None:
+    """Rows past ScanKernel.serial_max take a workgroup each (chunks, then their prefixes)."""
+    x = np.random.default_rng(n).standard_normal((2, n)).astype(np.float32)
+    got = tr.cumsum(tr.tensor(x), axis=1)
+    assert kernels_of(got)[-1][:2] == ("scan", "serial" if n <= 1024 else "blocks")
+    want = np.cumsum(x.astype(np.float64), axis=1)
+    # reordered sums: within a few ulp of the running sum of |x|
+    bound = 1e-6 * np.cumsum(np.abs(x).astype(np.float64), axis=1) + 1e-6
+    assert np.all(np.abs(got.numpy() - want) <= bound)
+    i = (np.arange(n) % 7 - 3).astype(np.int32).reshape(1, n)
+    np.testing.assert_array_equal(tr.cumsum(tr.tensor(i), 1).numpy(), np.cumsum(i, 1))
+
+
+def test_scans_propagate_nan_and_inf_and_take_dtype() -> None:
+    x = np.array([1.0, NAN, 2.0, INF, -INF, 0.0], np.float32)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(tr.cumsum(tr.tensor(x)).numpy(), np.cumsum(x))
+        np.testing.assert_array_equal(tr.cumprod(tr.tensor(x)).numpy(), np.cumprod(x))
+    np.testing.assert_array_equal(tr.cumsum(tr.tensor(np.float32(3.0))).numpy(), np.cumsum(np.float32(3.0)))  # 0-d
+    got = tr.cumsum(tr.tensor(np.array([1, 2, 3], np.int32)), dtype=tr.float32)
+    assert got.dtype == tr.float32 and got.numpy().tolist() == [1.0, 3.0, 6.0]

@@ -39,7 +39,7 @@ from tracer.linalg import dot, einsum, outer, tensordot, vdot
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.numeric import clip, nan_to_num
 from tracer.realize import reset_device
-from tracer.reductions import all, any, logsumexp, std, var
+from tracer.reductions import all, any, cumprod, cumsum, logsumexp, std, var
 from tracer.shaping import (
     array_split,
     chunk,
@@ -131,7 +131,7 @@ __all__ = [
     # transformer inference (tracer/nn.py, tracer/weights.py)
     "clamp", "gather",
     # numpy's everyday API (tracer/reductions.py, numeric.py)
-    "all", "any", "clip", "logsumexp", "nan_to_num", "std", "var",
+    "all", "any", "clip", "cumprod", "cumsum", "logsumexp", "nan_to_num", "std", "var",
     "array_split", "chunk", "concatenate", "eye", "flip", "linspace", "moveaxis", "repeat", "roll", "split",
     "swapaxes", "tile", "tril", "triu", "dot", "einsum", "outer", "tensordot", "vdot", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
 ]  # fmt: skip

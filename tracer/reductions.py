@@ -1,4 +1,5 @@
-"""numpy's reductions built from wgjit's ops: var, std, any, all, logsumexp.
+"""numpy's reductions built from wgjit's ops: var, std, any, all, logsumexp, and the scans
+cumsum and cumprod (the scan kernels, along one axis).
 
 Each is a function (tr.var(x, axis)) and a Tensor method (x.var(axis)), with numpy's
 arguments; ints and bools become float32 where numpy's result would be a float.
@@ -11,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ir import shapes
-from ir.dtypes import DType
+from ir.dtypes import DType, to_dtype
+from ir.ops import Op
 from tracer.factories import full
-from tracer.tensor import Tensor, add_methods, as_tensor, where
+from tracer.tensor import Tensor, add_methods, as_tensor, make, where
 
 Axis = int | Sequence[int] | None
 
@@ -67,4 +69,28 @@ def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
     return total.log() + top.reshape(shape)
 
 
-add_methods(var, std, any, all, logsumexp)
+def _scan(op: Op, x: Any, axis: int | None, dtype: Any) -> Tensor:
+    """The running sum or product along `axis` (over the flattened x when None), as numpy's:
+    bools count as int32, `dtype` casts first."""
+    x = as_tensor(x, op.value)
+    x = x.astype(to_dtype(dtype)) if dtype is not None else x.astype(DType.int32) if x.dtype is DType.bool else x
+    if axis is None or x.ndim == 0:
+        x, axis = x.reshape(-1), 0
+    a = shapes.normalize_axis(op.value, axis, x.ndim, x.shape)
+    moved = x.swapaxes(a, -1)
+    if moved.size == 0:
+        return x
+    return make(op, (moved,), moved.shape, moved.dtype).swapaxes(a, -1)
+
+
+def cumsum(x: Any, axis: int | None = None, dtype: Any = None) -> Tensor:
+    """The running sum along `axis` (of the flattened x when None), as np.cumsum."""
+    return _scan(Op.CUMSUM, x, axis, dtype)
+
+
+def cumprod(x: Any, axis: int | None = None, dtype: Any = None) -> Tensor:
+    """The running product along `axis` (of the flattened x when None), as np.cumprod."""
+    return _scan(Op.CUMPROD, x, axis, dtype)
+
+
+add_methods(var, std, any, all, logsumexp, cumsum, cumprod)
