@@ -44,7 +44,12 @@ class Op(enum.Enum):
     SILU = "silu"
     FLOOR = "floor"
     CEIL = "ceil"
+    ROUND = "round"
+    TRUNC = "trunc"
     NOT = "not"
+    ISNAN = "isnan"
+    ISINF = "isinf"
+    ISFINITE = "isfinite"
     CAST = "cast"
     # binary elementwise
     ADD = "add"
@@ -56,6 +61,8 @@ class Op(enum.Enum):
     POW = "pow"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
+    HYPOT = "hypot"
+    LOGADDEXP = "logaddexp"
     LT = "lt"
     LE = "le"
     GT = "gt"
@@ -72,6 +79,9 @@ class Op(enum.Enum):
     MIN = "min"
     ARGMAX = "argmax"
     ARGMIN = "argmin"
+    # scans along the last axis
+    CUMSUM = "cumsum"
+    CUMPROD = "cumprod"
     # row ops over the last axis
     SOFTMAX = "softmax"
     LOG_SOFTMAX = "log_softmax"
@@ -119,6 +129,7 @@ ELEMENTWISE = _ops(Kind.ELEMENTWISE)
 COMPARISON = frozenset(op for op in ELEMENTWISE if op.opdef.dtypes.result == "bool")  # bool results of any operands
 REDUCE = _ops(Kind.REDUCE)
 ROW = _ops(Kind.ROW)
+SCAN = _ops(Kind.SCAN)
 NORM = _ops(Kind.NORM)
 MOVEMENT = _ops(Kind.MOVEMENT)
 LEAF = _ops(Kind.LEAF)

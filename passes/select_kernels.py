@@ -24,6 +24,7 @@ from backend_wgpu.kernels import (
     NormKernel,
     ReduceKernel,
     RowReduceKernel,
+    ScanKernel,
     SoftmaxKernel,
     SoftmaxRegsKernel,
     SplitGemvKernel,
@@ -32,7 +33,7 @@ from ir.caps import DeviceCaps
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
-from ir.ops import ELEMENTWISE, NO_KERNEL, NORM, REDUCE, ROW, Op
+from ir.ops import ELEMENTWISE, NO_KERNEL, NORM, REDUCE, ROW, SCAN, Op
 from ir.view import View
 from passes.fold_views import view_of_operand
 
@@ -72,6 +73,9 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
         return KernelChoice(Conv1dKernel.name, workgroup=(64, 1, 1))
     if node.op is Op.INDEX_WRITE:
         return KernelChoice(IndexWriteKernel.name, workgroup=(256, 1, 1))
+    if node.op in SCAN:  # short rows one thread each, in numpy's order; long ones a workgroup each
+        serial = (node.shape[-1] if node.shape else 1) <= ScanKernel.serial_max
+        return KernelChoice(ScanKernel.name, "serial" if serial else "blocks", workgroup=(64 if serial else 256, 1, 1))
     raise NotImplementedError(f"select_kernels: no kernel for op {node.op.value}")
 
 

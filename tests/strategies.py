@@ -30,6 +30,8 @@ Per-op error bounds (relative, float32; float16 results use at least `F16_EPS`, 
 `F16_ABS_ERROR` absolute for values near zero, where float16 steps are 2**-24):
   +, -, *, square, casts to f16 .......... 1e-6 (correctly rounded; slack for fma contraction)
   exp, log, sqrt, sigmoid ................ 1e-5 (WGSL builtins are not correctly rounded)
+  expm1, log1p, hypot, logaddexp ......... 1e-5 (expm1 like exp: plus `mag` growing with |x|)
+  round(x, d != 0) ....................... 1e-6 (x * 10**d is exact as numpy's; the division is not)
   sin, cos ............................... 1e-5 times max(|x|, 0.1), absolute (WGSL bounds them absolutely)
   tanh, gelu, silu, rsqrt, reciprocal, / . 1e-5, plus `mag` where an approximation is absolute
   pow .................................... 1e-5 times (1 + |y log2 x|): exp2(y * log2 x) scales it
@@ -559,6 +561,11 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[F64])(x.astype(F64))
 
 
+def _round(x: np.ndarray, decimals: int) -> Result:
+    """numpy's round: exact for ints and to 0 decimals; otherwise x * 10**d rounds before a division."""
+    return Result(np.round(x, decimals), decimals == 0 or x.dtype.kind != "f")
+
+
 def _cast(x: np.ndarray, dtype: str) -> Result:
     """wgjit's casts: float -> int truncates and saturates at the largest float32 inside the
     int range (2**31 - 128 for int32: what WGSL's conversion gives), NaN -> 0; to bool is != 0."""
@@ -753,6 +760,11 @@ def d_where(b: Builder) -> Call | None:
     return Call((c, x, y))
 
 
+def d_round(b: Builder) -> Call | None:
+    x = operand(b, _NUM)
+    return Call((x,), (("decimals", b.draw(st.sampled_from([0, 0, 1, 2, -1]))),))
+
+
 def d_cast(b: Builder) -> Call | None:
     x = operand(b, (F32, F16, I32, BOOL))
     return Call((x,), (("dtype", b.dtype((F32, I32, BOOL, F16)).name),))
@@ -812,7 +824,7 @@ def d_matmul(b: Builder) -> Call | None:
     if form <= 1 and len(shape) >= 2:
         # the transposed view of a fresh input: a strided B (gemv k_contig, gemm strides)
         t = b.fresh(shape[:-2] + (shape[-1], shape[-2]), dt)
-        y = b.add("transpose", (t,), (("a0", -1), ("a1", -2)))
+        y = b.add("swapaxes", (t,), (("a0", -1), ("a1", -2)))
     elif form == 2:
         # a broadcast constant (every stride 0): x @ ones((k, 1)) once found no GEMV width
         y = b.add("full", (), (("shape", shape), ("value", b.scalar(F32))))
@@ -821,6 +833,86 @@ def d_matmul(b: Builder) -> Call | None:
     if y is None:
         return None
     return Call((y, x) if kind == "vec" and xv.ndim == 1 and b.draw(st.booleans()) else (x, y))
+
+
+def _product(fn: Callable[..., np.ndarray]) -> Callable[..., Result]:
+    """A sum of products (dot, tensordot, einsum...) in wgjit's dtype: float16 operands in float32;
+    exact when every partial sum is representable, else within the sum of |terms|."""
+
+    def ref(*xs: np.ndarray, **params: Any) -> Result:
+        dt = result_type(*xs)
+        ops = [x.astype(dt) for x in xs]
+        if dt == BOOL:
+            return Result(fn(*[o.astype(I32) for o in ops], **params) != 0, True)
+        if dt.kind != "f":
+            return Result(np.asarray(fn(*ops, **params)).astype(dt), True)
+        r = np.asarray(fn(*[_up(o) for o in ops], **params)).astype(dt)
+        abs_terms = np.asarray(fn(*[np.abs(o.astype(F64)) for o in ops], **params))
+        grain = math.prod(granularity(o) for o in ops)
+        return Result(r, sums_exact(abs_terms, grain, *ops), abs_terms)
+
+    return ref
+
+
+def d_dot(b: Builder) -> Call | None:
+    """np.dot's cases: a 0-d side, vector . vector, N-D . 1-D and N-D . M-D (a's last, b's second to last)."""
+    x = operand(b, _NUM + (BOOL,))
+    xv = b.value(x)
+    if xv.ndim == 0:
+        return Call((x, partner(b, x, _NUM, scalars=False)))
+    k = xv.shape[-1]
+    shape = b.draw(st.sampled_from([(k,), (k, 3), (2, k, 3)]))
+    if math.prod(shape) > MAX_SIZE:
+        return None
+    return Call((x, b.pick_or_fresh(lambda v: v.shape == shape, shape, (xv.dtype,))))
+
+
+def d_outer(b: Builder) -> Call | None:
+    x = operand(b, _NUM + (BOOL,))
+    y = operand(b, _NUM + (BOOL,))
+    if b.value(x).size * b.value(y).size > MAX_SIZE:
+        return None
+    return Call((x, y))
+
+
+def d_vdot(b: Builder) -> Call | None:
+    x = operand(b, _NUM + (BOOL,))
+    xv = b.value(x)
+    shape = b.draw(st.sampled_from([xv.shape, (xv.size,)]))
+    return Call((x, b.pick_or_fresh(lambda v: v.size == xv.size, shape, (xv.dtype,))))
+
+
+def d_tensordot(b: Builder) -> Call | None:
+    x = operand(b, _NUM)
+    xv = b.value(x)
+    n = b.draw(st.integers(0, min(2, xv.ndim)))
+    shape = xv.shape[xv.ndim - n :] + tuple(b.draw(st.lists(st.sampled_from([1, 2, 3]), max_size=2)))
+    if math.prod(shape) > MAX_SIZE or math.prod(xv.shape[: xv.ndim - n] + shape[n:]) > MAX_SIZE:
+        return None
+    return Call((x, b.pick_or_fresh(lambda v: v.shape == shape, shape, (xv.dtype,))), (("axes", n),))
+
+
+# einsum subscripts and the shapes of their operands, from sizes i, j, k (b a batch of 2)
+EINSUMS = {
+    "ij,jk->ik": lambda i, j, k: [(i, j), (j, k)],
+    "bij,bjk->bik": lambda i, j, k: [(2, i, j), (2, j, k)],
+    "i,i": lambda i, j, k: [(i,), (i,)],
+    "ij->ji": lambda i, j, k: [(i, j)],
+    "ii->i": lambda i, j, k: [(i, i)],
+    "ij,j->i": lambda i, j, k: [(i, j), (j,)],
+    "...j,kj": lambda i, j, k: [(2, i, j), (k, j)],
+    "ijk->k": lambda i, j, k: [(i, j, k)],
+    "ij,jk,kl->il": lambda i, j, k: [(i, j), (j, k), (k, 2)],
+    "i,j->ij": lambda i, j, k: [(i,), (j,)],
+}
+
+
+def d_einsum(b: Builder) -> Call | None:
+    spec = b.draw(st.sampled_from(sorted(EINSUMS)))
+    sizes = [b.draw(st.sampled_from([0, 1, 2, 3, 5])) for _ in range(3)]
+    dt = b.dtype(_NUM)
+    args = tuple(b.fresh(shape, dt) for shape in EINSUMS[spec](*sizes))
+    return Call(args, (("spec", spec),))
 
 
 def d_concat(stack: bool) -> Callable[[Builder], Call | None]:
@@ -874,12 +966,36 @@ def d_permute(b: Builder) -> Call | None:
     return Call((x,), (("order", tuple(b.draw(st.permutations(range(nd))))),))
 
 
-def d_transpose(b: Builder) -> Call | None:
+def d_swapaxes(b: Builder) -> Call | None:
     x = operand(b, (F32, I32, BOOL, F16))
     nd = b.value(x).ndim
     if nd < 1:
         return None
     return Call((x,), (("a0", b.draw(st.integers(-nd, nd - 1))), ("a1", b.draw(st.integers(-nd, nd - 1)))))
+
+
+def d_transpose(b: Builder) -> Call | None:
+    """numpy's transpose: no axes, or all of them in some order (negative ones too); or two axes of a
+    tensor of other than 2 dims, which wgjit swaps as torch does (numpy refuses: the ref swaps)."""
+    x = operand(b, (F32, I32, BOOL, F16))
+    nd = b.value(x).ndim
+    kind = b.draw(st.sampled_from(["none", "all", "two"]))
+    if kind == "none":
+        return Call((x,), (("axes", ()),))
+    if kind == "two":
+        if nd in (0, 2):
+            return None
+        return Call((x,), (("axes", (b.draw(st.integers(-nd, nd - 1)), b.draw(st.integers(-nd, nd - 1)))),))
+    order = b.draw(st.permutations(range(nd)))
+    if nd == 2 and tuple(order) == (0, 1):
+        return None  # refused: numpy keeps the order, torch swaps
+    return Call((x,), (("axes", tuple(a - nd if b.draw(st.booleans()) else a for a in order)),))
+
+
+def _transpose(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    if len(axes) == 2 and x.ndim != 2:
+        return np.swapaxes(x, *axes)
+    return np.transpose(x, axes or None)
 
 
 def d_expand(b: Builder) -> Call | None:
@@ -964,6 +1080,95 @@ def d_factory(kind: str) -> Callable[[Builder], Call | None]:
     return draw
 
 
+def d_eye(b: Builder) -> Call | None:
+    n, m = b.draw(st.integers(0, 6)), b.draw(st.one_of(st.none(), st.integers(0, 6)))
+    return Call((), (("n", n), ("m", m), ("k", b.draw(st.integers(-2, 2))), ("dtype", b.dtype().name)))
+
+
+def d_linspace(b: Builder) -> Call | None:
+    start, stop = b.draw(st.sampled_from([-2.0, 0.0, 0.5, 3.0])), b.draw(st.sampled_from([-1.0, 1.0, 2.5, 10.0]))
+    return Call(
+        (), (("start", start), ("stop", stop), ("num", b.draw(st.integers(0, 9))), ("end", b.draw(st.booleans())))
+    )
+
+
+def _linspace(start: float, stop: float, num: int, end: bool) -> Result:
+    """float32 start + i * float32 step: within a few ulp of |start| + |stop| of numpy's float64 values."""
+    r = np.linspace(start, stop, num, endpoint=end).astype(F32)
+    return Result(r, False, np.full(r.shape, abs(start) + abs(stop)))
+
+
+def d_tri(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    if b.value(x).ndim == 0:
+        return None
+    return Call((x,), (("k", b.draw(st.integers(-2, 2))),))
+
+
+def d_moveaxis(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    nd = b.value(x).ndim
+    if nd == 0:
+        return None
+    return Call((x,), (("src", b.draw(st.integers(-nd, nd - 1))), ("dst", b.draw(st.integers(-nd, nd - 1)))))
+
+
+def d_flip(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    return Call((x,), (("axis", axes_of(b, b.value(x).ndim)),))
+
+
+def d_roll(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    nd = b.value(x).ndim
+    axis = None if nd == 0 or b.draw(st.booleans()) else b.draw(st.integers(-nd, nd - 1))
+    return Call((x,), (("shift", b.draw(st.integers(-7, 7))), ("axis", axis)))
+
+
+def d_tile(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    return Call((x,), (("reps", tuple(b.draw(st.lists(st.integers(0, 3), max_size=3)))),))
+
+
+def d_repeat(b: Builder) -> Call | None:
+    x = operand(b, (F32, I32, BOOL, F16))
+    v = b.value(x)
+    axis = None if v.ndim == 0 or b.draw(st.booleans()) else b.draw(st.integers(-v.ndim, v.ndim - 1))
+    n = v.size if axis is None else v.shape[axis]
+    if b.draw(st.booleans()):
+        return Call((x,), (("repeats", b.draw(st.integers(0, 3))), ("axis", axis)))
+    return Call((x,), (("repeats", tuple(b.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)))), ("axis", axis)))
+
+
+def d_split(kind: str) -> Callable[[Builder], Call | None]:
+    """One part of np.split / np.array_split / torch.chunk (the part's index is a parameter)."""
+
+    def draw(b: Builder) -> Call | None:
+        x = operand(b, (F32, I32, BOOL, F16))
+        v = b.value(x)
+        if v.ndim == 0:
+            return None
+        axis = b.draw(st.integers(-v.ndim, v.ndim - 1))
+        n = v.shape[axis]
+        if kind != "chunk" and b.draw(st.booleans()):
+            cuts = tuple(sorted(b.draw(st.lists(st.integers(0, n), max_size=3))))
+            return Call((x,), (("parts", cuts), ("axis", axis), ("part", b.draw(st.integers(0, len(cuts))))))
+        parts = b.draw(st.integers(1, 4))
+        if kind == "split" and n % parts:
+            return None
+        count = len(np.array_split(np.empty(n), parts)) if kind != "chunk" else len(range(0, n, max(1, -(-n // parts))))
+        if count == 0:
+            return None
+        return Call((x,), (("parts", parts), ("axis", axis), ("part", b.draw(st.integers(0, count - 1)))))
+
+    return draw
+
+
+def _chunk(x: np.ndarray, parts: int, axis: int, part: int) -> np.ndarray:
+    size = max(1, -(-x.shape[axis] // parts))
+    return np.array_split(x, list(range(size, x.shape[axis], size)), axis)[part]
+
+
 def d_like(b: Builder) -> Call | None:
     x = operand(b, (F32, I32, BOOL, F16))
     return Call((x,), (("value", b.scalar(b.value(x).dtype)),))
@@ -1005,6 +1210,71 @@ def _clamp(x: np.ndarray, lo: Any, hi: Any) -> Result:
     maximum, minimum = _elementwise(np.maximum, "always"), _elementwise(np.minimum, "always")
     y = x if lo is None else maximum(x, lo).value
     return Result(y if hi is None else minimum(y, hi).value, True)
+
+
+def d_var(b: Builder) -> Call | None:
+    call = d_reduce(_ANY)(b)
+    return None if call is None else Call(call.args, call.params + (("ddof", b.draw(st.sampled_from([0, 0, 1]))),))
+
+
+def _var(root: bool) -> Callable[..., Result]:
+    """np.var / np.std in float64. The centered values carry the rounding of the mean: an absolute
+    error of var scaling with mean(x**2); through the square root, std's grows as its root."""
+
+    def ref(x: np.ndarray, axis: Any = None, keepdims: bool = False, ddof: int = 0) -> Result:
+        dt = to_float(x.dtype)
+        a = _up(x.astype(dt)).astype(F64)
+        with np.errstate(all="ignore"):
+            r = np.var(a, axis=axis, ddof=ddof, keepdims=keepdims)
+            mag = np.mean(a * a, axis=axis, keepdims=keepdims) if a.size else np.zeros_like(r)
+            if root:
+                r, mag = np.sqrt(r), np.sqrt(mag / (F16_EPS if dt == F16 else 1e-5))
+        return Result(np.asarray(r).astype(dt), False, mag)
+
+    return ref
+
+
+def _logsumexp(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Result:
+    """scipy's logsumexp in float64: the largest element (where finite) taken out first."""
+    dt = to_float(x.dtype)
+    a = _up(x.astype(dt)).astype(F64)
+    axes = tuple(range(a.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+    shape = np.sum(a, axis=axes, keepdims=keepdims).shape
+    if any(a.shape[i] == 0 for i in axes):
+        return Result(np.full(shape, -np.inf, dt), True)
+    m = np.max(a, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(all="ignore"):
+        r = np.log(np.sum(np.exp(a - m), axis=axes, keepdims=keepdims)) + m.reshape(shape)
+    return Result(r.astype(dt), False, np.abs(m).reshape(shape) + 1.0)
+
+
+def d_scan(b: Builder) -> Call | None:
+    x = operand(b, _ANY)
+    nd = b.value(x).ndim
+    axis = None if nd == 0 or b.draw(st.booleans()) else b.draw(st.integers(-nd, nd - 1))
+    return Call((x,), (("axis", axis),))
+
+
+def _scan(fn: Callable[..., np.ndarray]) -> Callable[..., Result]:
+    """np.cumsum / np.cumprod as wgjit runs them: bools as int32, floats accumulated in float32
+    in numpy's order (rows this short are one thread's), float16 rounded once per output. Exact
+    unless a partial result is a subnormal (the GPU may flush it to zero)."""
+
+    def ref(x: np.ndarray, axis: int | None = None) -> Result:
+        a = x.astype(I32) if x.dtype == BOOL else x
+        if a.dtype.kind != "f":
+            return Result(fn(a, axis=axis, dtype=a.dtype), True)
+        r = fn(_up(a), axis=axis, dtype=F32)
+        with np.errstate(invalid="ignore"):
+            normal = np.all(~np.isfinite(r) | (r == 0) | (np.abs(r) >= np.finfo(F32).tiny))
+        return Result(r.astype(a.dtype), bool(normal), np.abs(r))
+
+    return ref
+
+
+def d_nan_to_num(b: Builder) -> Call | None:
+    return Call((operand(b, _ANY),), (("nan", b.draw(st.sampled_from([0.0, -1.0, 2.5]))),))
 
 
 def d_masked_fill(b: Builder) -> Call | None:
@@ -1289,6 +1559,18 @@ OPS: dict[str, OpSpec] = {
         OpSpec(
             "minimum", d_binary(_ANY, no_bool_result=False), "tr.minimum({0}, {1})", _elementwise(np.minimum, "always")
         ),
+        OpSpec(
+            "hypot",
+            d_binary(_ANY, no_bool_result=False),
+            "tr.hypot({0}, {1})",
+            _elementwise(np.hypot, "never", float_out=True),
+        ),
+        OpSpec(
+            "logaddexp",
+            d_binary(_ANY, no_bool_result=False),
+            "tr.logaddexp({0}, {1})",
+            _elementwise(np.logaddexp, "never", float_out=True),
+        ),
         OpSpec("lt", d_binary(_ANY, no_bool_result=False), "{0} < {1}", _elementwise(np.less, "always", cmp=True)),
         OpSpec(
             "le", d_binary(_ANY, no_bool_result=False), "{0} <= {1}", _elementwise(np.less_equal, "always", cmp=True)
@@ -1363,6 +1645,11 @@ OPS: dict[str, OpSpec] = {
         ),
         OpSpec("floor", d_unary(_NUM), "{0}.floor()", _unary(np.floor, floats=False), "always"),
         OpSpec("ceil", d_unary(_NUM), "tr.ceil({0})", _unary(np.ceil, floats=False), "always"),
+        OpSpec("trunc", d_unary(_NUM), "{0}.trunc()", _unary(np.trunc, floats=False), "always"),
+        OpSpec("round", d_round, "{0}.round({decimals})", _round, eps=1e-6),
+        OpSpec("isnan", d_unary(_ANY), "{0}.isnan()", np.isnan, "always"),
+        OpSpec("isinf", d_unary(_ANY), "tr.isinf({0})", np.isinf, "always"),
+        OpSpec("isfinite", d_unary(_ANY), "{0}.isfinite()", np.isfinite, "always"),
         OpSpec("not", d_unary((BOOL,)), "~{0}", np.logical_not, "always"),
         OpSpec("cast", d_cast, "{0}.astype(tr.{dtype})", _cast, "always"),
         OpSpec("contiguous", d_unary(_ANY), "{0}.contiguous()", lambda x: x.copy(), "always"),
@@ -1391,16 +1678,35 @@ OPS: dict[str, OpSpec] = {
         OpSpec("log_softmax", d_softmax, "tr.log_softmax({0}, axis={axis})", _softmax(True)),
         # contraction and joins
         OpSpec("matmul", d_matmul, "{0} @ {1}", _matmul, eps=1e-6),
+        OpSpec("dot", d_dot, "{0}.dot({1})", _product(np.dot), eps=1e-6),
+        OpSpec(
+            "vdot", d_outer, "tr.vdot({0}, {1})", _product(lambda a, c: np.dot(a.reshape(-1), c.reshape(-1))), eps=1e-6
+        ),
+        OpSpec("outer", d_outer, "tr.outer({0}, {1})", _product(np.outer), eps=1e-6),
+        OpSpec("tensordot", d_tensordot, "tr.tensordot({0}, {1}, {axes})", _product(np.tensordot), eps=1e-6),
+        OpSpec(
+            "einsum",
+            d_einsum,
+            lambda s, p: f"tr.einsum({p['spec']!r}, {', '.join(s)})",
+            _product(lambda *ops, spec: np.einsum(spec, *ops)),
+            eps=1e-6,
+        ),
         OpSpec(
             "concat", d_concat(False), lambda s, p: f"tr.concat([{', '.join(s)}], axis={p['axis']})", _concat, "always"
+        ),
+        OpSpec(
+            "concatenate",
+            d_concat(False),
+            lambda s, p: f"tr.concatenate([{', '.join(s)}], axis={p['axis']})",
+            _concat,
+            "always",
         ),
         OpSpec("stack", d_concat(True), lambda s, p: f"tr.stack([{', '.join(s)}], axis={p['axis']})", _stack, "always"),
         # movement
         OpSpec("reshape", d_reshape, "{0}.reshape({shape!r})", lambda x, shape: x.reshape(shape), "always"),
         OpSpec("permute", d_permute, "{0}.permute({order!r})", lambda x, order: np.transpose(x, order), "always"),
-        OpSpec(
-            "transpose", d_transpose, "{0}.transpose({a0}, {a1})", lambda x, a0, a1: np.swapaxes(x, a0, a1), "always"
-        ),
+        OpSpec("swapaxes", d_swapaxes, "{0}.swapaxes({a0}, {a1})", lambda x, a0, a1: np.swapaxes(x, a0, a1), "always"),
+        OpSpec("transpose", d_transpose, lambda s, p: f"{s[0]}.transpose{p['axes']!r}", _transpose, "always"),
         OpSpec("T", d_unary(_ANY), "{0}.T", lambda x: x.T, "always"),
         OpSpec(
             "expand",
@@ -1425,13 +1731,85 @@ OPS: dict[str, OpSpec] = {
             "always",
         ),
         OpSpec("index", d_index, lambda s, p: f"{s[0]}[{_index_src(p['index'])}]", _getitem, "always"),
+        OpSpec(
+            "moveaxis",
+            d_moveaxis,
+            "tr.moveaxis({0}, {src}, {dst})",
+            lambda x, src, dst: np.moveaxis(x, src, dst),
+            "always",
+        ),
+        OpSpec("flip", d_flip, "{0}.flip({axis!r})", lambda x, axis: np.flip(x, axis), "always"),
+        OpSpec(
+            "roll", d_roll, "tr.roll({0}, {shift}, {axis!r})", lambda x, shift, axis: np.roll(x, shift, axis), "always"
+        ),
+        OpSpec("tile", d_tile, "tr.tile({0}, {reps!r})", lambda x, reps: np.tile(x, reps), "always"),
+        OpSpec(
+            "repeat",
+            d_repeat,
+            "{0}.repeat({repeats!r}, {axis!r})",
+            lambda x, repeats, axis: np.repeat(x, repeats, axis),
+            "always",
+        ),
+        OpSpec(
+            "split",
+            d_split("split"),
+            "tr.split({0}, {parts!r}, {axis})[{part}]",
+            lambda x, parts, axis, part: np.split(x, parts, axis)[part],
+            "always",
+        ),
+        OpSpec(
+            "array_split",
+            d_split("array_split"),
+            "tr.array_split({0}, {parts!r}, {axis})[{part}]",
+            lambda x, parts, axis, part: np.array_split(x, parts, axis)[part],
+            "always",
+        ),
+        OpSpec("chunk", d_split("chunk"), "{0}.chunk({parts}, {axis})[{part}]", _chunk, "always"),
+        OpSpec("tril", d_tri, "tr.tril({0}, {k})", lambda x, k: np.tril(x, k), "always"),
+        OpSpec("triu", d_tri, "tr.triu({0}, {k})", lambda x, k: np.triu(x, k), "always"),
         # factories
         OpSpec("arange", d_factory("arange"), "tr.arange({start!r}, {stop!r}, {step!r})", _arange, "always"),
         OpSpec("full", d_factory("full"), "tr.full({shape!r}, {value!r})", _full, "always"),
         OpSpec("full_like", d_like, "tr.full_like({0}, {value!r})", _full_like, "always"),
+        OpSpec(
+            "eye",
+            d_eye,
+            "tr.eye({n}, {m}, k={k}, dtype=tr.{dtype})",
+            lambda n, m, k, dtype: np.eye(n, m, k, dtype),
+            "always",
+        ),
+        OpSpec("linspace", d_linspace, "tr.linspace({start}, {stop}, {num}, endpoint={end})", _linspace, eps=1e-6),
         # transformer ops (tracer/nn.py)
         OpSpec("erf", d_unary(_NUM), "tr.erf({0})", _unary(lambda a: _erf(a), mag=lambda a: np.full_like(a, 0.05))),
         OpSpec("clamp", d_clamp, "tr.clamp({0}, {lo!r}, {hi!r})", _clamp, "always"),
+        # numpy's everyday API (tracer/reductions.py, numeric.py)
+        OpSpec("clip", d_clamp, "{0}.clip({lo!r}, {hi!r})", _clamp, "always"),
+        OpSpec(
+            "nan_to_num",
+            d_nan_to_num,
+            "tr.nan_to_num({0}, nan={nan!r})",
+            lambda x, nan: np.nan_to_num(x, nan=nan),
+            "always",
+        ),
+        OpSpec("var", d_var, "{0}.var(axis={axis!r}, ddof={ddof}, keepdims={keepdims!r})", _var(False), eps=1e-5),
+        OpSpec("std", d_var, "tr.std({0}, axis={axis!r}, ddof={ddof}, keepdims={keepdims!r})", _var(True), eps=1e-5),
+        OpSpec(
+            "any",
+            d_reduce(_ANY),
+            "{0}.any(axis={axis!r}, keepdims={keepdims!r})",
+            lambda x, axis, keepdims: np.any(x, axis=axis, keepdims=keepdims),
+            "always",
+        ),
+        OpSpec(
+            "all",
+            d_reduce(_ANY),
+            "tr.all({0}, axis={axis!r}, keepdims={keepdims!r})",
+            lambda x, axis, keepdims: np.all(x, axis=axis, keepdims=keepdims),
+            "always",
+        ),
+        OpSpec("cumsum", d_scan, "{0}.cumsum({axis!r})", _scan(np.cumsum), eps=1e-6),
+        OpSpec("cumprod", d_scan, "tr.cumprod({0}, {axis!r})", _scan(np.cumprod), eps=1e-6),
+        OpSpec("logsumexp", d_reduce(_ANY), "tr.logsumexp({0}, axis={axis!r}, keepdims={keepdims!r})", _logsumexp),
         OpSpec("masked_fill", d_masked_fill, "{0}.masked_fill({1}, {value!r})", _masked_fill, "always"),
         OpSpec(
             "layer_norm",

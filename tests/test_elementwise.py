@@ -46,6 +46,8 @@ UNARY = {
     "silu": (tr.silu, lambda x: x / (1 + np.exp(-x)), (-20, 20), 1e-5, 1e-6),
     "floor": (tr.floor, np.floor, (-5, 5), 0, 0),
     "ceil": (tr.ceil, np.ceil, (-5, 5), 0, 0),
+    "round": (tr.round, np.round, (-5, 5), 0, 0),
+    "trunc": (tr.trunc, np.trunc, (-5, 5), 0, 0),
 }
 
 BINARY = {
@@ -55,6 +57,8 @@ BINARY = {
     "div": (lambda a, b: a / b, np.divide),
     "floordiv": (lambda a, b: a // b, np.floor_divide),
     "mod": (lambda a, b: a % b, np.mod),
+    "hypot": (tr.hypot, np.hypot),
+    "logaddexp": (tr.logaddexp, np.logaddexp),
     "pow": (lambda a, b: a**b, np.power),
     "maximum": (tr.maximum, np.maximum),
     "minimum": (tr.minimum, np.minimum),

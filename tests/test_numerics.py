@@ -51,6 +51,8 @@ BINARY: list[tuple[str, Callable, Callable]] = [
     ("ne", lambda a, b: a != b, np.not_equal),
     ("floordiv", lambda a, b: a // b, np.floor_divide),
     ("mod", lambda a, b: a % b, np.mod),
+    ("hypot", tr.hypot, np.hypot),
+    ("logaddexp", tr.logaddexp, np.logaddexp),
 ]
 
 
@@ -134,6 +136,21 @@ EDGES: list[tuple[str, Callable, Callable, list[float]]] = [
         np.sign,
         [0.0, -0.0, 1e-30, -1e-30, 1e-40, -1e-40, 2.5, -3.5, 3e38, -3e38, NAN, INF, -INF],
     ),
+    (
+        "round",
+        lambda x: x.round(),
+        np.round,
+        [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 1e-30, -0.0, 0.0, 8388607.5, 16777215.0, 3e38, NAN, INF, -INF],
+    ),  # ties to even
+    (
+        "trunc",
+        lambda x: x.trunc(),
+        np.trunc,
+        [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 1e-30, -0.0, 0.0, 8388607.5, 16777215.0, 3e38, NAN, INF, -INF],
+    ),
+    ("isnan", lambda x: x.isnan(), np.isnan, [NAN, -NAN, INF, -INF, 0.0, -0.0, 1.0, 1e-40, 3e38]),
+    ("isinf", lambda x: x.isinf(), np.isinf, [NAN, -NAN, INF, -INF, 0.0, -0.0, 1.0, 1e-40, 3e38]),
+    ("isfinite", lambda x: x.isfinite(), np.isfinite, [NAN, -NAN, INF, -INF, 0.0, -0.0, 1.0, 1e-40, 3e38]),
 ]
 
 
@@ -284,3 +301,36 @@ def test_remainder_of_exact_multiples_and_its_sign(dtype: str) -> None:
     ):
         np.testing.assert_array_equal(got, want)
         assert np.array_equal(np.signbit(got), np.signbit(want)), (a[np.signbit(got) != np.signbit(want)][:5],)
+
+
+@pytest.mark.parametrize("decimals", [1, 2, -1, -2])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "uint32"])
+def test_round_to_decimals_as_numpy(dtype: str, decimals: int) -> None:
+    if dtype == "float16" and not get_device().caps.shader_f16:
+        pytest.skip(f"the adapter ({get_device().caps.name}) lacks shader-f16")
+    if dtype.startswith(("int", "uint")):  # ties of x / 10**-d in integers: half to even
+        values = [
+            0,
+            5,
+            15,
+            25,
+            35,
+            45,
+            150,
+            250,
+            251,
+            249,
+            1005,
+            9995,
+            2**31 - 8,
+        ]  # no overflow: numpy goes via float64
+        values += [] if dtype == "uint32" else [-5, -15, -25, -150, -250, -(2**31) + 8]
+    else:  # binary fractions are exact ties after the scaling by 10**d
+        values = [0.125, 0.375, -0.625, 1.25, 2.5, -3.75, 12.5, 25.0, 150.0, -250.0, 1e-3, 123.456, 0.0, -0.0]
+        values += [NAN, INF, -INF]
+    x = np.array(values, np.float64).astype(dtype)
+    with np.errstate(all="ignore"):
+        want = np.round(x, decimals)
+    got = tr.tensor(x).round(decimals).numpy()
+    assert got.dtype == want.dtype
+    check(got, want, rtol=2e-6 if dtype != "float16" else 9.8e-4)

@@ -20,20 +20,40 @@ from ir.ops import Op as _Op
 from tracer import nn
 from tracer.factories import (
     arange,
+    eye,
     full,
     full_like,
+    linspace,
     ones,
     ones_like,
     rand,
     randn,
     tensor,
+    tril,
+    triu,
     zeros,
     zeros_like,
 )
 from tracer.jit import jit
+from tracer.linalg import dot, einsum, outer, tensordot, vdot
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
+from tracer.numeric import clip, nan_to_num
 from tracer.realize import reset_device
-from tracer.tensor import Tensor, compile, concat, matmul, maximum, minimum, realize, stack, where
+from tracer.reductions import all, any, cumprod, cumsum, logsumexp, std, var
+from tracer.shaping import (
+    array_split,
+    chunk,
+    concatenate,
+    flip,
+    moveaxis,
+    repeat,
+    roll,
+    split,
+    swapaxes,
+    tile,
+    transpose,
+)
+from tracer.tensor import Tensor, compile, concat, hypot, logaddexp, matmul, maximum, minimum, realize, stack, where
 from tracer.weights import load_safetensors
 
 bool = bool_  # noqa: A001  tr.bool, as numpy spells it
@@ -54,6 +74,8 @@ globals().update({name: _unary(name) for name in _TABLE_UNARY})
 gelu = _unary("gelu")
 floor = _unary("floor")
 ceil = _unary("ceil")
+trunc = _unary("trunc")
+round = _unary("round")  # noqa: A001
 sum = _unary("sum")  # noqa: A001
 mean = _unary("mean")
 max = _unary("max")  # noqa: A001
@@ -64,7 +86,6 @@ softmax = _unary("softmax")
 log_softmax = _unary("log_softmax")
 reshape = _unary("reshape")
 permute = _unary("permute")
-transpose = _unary("transpose")
 squeeze = _unary("squeeze")
 unsqueeze = _unary("unsqueeze")
 flatten = _unary("flatten")
@@ -101,13 +122,17 @@ def record():  # noqa: ANN201
 __all__ = [
     "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "JitError", "KernelCompileError", "ShapeError",
     "Tensor", "WgjitError", "arange", "argmax", "argmin", "astype", "bool", "bool_",
-    "broadcast_to", "ceil", "compile", "concat", "expand", "explain", "flatten", "float16",
+    "broadcast_to", "ceil", "round", "trunc", "compile", "concat", "expand", "explain", "flatten", "float16",
     "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log_softmax", "matmul", "max",
-    "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
+    "hypot", "logaddexp", "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
     "record", "reset_device", "reshape", "softmax",
     "squeeze", "stack", "sum", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
     # transformer inference (tracer/nn.py, tracer/weights.py)
-    "clamp", "gather", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
+    "clamp", "gather",
+    # numpy's everyday API (tracer/reductions.py, numeric.py)
+    "all", "any", "clip", "cumprod", "cumsum", "logsumexp", "nan_to_num", "std", "var",
+    "array_split", "chunk", "concatenate", "eye", "flip", "linspace", "moveaxis", "repeat", "roll", "split",
+    "swapaxes", "tile", "tril", "triu", "dot", "einsum", "outer", "tensordot", "vdot", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
 ]  # fmt: skip
 __all__ += _TABLE_UNARY  # abs, exp, log, sqrt, sin, tanh, silu, erf, ... (the op table's plain unary ops)

@@ -1,4 +1,5 @@
-"""Creation functions: tensors from host data, constants, ranges and random numbers.
+"""Creation functions: tensors from host data, constants, ranges, random numbers, and the
+numpy matrix builders (eye, tril, triu).
 
 `constant` (a cached 0-d tensor for a python scalar) is tracer.tensor.constant.
 """
@@ -15,11 +16,11 @@ import numpy as np
 from ir.dtypes import DType, to_dtype
 from ir.errors import ShapeError
 from ir.ops import Op
-from tracer.tensor import Tensor, constant, from_data, make
+from tracer.tensor import Tensor, as_tensor, constant, from_data, make, where
 
 __all__ = [
-    "arange", "as_tensor_list", "constant", "full", "full_like", "ones", "ones_like", "rand", "randn", "tensor",
-    "zeros", "zeros_like",
+    "arange", "as_tensor_list", "constant", "eye", "full", "full_like", "linspace", "ones", "ones_like", "rand",
+    "randn", "tensor", "tril", "triu", "zeros", "zeros_like",
 ]  # fmt: skip
 
 
@@ -79,6 +80,56 @@ def arange(start: float, stop: float | None = None, step: float = 1, dtype: DTyp
     dt = to_dtype(dtype) if dtype is not None else (DType.int32 if all_int else DType.float32)
     n = max(0, math.ceil((stop - start) / step))
     return make(Op.ARANGE, (), (n,), dt, (start, step))
+
+
+def linspace(
+    start: float, stop: float, num: int = 50, endpoint: bool = True, retstep: bool = False, dtype: Any = None
+) -> Tensor | tuple[Tensor, float]:
+    """`num` evenly spaced values from start to stop (stop itself when `endpoint`), as np.linspace;
+    float32 unless `dtype` says otherwise (ints are truncated, as numpy's astype)."""
+    if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        raise ValueError(f"linspace: num must be a non-negative int, got {num!r}")
+    div = num - 1 if endpoint else num
+    step = (stop - start) / div if div > 0 else math.nan
+    y = make(Op.ARANGE, (), (num,), DType.float32, (float(start), 0.0 if div <= 0 else float(step)))
+    if endpoint and num > 1:  # numpy sets the last value to stop exactly
+        y = where(arange(num) == num - 1, float(stop), y)
+    y = y if dtype is None else y.astype(dtype)
+    return (y, step) if retstep else y
+
+
+def _row_col(rows: int, cols: int, k: int) -> tuple[Tensor, Tensor]:
+    """(row index + k) as a column and the column index as a row: their comparison is a triangle."""
+    return (arange(rows) + k).reshape(rows, 1), arange(cols).reshape(1, cols)
+
+
+def eye(n: int, m: int | None = None, k: int = 0, dtype: DType | str = DType.float32) -> Tensor:
+    """The (n, m) matrix with ones on diagonal k and zeros elsewhere, as np.eye."""
+    n, m = operator.index(n), operator.index(n if m is None else m)
+    if n < 0 or m < 0:
+        raise ShapeError(f"eye: negative dimensions are not allowed: ({n}, {m})")
+    row, col = _row_col(n, m, operator.index(k))
+    return (row == col).astype(dtype)
+
+
+def _triangle(op: str, x: Any, k: int, lower: bool) -> Tensor:
+    x = as_tensor(x, op)
+    if x.ndim == 0:
+        raise ShapeError(f"{op}: needs at least 1 dimension, got a 0-d tensor")
+    rows, cols = (x.shape[-1], x.shape[-1]) if x.ndim == 1 else x.shape[-2:]  # numpy: a 1-D x is a row
+    row, col = _row_col(rows, cols, operator.index(k))
+    keep = row >= col if lower else row <= col
+    return where(keep, x, constant(False if x.dtype is DType.bool else 0, x.dtype))
+
+
+def tril(x: Any, k: int = 0) -> Tensor:
+    """x with the elements above diagonal k set to 0 (over its last two axes), as np.tril."""
+    return _triangle("tril", x, k, lower=True)
+
+
+def triu(x: Any, k: int = 0) -> Tensor:
+    """x with the elements below diagonal k set to 0 (over its last two axes), as np.triu."""
+    return _triangle("triu", x, k, lower=False)
 
 
 def _rng(seed: int | None) -> np.random.Generator:

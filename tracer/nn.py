@@ -308,7 +308,7 @@ def scaled_dot_product_attention(
         # q (..., H, L, E) -> (..., Hkv, H/Hkv, L, E); k, v (..., Hkv, 1, S, E) broadcast in the matmul
         q = q.reshape(q.shape[:-3] + (kv_heads, heads // kv_heads, q_len, e))
         k, v = k.unsqueeze(-3), v.unsqueeze(-3)
-    scores = (q * scale) @ k.transpose(-2, -1)
+    scores = (q * scale) @ k.swapaxes(-2, -1)
     masks = []
     if is_causal:
         masks.append(_causal_mask(q_len, kv_len))

@@ -238,6 +238,31 @@ class Tensor:
     def ceil(self) -> Tensor:
         return self if not self.dtype.is_float else unary(Op.CEIL, self)
 
+    def trunc(self) -> Tensor:
+        return self if not self.dtype.is_float else unary(Op.TRUNC, self)
+
+    def round(self, decimals: int = 0) -> Tensor:
+        """Rounded to `decimals` decimal places, ties to even, as numpy's round: a float times 10**d,
+        rounded, divided by 10**d (d < 0: divided, rounded, multiplied); an int with d >= 0 is itself,
+        with d < 0 it is rounded exactly in integers."""
+        if not isinstance(decimals, int) or isinstance(decimals, bool):
+            raise TypeError(f"round: decimals must be an int, got {decimals!r}")
+        if self.dtype.is_float:
+            if decimals == 0:
+                return unary(Op.ROUND, self)
+            if decimals > 0:
+                return unary(Op.ROUND, self * 10.0**decimals) / 10.0**decimals
+            return unary(Op.ROUND, self / 10.0**-decimals) * 10.0**-decimals
+        if decimals >= 0:
+            return self
+        p = 10**-decimals
+        if p > np.iinfo(self.dtype.np).max:
+            return self * 0
+        q = self // p
+        twice_r = (self - q * p) * 2
+        up = (twice_r > p) | ((twice_r == p) & (q % 2 != 0))
+        return (q + up.astype(self.dtype)) * p
+
     def astype(self, dtype: DType | str | type) -> Tensor:
         dt = to_dtype(dtype)
         if dt is self.dtype:
@@ -289,11 +314,29 @@ class Tensor:
             return self
         return make(Op.PERMUTE, (self,), tuple(self.shape[i] for i in perm), self.dtype, perm)
 
-    def transpose(self, axis0: int = -2, axis1: int = -1) -> Tensor:
-        if self.ndim < 2 and (axis0, axis1) == (-2, -1):
-            return self
-        a = shapes.normalize_axis("transpose", axis0, self.ndim, self.shape)
-        b = shapes.normalize_axis("transpose", axis1, self.ndim, self.shape)
+    def transpose(self, *axes: Any) -> Tensor:
+        """numpy's transpose: no axes reverses them all, all axes (or one tuple of them) reorder
+        them. Two axes of a tensor of other than 2 dims are swapped, as torch's transpose(a, b)
+        (numpy refuses that call). On a 2-D tensor numpy reads (0, 1) as "keep the order" and torch
+        as "swap": that call is refused, naming x.T and x.swapaxes(0, 1)."""
+        if len(axes) == 1 and isinstance(axes[0], list | tuple):
+            axes = tuple(axes[0])
+        if not axes or axes == (None,):
+            return self.permute(tuple(reversed(range(self.ndim))))
+        if len(axes) == 2 and self.ndim != 2:
+            return self.swapaxes(*axes)
+        norm = tuple(shapes.normalize_axis("transpose", a, self.ndim, self.shape) for a in axes)
+        if self.ndim == 2 and norm == (0, 1):
+            raise ShapeError(
+                f"transpose{axes} of shape {self.shape}: numpy keeps the order, torch swaps the axes; "
+                "write x.T or x.swapaxes(0, 1) to swap, or leave x as it is"
+            )
+        return self.permute(shapes.check_permutation("transpose", norm, self.shape))
+
+    def swapaxes(self, axis0: int, axis1: int) -> Tensor:
+        """The tensor with two axes exchanged, as np.swapaxes (torch's transpose(a, b))."""
+        a = shapes.normalize_axis("swapaxes", axis0, self.ndim, self.shape)
+        b = shapes.normalize_axis("swapaxes", axis1, self.ndim, self.shape)
         if self.ndim == 0:  # axes 0/-1 of a 0-d tensor: nothing to swap
             return self
         order = list(range(self.ndim))
@@ -491,6 +534,16 @@ def maximum(a: Any, b: Any) -> Tensor:
 
 def minimum(a: Any, b: Any) -> Tensor:
     return binary(Op.MINIMUM, a, b)
+
+
+def hypot(a: Any, b: Any) -> Tensor:
+    """sqrt(a**2 + b**2) elementwise, without overflow (ints become float32), as np.hypot."""
+    return binary(Op.HYPOT, a, b)
+
+
+def logaddexp(a: Any, b: Any) -> Tensor:
+    """log(exp(a) + exp(b)) elementwise, without overflow (ints become float32), as np.logaddexp."""
+    return binary(Op.LOGADDEXP, a, b)
 
 
 def _move_axes_last(x: Tensor, axes: tuple[int, ...]) -> Tensor:
@@ -706,6 +759,18 @@ def rebind(t: Tensor, lazy: Lazy) -> None:
     lazy.add_handle(t)
 
 
+def add_methods(*functions: Callable[..., Any]) -> None:
+    """Make each function a Tensor method of its name (x.var(axis) is var(x, axis)).
+
+    For the modules built on Tensor (reductions, shaping, linalg, sorting): numpy's ndarray has
+    these methods, and those modules come after this one. A name Tensor already has is an error.
+    """
+    for fn in functions:
+        if hasattr(Tensor, fn.__name__):
+            raise TypeError(f"Tensor.{fn.__name__} exists already; {fn.__module__}.{fn.__name__} would replace it")
+        setattr(Tensor, fn.__name__, fn)
+
+
 def _unary_method(op: Op) -> Callable[[Tensor], Tensor]:
     def method(self: Tensor) -> Tensor:
         return unary(op, self)
@@ -716,8 +781,4 @@ def _unary_method(op: Op) -> Callable[[Tensor], Tensor]:
 
 
 # the plain unary ops of the op table (ir/optable, `method=True`): x.exp(), x.silu(), ...
-for _op in Op:
-    if _op.opdef.method:
-        if hasattr(Tensor, _op.value):
-            raise TypeError(f"op table: {_op.value} asks for a generated method, but Tensor.{_op.value} is written")
-        setattr(Tensor, _op.value, _unary_method(_op))
+add_methods(*(_unary_method(op) for op in Op if op.opdef.method))

@@ -18,6 +18,7 @@ from backend_wgpu.kernels.movement.index_write import IndexWriteKernel
 from backend_wgpu.kernels.norm.norm import NormKernel
 from backend_wgpu.kernels.reduce.reduce import ReduceKernel
 from backend_wgpu.kernels.reduce.row_reduce import RowReduceKernel
+from backend_wgpu.kernels.scan.scan import ScanKernel
 from backend_wgpu.kernels.softmax.softmax import SoftmaxKernel
 from backend_wgpu.kernels.softmax.softmax_regs import SoftmaxRegsKernel
 
@@ -39,6 +40,7 @@ KERNELS: dict[str, type[Kernel]] = {
         GatherKernel,
         IndexWriteKernel,
         Conv1dKernel,
+        ScanKernel,
     )
 }
 

@@ -1,10 +1,11 @@
-"""Ops that combine many elements: reductions, row ops (softmax), norms, matmul and conv1d.
+"""Ops that combine many elements: reductions, scans, row ops (softmax), norms, matmul and conv1d.
 
 Their kernels live in backend_wgpu/kernels; here are their dtype rules and references.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,6 +52,20 @@ MIN = OpDef("min", Kind.REDUCE, 1, NUMERIC, "the smallest element over the last 
 _INDEX = Dtypes(NUMERIC.families, result="int32")
 ARGMAX = OpDef("argmax", Kind.REDUCE, 1, _INDEX, "where the first largest element is", evaluate=_arg_reduce(np.argmax))
 ARGMIN = OpDef("argmin", Kind.REDUCE, 1, _INDEX, "where the first smallest element is", evaluate=_arg_reduce(np.argmin))
+
+# --- scans along the last axis (ints in their type, floats in f32: float16 too, as the kernel) ------
+
+
+def _scan(fn: np.ufunc) -> Callable[[Node, list[np.ndarray]], np.ndarray]:
+    def evaluate(node: Node, args: list[np.ndarray]) -> np.ndarray:
+        acc = np.float32 if node.dtype.is_float else node.dtype.np
+        return fn(upcast(args[0]), axis=-1, dtype=acc)
+
+    return evaluate
+
+
+CUMSUM = OpDef("cumsum", Kind.SCAN, 1, NUMERIC, "the running sum along the last axis", evaluate=_scan(np.cumsum))
+CUMPROD = OpDef("cumprod", Kind.SCAN, 1, NUMERIC, "the running product along the last axis", evaluate=_scan(np.cumprod))
 
 # --- row ops over the last axis -------------------------------------------------------------------
 

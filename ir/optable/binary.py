@@ -1,4 +1,4 @@
-"""Elementwise arithmetic of two operands: + - * / // % ** maximum minimum.
+"""Elementwise arithmetic of two operands: + - * / // % ** maximum minimum hypot logaddexp.
 
 The float forms go through helper functions: GPU compilers may assume no NaN or infinity
 and fold x - x, x / x, x % x and friends, which numpy does not (each helper says where).
@@ -11,7 +11,19 @@ from collections.abc import Callable
 import numpy as np
 
 from ir.optable.record import ANY, FLOAT, NUMERIC, OpDef, Wgsl, binary, suffix
-from ir.optable.wgsl import bool_of, is_zero, isinf, isnan, nan_let, negative, scalar_of, via_u32, with_scalar
+from ir.optable.unary import log1p_fn
+from ir.optable.wgsl import (
+    bool_of,
+    inf_let,
+    is_zero,
+    isinf,
+    isnan,
+    nan_let,
+    negative,
+    scalar_of,
+    via_u32,
+    with_scalar,
+)
 
 # --- + - * --------------------------------------------------------------------------------------
 
@@ -324,3 +336,62 @@ def _extreme(name: str, fn: str, numpy: Callable[..., np.ndarray]) -> OpDef:
 
 MAXIMUM = _extreme("maximum", "max", np.maximum)
 MINIMUM = _extreme("minimum", "min", np.minimum)
+
+# --- hypot, logaddexp (float only; float16 in f32) --------------------------------------------------
+
+
+def _hypot_fn(t: str) -> dict[str, str]:
+    # sqrt(x^2 + y^2) overflows (and underflows) long before the result does: the larger magnitude
+    # is factored out, hi * sqrt(1 + (lo / hi)^2), dividing through wg_div (NVIDIA's 1 / y flushes
+    # above 2**126). numpy's answers on the bits: an infinity wins even over NaN, then NaN; two
+    # zeros give 0 (lo / hi would be NaN)
+    s = suffix(t)
+    return _div_fn(t) | {
+        f"wg_hypot_{s}": (
+            f"fn wg_hypot_{s}(x: {t}, y: {t}) -> {t} {{\n"
+            f"  let a = abs(x);\n  let b = abs(y);\n  let hi = max(a, b);\n  let r = wg_div_{s}(min(a, b), hi);\n"
+            f"  var h = select(hi * sqrt({t}(1.0) + r * r), {t}(0.0), {is_zero('hi', t)});\n"
+            f"{nan_let(t)}"
+            f"  h = select(h, nan, {isnan('x', t)} | {isnan('y', t)});\n"
+            f"{inf_let(t)}"
+            f"  return select(h, inf, {isinf('x', t)} | {isinf('y', t)});\n}}"
+        )
+    }
+
+
+HYPOT = binary(
+    "hypot",
+    FLOAT,
+    "sqrt(x**2 + y**2) without overflow, elementwise",
+    np.hypot,
+    api="tr.hypot(x, y)",
+    f32_for_f16=True,
+    wgsl_float=Wgsl("wg_hypot_{s}({0}, {1})", _hypot_fn),
+)
+
+
+def _logaddexp_fn(t: str) -> dict[str, str]:
+    # numpy's: the larger plus log1p(exp(-|x - y|)), which neither overflows nor loses the smaller
+    # term; equal operands give x + log(2), also two infinities of one sign (where x - y is NaN);
+    # NaN on the bits
+    s = suffix(t)
+    return log1p_fn(t) | {
+        f"wg_logaddexp_{s}": (
+            f"fn wg_logaddexp_{s}(x: {t}, y: {t}) -> {t} {{\n"
+            f"  let hi = select(y, x, x > y);\n"
+            f"  let r = select(hi + wg_log1p_{s}(exp(-abs(x - y))), x + {t}(0.6931471805599453), x == y);\n"
+            f"{nan_let(t)}"
+            f"  return select(r, nan, {isnan('x', t)} | {isnan('y', t)});\n}}"
+        )
+    }
+
+
+LOGADDEXP = binary(
+    "logaddexp",
+    FLOAT,
+    "log(exp(x) + exp(y)) without overflow, elementwise",
+    np.logaddexp,
+    api="tr.logaddexp(x, y)",
+    f32_for_f16=True,
+    wgsl_float=Wgsl("wg_logaddexp_{s}({0}, {1})", _logaddexp_fn),
+)

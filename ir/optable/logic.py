@@ -1,11 +1,13 @@
-"""Elementwise comparisons, logic on bools, and where."""
+"""Elementwise comparisons, logic on bools, the NaN/inf predicates, and where."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from ir.optable.record import ANY, COMPARE, LOGICAL, Kind, OpDef, binary, unary
-from ir.optable.wgsl import float_compare, plain_compare, via_u32
+from ir.optable.record import ANY, COMPARE, LOGICAL, Dtypes, Kind, OpDef, binary, unary
+from ir.optable.wgsl import bool_of, float_compare, isfinite, isinf, isnan, plain_compare, via_u32
 
 
 def _compare(name: str, symbol: str, numpy: np.ufunc, reflexive: bool) -> OpDef:
@@ -38,6 +40,28 @@ NE = _compare("ne", "!=", np.not_equal, reflexive=True)
 AND = binary("and", LOGICAL, "x and y, elementwise", np.logical_and, api="x & y", wgsl_bool="({0} & {1})")
 OR = binary("or", LOGICAL, "x or y, elementwise", np.logical_or, api="x | y", wgsl_bool="({0} | {1})")
 NOT = unary("not", LOGICAL, "not x, elementwise", np.logical_not, api="~x", wgsl_bool="(!{0})")
+
+# --- predicates: true or false per element (an int or bool is never NaN nor infinite) ----------
+
+_PREDICATE = Dtypes(ANY.families, result="bool")
+
+
+def _predicate(name: str, doc: str, numpy: np.ufunc, bits: Callable[[str, str], str], ints: str) -> OpDef:
+    return unary(
+        name,
+        _PREDICATE,
+        doc,
+        numpy,
+        method=True,
+        wgsl_float=lambda a, t: bits(a[0], t),  # on the bits: a compiler may assume no NaN nor inf
+        wgsl_int=lambda a, t: f"{bool_of(t)}({ints})",
+        wgsl_bool=lambda a, t: f"{bool_of(t)}({ints})",
+    )
+
+
+ISNAN = _predicate("isnan", "whether x is NaN, elementwise", np.isnan, isnan, "false")
+ISINF = _predicate("isinf", "whether x is +inf or -inf, elementwise", np.isinf, isinf, "false")
+ISFINITE = _predicate("isfinite", "whether x is neither NaN nor infinite, elementwise", np.isfinite, isfinite, "true")
 
 # srcs: the bool condition, then the two values (computed in the values' dtype)
 WHERE = OpDef(

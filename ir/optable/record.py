@@ -26,6 +26,7 @@ class Kind(enum.Enum):
     REDUCE = "reduce"  # over the last `arg` axes (the tracer permutes the reduced axes last)
     ROW = "row"  # over the last axis, shape kept
     NORM = "norm"  # a normalization over the last axis, with its optional affine operands
+    SCAN = "scan"  # a running combination along the last axis, shape kept (cumsum)
     OTHER = "other"  # an op with a kernel of its own: matmul, concat, gather, conv1d, index_write
     FUSED = "fused"  # a group of the above, made by passes.fuse
 

@@ -130,7 +130,8 @@ LOG = unary(
 )
 
 
-def _log1p_fn(t: str) -> dict[str, str]:
+def log1p_fn(t: str) -> dict[str, str]:
+    """wg_log1p for type t (logaddexp calls it too)."""
     # log(1 + x) drops the low bits of a small x (log1p(1e-10) would be 0). On (-0.5, 1) it is
     # 2 atanh(u) = 2u (1 + u^2/3 + u^4/5 + ...) with u = x / (2 + x), which keeps them: |u| < 1/3,
     # so seven terms leave 1.4e-8 relative. Outside, 1 + x costs under an ulp of the log, which
@@ -158,7 +159,7 @@ LOG1P = unary(
     np.log1p,
     method=True,
     f32_for_f16=True,
-    wgsl_float=Wgsl("wg_log1p_{s}({0})", _log1p_fn),
+    wgsl_float=Wgsl("wg_log1p_{s}({0})", log1p_fn),
 )
 
 SQRT = unary(
@@ -295,7 +296,7 @@ GELU_TANH = unary(
     ),
 )
 
-# --- rounding (of a float: the floor of an int is the int itself, and the tracer adds no node) --
+# --- rounding (of a float: an int rounded is the int itself, and the tracer adds no node) ------
 
 FLOOR = unary(
     "floor",
@@ -307,6 +308,24 @@ FLOOR = unary(
 )
 CEIL = unary(
     "ceil", Dtypes(frozenset({"float"})), "rounded up, elementwise", np.ceil, api="x.ceil()", wgsl_float="ceil({0})"
+)
+
+# the rounding of a float to an integer value, half to even as numpy's (WGSL's round() is)
+ROUND = unary(
+    "round",
+    Dtypes(frozenset({"float"})),
+    "rounded to the nearest integer, ties to even",
+    np.round,
+    api="x.round()",
+    wgsl_float="round({0})",
+)
+TRUNC = unary(
+    "trunc",
+    Dtypes(frozenset({"float"})),
+    "rounded toward zero, elementwise",
+    np.trunc,
+    api="x.trunc()",
+    wgsl_float="trunc({0})",
 )
 
 # --- dtype and memory ------------------------------------------------------------------------

@@ -51,6 +51,12 @@ def isinf(x: str, t: str) -> str:
     return f"(({bits} & {u}(0x7fffffffu)) == {u}(0x7f800000u))"
 
 
+def isfinite(x: str, t: str) -> str:
+    """WGSL: true where x is neither NaN nor infinite, tested on its bits (see isnan)."""
+    bits, u = _float_bits(x, t)
+    return f"(({bits} & {u}(0x7fffffffu)) < {u}(0x7f800000u))"
+
+
 def is_zero(x: str, t: str) -> str:
     """WGSL: true where float x is +0.0 or -0.0, tested on its bits (see isnan)."""
     bits, u = _float_bits(x, t)
@@ -75,6 +81,11 @@ def horner(t: str, x: str, coefficients: list[str]) -> str:
     """WGSL: the polynomial c0 + x * (c1 + x * (c2 + ...)) in type t, coefficients as literals."""
     head, *rest = coefficients
     return f"{t}({head})" if not rest else f"{t}({head}) + {x} * ({horner(t, x, rest)})"
+
+
+def inf_let(t: str) -> str:
+    """WGSL lines that define `inf` of type t (an infinite constant is a WGSL compile error, so via a var)."""
+    return f"  var inf_bits = 0x7f800000u;\n  let inf = {t}({scalar_of(t)}(bitcast<f32>(inf_bits)));\n"
 
 
 def opaque(code: str) -> Code:

@@ -1,0 +1,1 @@
+"""Scans: running sums and products along the last axis (cumsum, cumprod)."""
