@@ -177,7 +177,8 @@ CASES = [
     Case("index-float", lambda: ones(3)[1.5], tr.DTypeError, ("index", "1.5", "(3,)", "use ints, slices")),
     Case("index-bool", lambda: ones(3)[True], tr.DTypeError, ("index", "True", "(3,)", "use ints")),
     Case("index-two-ellipsis", lambda: ones(3)[..., ...], tr.ShapeError, ("index", "Ellipsis", "(3,)", "at most once")),
-    Case("index-tensor", lambda: ones(3)[tr.tensor([0])], tr.DTypeError, ("index", "(3,)", "gather")),
+    Case("index-float-tensor", lambda: ones(3)[tr.tensor([0.0])], tr.DTypeError, ("index", "float32", "(1,)")),
+    Case("index-out-of-range-array", lambda: ones(3)[[0, 3]], tr.IndexOutOfRangeError, ("index", "3", "(3,)")),
     Case("index-slice-step-0", lambda: ones(3)[::0], tr.ShapeError, ("index", "(3,)", "zero")),
     # dtypes and data
     Case(

@@ -46,8 +46,11 @@ def full(shape: Any, value: bool | int | float, dtype: DType | str | None = None
         dt = DType.bool if isinstance(value, bool) else DType.int32 if isinstance(value, int) else DType.float32
     else:
         dt = to_dtype(dtype)
-    c = constant(value, dt)
-    return c.reshape((1,) * len(shape)).expand(shape) if shape else c
+    c = constant(value, dt, "full")
+    if not shape:
+        return c
+    ones = (1,) * len(shape)
+    return make(Op.EXPAND, (make(Op.RESHAPE, (c,), ones, dt, ones),), shape, dt, shape)  # its own values, not a view
 
 
 def zeros(shape: Any, dtype: DType | str = DType.float32) -> Tensor:

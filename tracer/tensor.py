@@ -24,12 +24,13 @@ from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.graph import Graph
 from ir.ops import FLOAT_ONLY, MOVEMENT, Op
 from tracer.graph_builder import build_graph
-from tracer.host import CONSTANTS, lazy_from_data
-from tracer.indexing import resolve_index
+from tracer.host import CONSTANTS, host_scalar, lazy_from_data
+from tracer.indexing import is_advanced, resolve_index
 from tracer.lazy import Lazy
 from tracer.limits import check_binding_size, check_float16, max_storage_buffers
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
 from tracer.tracing import note_rebind
+from tracer.views import RootCell, ViewInfo, child_view, derive, same_view
 
 Scalar = bool | int | float
 Operand = "Tensor | Scalar"
@@ -42,11 +43,13 @@ class Tensor:
     compile and run what is needed. `repr()` never computes anything.
     """
 
-    __slots__ = ("_lazy", "__weakref__")
+    __slots__ = ("_lazy", "_viewof", "_cell", "__weakref__")
     __array_priority__ = 1000  # so numpy defers `ndarray + Tensor` to us
 
     def __init__(self, lazy: Lazy) -> None:
         self._lazy = lazy
+        self._viewof: ViewInfo | None = None  # set when this tensor is a view of another (tracer.views)
+        self._cell: RootCell | None = None  # on a root with views: its value and views (tracer.views)
         lazy.handles.add(self)
 
     # --- properties ---------------------------------------------------------------
@@ -114,6 +117,79 @@ class Tensor:
         if self.dtype.is_float or self.dtype is DType.bool:
             raise TypeError(f"only integer tensors can be used as an index, not {self.dtype.value}")
         return int(self.item())
+
+    # --- copies and views -----------------------------------------------------------
+    def copy(self) -> Tensor:
+        """A new tensor with this value that no later write to this one changes (numpy's copy)."""
+        return Tensor(self._lazy)  # values are immutable: sharing the Lazy is a copy
+
+    def clone(self) -> Tensor:
+        """torch's name for copy()."""
+        return self.copy()
+
+    @property
+    def base(self) -> Tensor | None:
+        """The tensor this one is a view of (numpy's `base`): None when it owns its values or that one is gone."""
+        return self._viewof.cell.owner() if self._viewof is not None else None
+
+    def _root_cell(self) -> RootCell:
+        """The cell this tensor's views share (a root makes its own on its first view)."""
+        if self._viewof is not None:
+            return self._viewof.cell
+        if self._cell is None:
+            self._cell = RootCell(self)
+        return self._cell
+
+    def _movement(self, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
+        """A movement op's result: a view of this tensor's root where numpy makes a view, else a copy."""
+        out = make(op, (self,), shape, self.dtype, arg)
+        _register_view(out, child_view(self._viewof, self._root_cell(), op, shape, arg))
+        return out
+
+    def _alias(self) -> Tensor:
+        """A new view object showing what this tensor shows (numpy's `x.reshape(x.shape)`, `x[...]`)."""
+        out = Tensor(self._lazy)
+        _register_view(out, same_view(self._viewof, self._root_cell()))
+        return out
+
+    # --- mutation (tracer.mutation): the Tensor object shows the new value -----------
+    def __setitem__(self, index: Any, value: Any) -> None:
+        from tracer.mutation import setitem
+
+        setitem(self, index, value)
+
+    def __iadd__(self, o: Any) -> Tensor:
+        return _inplace(self, "+=", self + o)
+
+    def __isub__(self, o: Any) -> Tensor:
+        return _inplace(self, "-=", self - o)
+
+    def __imul__(self, o: Any) -> Tensor:
+        return _inplace(self, "*=", self * o)
+
+    def __itruediv__(self, o: Any) -> Tensor:
+        return _inplace(self, "/=", self / o)
+
+    def __ifloordiv__(self, o: Any) -> Tensor:
+        return _inplace(self, "//=", self // o)
+
+    def __imod__(self, o: Any) -> Tensor:
+        return _inplace(self, "%=", self % o)
+
+    def __ipow__(self, o: Any) -> Tensor:
+        return _inplace(self, "**=", self**o)
+
+    def __imatmul__(self, o: Any) -> Tensor:
+        return _inplace(self, "@=", self @ o)
+
+    def __iand__(self, o: Any) -> Tensor:
+        return _inplace(self, "&=", self & o)
+
+    def __ior__(self, o: Any) -> Tensor:
+        return _inplace(self, "|=", self | o)
+
+    def __ixor__(self, o: Any) -> Tensor:
+        return _inplace(self, "^=", self ^ o)
 
     def __iter__(self):  # noqa: ANN204
         for i in range(len(self)):
@@ -202,6 +278,18 @@ class Tensor:
     def __or__(self, o: Any) -> Tensor:
         return binary(Op.OR, self, o)
 
+    def __xor__(self, o: Any) -> Tensor:
+        return logical_xor(self, o)
+
+    def __rand__(self, o: Any) -> Tensor:
+        return binary(Op.AND, o, self)
+
+    def __ror__(self, o: Any) -> Tensor:
+        return binary(Op.OR, o, self)
+
+    def __rxor__(self, o: Any) -> Tensor:
+        return logical_xor(o, self)
+
     def __invert__(self) -> Tensor:
         if self.dtype is not DType.bool:
             raise DTypeError(f"~: only bool tensors, got {self.dtype.value}")
@@ -211,7 +299,7 @@ class Tensor:
         return unary(Op.NEG, self)
 
     def __pos__(self) -> Tensor:
-        return self
+        return self.copy()
 
     def __abs__(self) -> Tensor:
         return unary(Op.ABS, self)
@@ -274,15 +362,19 @@ class Tensor:
         return index_write(self, src, offsets)
 
     def floor(self) -> Tensor:
-        return self if not self.dtype.is_float else unary(Op.FLOOR, self)
+        return self.copy() if not self.dtype.is_float else unary(Op.FLOOR, self)
 
     def ceil(self) -> Tensor:
-        return self if not self.dtype.is_float else unary(Op.CEIL, self)
+        return self.copy() if not self.dtype.is_float else unary(Op.CEIL, self)
 
-    def astype(self, dtype: DType | str | type) -> Tensor:
+    def astype(self, dtype: DType | str | type, copy: bool = True) -> Tensor:
+        """This tensor's values as `dtype` (float to int truncates and saturates, NaN to 0: NUMERICS.md).
+
+        Always a new tensor, as numpy's astype (copy=False may return this one when the dtype is already right).
+        """
         dt = to_dtype(dtype)
         if dt is self.dtype:
-            return self
+            return self if not copy else self.copy()
         return make(Op.CAST, (self,), self.shape, dt)
 
     # --- reductions ---------------------------------------------------------------
@@ -319,22 +411,22 @@ class Tensor:
     def reshape(self, *shape: Any) -> Tensor:
         new = shapes.resolve_reshape("reshape", self.shape, _shape_arg(shape))
         if new == self.shape:
-            return self
-        return make(Op.RESHAPE, (self,), new, self.dtype, new)
+            return self._alias()
+        return self._movement(Op.RESHAPE, new, new)
 
     def permute(self, *order: Any) -> Tensor:
         perm = shapes.check_permutation("permute", _shape_arg(order), self.shape)
         if perm == tuple(range(self.ndim)):
-            return self
-        return make(Op.PERMUTE, (self,), tuple(self.shape[i] for i in perm), self.dtype, perm)
+            return self._alias()
+        return self._movement(Op.PERMUTE, tuple(self.shape[i] for i in perm), perm)
 
     def transpose(self, axis0: int = -2, axis1: int = -1) -> Tensor:
         if self.ndim < 2 and (axis0, axis1) == (-2, -1):
-            return self
+            return self._alias()
         a = shapes.normalize_axis("transpose", axis0, self.ndim, self.shape)
         b = shapes.normalize_axis("transpose", axis1, self.ndim, self.shape)
         if self.ndim == 0:  # axes 0/-1 of a 0-d tensor: nothing to swap
-            return self
+            return self._alias()
         order = list(range(self.ndim))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
@@ -346,8 +438,8 @@ class Tensor:
     def expand(self, *shape: Any) -> Tensor:
         new = shapes.check_expand("expand", self.shape, _shape_arg(shape))
         if new == self.shape:
-            return self
-        return make(Op.EXPAND, (self,), new, self.dtype, new)
+            return self._alias()
+        return self._movement(Op.EXPAND, new, new)
 
     def broadcast_to(self, *shape: Any) -> Tensor:
         return self.expand(*shape)
@@ -384,8 +476,13 @@ class Tensor:
         return make(Op.COPY, (self,), self.shape, self.dtype)
 
     def __getitem__(self, index: Any) -> Tensor:
+        """numpy indexing: ints, slices, None and ... give a view; integer and bool arrays a copy (tracer.advanced)."""
+        if is_advanced(index):
+            from tracer.advanced import getitem
+
+            return getitem(self, index)
         view = resolve_index(self.shape, index)
-        y = self if view.slices is None else make(Op.SLICE, (self,), view.sliced_shape, self.dtype, view.slices)
+        y = self if view.slices is None else self._movement(Op.SLICE, view.sliced_shape, view.slices)
         return y.reshape(view.shape)
 
     # --- debugging ----------------------------------------------------------------
@@ -425,14 +522,17 @@ def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType,
     return Tensor(Lazy(op, tuple(s._lazy for s in srcs), shape, dtype, arg))
 
 
-def from_data(data: Any, dtype: DType | str | None = None) -> Tensor:
+def from_data(data: Any, dtype: DType | str | None = None, op: str = "tensor") -> Tensor:
     """A tensor holding a copy of host data (tr.tensor; see tracer.host.host_array)."""
-    return Tensor(lazy_from_data(data, dtype))
+    return Tensor(lazy_from_data(data, dtype, op))
 
 
-def constant(value: bool | int | float, dtype: DType) -> Tensor:
-    """A 0-d tensor for a python scalar, from the constants cache (tracer.host.CONSTANTS)."""
-    return Tensor(CONSTANTS.get(value, dtype))
+def constant(value: bool | int | float, dtype: DType, op: str = "constant") -> Tensor:
+    """A 0-d tensor for a python scalar, from the constants cache (tracer.host.CONSTANTS).
+
+    The value must be representable in `dtype` (tracer.host.host_scalar), or DTypeError naming `op`.
+    """
+    return Tensor(CONSTANTS.get(host_scalar(value, dtype, op), dtype))
 
 
 def as_tensor(x: Any, op: str, what: str = "x") -> Tensor:
@@ -472,10 +572,7 @@ def _scalar_operand(op: str, value: Any, other: DType) -> Tensor:
         return from_data(value)
     if not isinstance(value, bool | int | float):
         raise DTypeError(f"{op}: cannot combine a tensor with {type(value).__name__}")
-    dt = scalar_dtype(value, other)
-    if dt.is_int and isinstance(value, int) and not np.iinfo(dt.np).min <= value <= np.iinfo(dt.np).max:
-        raise DTypeError(f"{op}: python int {value} does not fit {dt.value}")
-    return constant(value, dt)
+    return constant(value, scalar_dtype(value, other), op)
 
 
 def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -691,7 +788,7 @@ def masked_fill(x: Any, mask: Any, value: Any) -> Tensor:
             raise ShapeError(f"masked_fill: value must be a scalar, got shape {value.shape}")
         fill = value.reshape(()).astype(x.dtype)
     elif isinstance(value, bool | int | float):
-        fill = constant(value, x.dtype)
+        fill = constant(value, x.dtype, "masked_fill")
     else:
         raise DTypeError(f"masked_fill: value must be a python scalar or a 0-d tensor, got {type(value).__name__}")
     return where(mask, fill, x)
@@ -734,12 +831,50 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
         src = src.astype(x.dtype)
     if src.size == 0:
         return x
-    rebind(x, make(Op.INDEX_WRITE, (x, src), x.shape, x.dtype, tuple(int(o) for o in offsets))._lazy)
+    from tracer.mutation import write_box
+
+    write_box(x, tuple(int(o) for o in offsets), src)
     return x
 
 
+def _register_view(out: Tensor, info: ViewInfo | None) -> None:
+    """Make `out` a view described by `info` (None: it is a copy, owning its values)."""
+    if info is None:
+        return
+    out._viewof = info
+    info.cell.add(out)
+
+
+def _inplace(x: Tensor, symbol: str, result: Tensor) -> Tensor:
+    from tracer.mutation import assign_result
+
+    assign_result(x, symbol, result)
+    return x
+
+
+def logical_xor(a: Any, b: Any) -> Tensor:
+    """a ^ b: for bools, a != b; integer (bitwise) xor is not supported yet."""
+    a, b = as_tensors("xor", a, b)
+    dt = promote(a.dtype, b.dtype, "xor")
+    if dt is not DType.bool:
+        raise DTypeError(
+            f"xor: ^ of {a.dtype.value} {a.shape} and {b.dtype.value} {b.shape}: only bool tensors "
+            "(logical xor); bitwise xor of integers is not supported yet"
+        )
+    return binary(Op.NE, a, b)
+
+
 def rebind(t: Tensor, lazy: Lazy) -> None:
-    """Make `t` show another value; every other Tensor keeps showing what it showed."""
+    """Make `t` show another value; the views of a root follow it, every other Tensor keeps its value."""
+    _show(t, lazy)
+    if t._cell is not None:  # a root: its views are derived again from its new value
+        t._cell.lazy = lazy
+        for view in t._cell.views():
+            assert view._viewof is not None
+            _show(view, derive(lazy, view._viewof.steps))
+
+
+def _show(t: Tensor, lazy: Lazy) -> None:
     old = t._lazy
     note_rebind(t, old)  # a jit trace repeats the rebinding on every replay
     # rebuilt rather than discard(): WeakSet.discard compares by ==, which Tensor overloads
