@@ -30,12 +30,13 @@ Index = int | np.ndarray | Tensor
 
 def getitem(x: Tensor, index: Any) -> Tensor:
     """x[index] for an index holding integer or bool arrays, lists or tensors (a copy)."""
-    items = _expand(x.shape, _items(index))
+    items = _masks_to_ids(x.shape, _expand(x.shape, _items(index)))
     advanced = [k for k, it in enumerate(items) if _is_index(it)]
     basic = tuple(slice(None) if k in advanced else it for k, it in enumerate(items))
     y = x[basic]  # every item leaves one axis of y (None adds one, an indexed axis stays whole)
     dims = [y.shape[k] for k in advanced]
-    ids = [_checked(items[k], d, k, x.shape) for k, d in zip(advanced, dims)]
+    x_axis = [sum(it is not None for it in items[:k]) for k in advanced]  # None items add axes to y, not to x
+    ids = [_checked(items[k], d, a, x.shape) for k, d, a in zip(advanced, dims, x_axis)]
     try:
         out_shape = np.broadcast_shapes(*(i.shape if isinstance(i, Tensor) else np.shape(i) for i in ids))
     except ValueError:
@@ -69,7 +70,7 @@ def _items(index: Any) -> list[Any]:
         if isinstance(it, np.ndarray) and it.dtype == np.bool_:
             if it.ndim == 0:
                 raise DTypeError("index: a 0-d bool index adds an axis in numpy; reshape or use where() instead")
-            out.extend(np.nonzero(it))  # one integer array per axis the mask covers
+            out.append(_Mask(it))
             continue
         if isinstance(it, np.ndarray) and it.dtype.kind not in "iu":
             raise DTypeError(f"index: a {it.dtype} array is not an index; use integer or bool arrays")
@@ -83,9 +84,36 @@ def _items(index: Any) -> list[Any]:
     return out
 
 
+class _Mask:
+    """A bool mask in an index: it covers as many axes as it has."""
+
+    def __init__(self, mask: np.ndarray) -> None:
+        self.mask = mask
+
+
+def _masks_to_ids(shape: tuple[int, ...], items: list[Any]) -> list[Any]:
+    """Each mask checked against the axes it covers and made one integer array per axis (np.nonzero)."""
+    out: list[Any] = []
+    axis = 0
+    for it in items:
+        if isinstance(it, _Mask):
+            covered = shape[axis : axis + it.mask.ndim]
+            if it.mask.shape != covered:
+                raise IndexOutOfRangeError(
+                    f"index: boolean mask of shape {it.mask.shape} does not match axes {axis}.."
+                    f"{axis + it.mask.ndim - 1} of shape {shape} (sizes {covered})"
+                )
+            out.extend(np.nonzero(it.mask))
+            axis += it.mask.ndim
+            continue
+        out.append(it)
+        axis += it is not None
+    return out
+
+
 def _expand(shape: tuple[int, ...], items: list[Any]) -> list[Any]:
     """Items with the Ellipsis (or the missing trailing axes) made whole slices."""
-    n_real = sum(it is not None and it is not Ellipsis for it in items)
+    n_real = sum(it.mask.ndim if isinstance(it, _Mask) else it is not None and it is not Ellipsis for it in items)
     if n_real > len(shape):
         raise IndexOutOfRangeError(
             f"index: too many indices ({n_real}) for shape {shape}; a {len(shape)}-d tensor takes at most {len(shape)}"
@@ -101,7 +129,7 @@ def _expand(shape: tuple[int, ...], items: list[Any]) -> list[Any]:
 
 def _is_index(it: Any) -> bool:
     """An item that takes part in the advanced index: arrays, tensors, and ints next to them."""
-    return is_array_index(it) or (isinstance(it, int) and not isinstance(it, bool))
+    return is_array_index(it) or isinstance(it, _Mask) or (isinstance(it, int) and not isinstance(it, bool))
 
 
 def _checked(it: Index, dim: int, k: int, shape: tuple[int, ...]) -> np.ndarray | Tensor:

@@ -461,7 +461,15 @@ class Tensor:
         a = shapes.normalize_axis("unsqueeze", axis, self.ndim + 1, self.shape)
         return self.reshape(self.shape[:a] + (1,) + self.shape[a:])
 
+    def ravel(self) -> Tensor:
+        """The elements in one axis: a view where numpy makes one (numpy's ravel)."""
+        return self.reshape(-1)
+
     def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
+        """Axes start..end merged into one; a copy, as numpy's flatten (ravel() gives a view)."""
+        return self._flattened(start_axis, end_axis).copy()
+
+    def _flattened(self, start_axis: int, end_axis: int) -> Tensor:
         if self.ndim == 0:
             return self.reshape(1)
         s = shapes.normalize_axis("flatten", start_axis, self.ndim, self.shape)
