@@ -522,7 +522,16 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 # --- node construction ---------------------------------------------------------------
 
 
+MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
+
+
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
+    n = math.prod(shape)
+    if n > MAX_ELEMENTS:
+        raise ShapeError(
+            f"{op.value}: shape {shape} has {n} elements, over the {MAX_ELEMENTS} (2**32 - 1) that wgjit's kernels "
+            "count with 32-bit integers; split the work into smaller tensors"
+        )
     if op not in MOVEMENT:  # views add no bytes
         check_binding_size(op.value, shape, dtype, math.prod(shape) * dtype.itemsize)
     if dtype is DType.float16 and not any(s.dtype is DType.float16 for s in srcs):
@@ -645,6 +654,8 @@ def _move_axes_last(x: Tensor, axes: tuple[int, ...]) -> Tensor:
 def reduce(op: Op, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
     name = op.value
     axes = shapes.normalize_axes(name, axis, x.shape)
+    if x.ndim == 0:  # axis 0 or -1 of a 0-d tensor (as torch): nothing to reduce
+        return x.copy()
     if op in (Op.MAX, Op.MIN) and any(x.shape[a] == 0 for a in axes):
         raise ShapeError(
             f"{name}: zero-size reduction over axes {axes} of shape {x.shape} has no identity; "
@@ -666,6 +677,8 @@ def arg_reduce(op: Op, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
         axes = tuple(range(x.ndim))
     else:
         axes = (shapes.normalize_axis(name, axis, x.ndim, x.shape),)
+    if x.ndim == 0:  # the only element is at index 0
+        return constant(0, DType.int32)
     if any(x.shape[a] == 0 for a in axes):
         raise ShapeError(
             f"{name}: attempt to get {name} of an empty sequence (shape {x.shape}); the axis must be non-empty"
