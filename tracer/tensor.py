@@ -94,6 +94,18 @@ class Tensor:
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
 
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """`np.exp(x)`, `ndarray + x`, ...: lazy on the GPU where wgjit has the op (tracer.interop)."""
+        from tracer.interop import array_ufunc
+
+        return array_ufunc(self, ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """`np.sum(x)`, `np.concatenate([x, y])`, ...: lazy on the GPU where wgjit has it (tracer.interop)."""
+        from tracer.interop import array_function
+
+        return array_function(func, types, args, kwargs)
+
     def item(self) -> Scalar:
         if self.size != 1:
             raise ShapeError(
