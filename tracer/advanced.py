@@ -21,7 +21,7 @@ import numpy as np
 
 from ir.dtypes import DType
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
-from tracer.indexing import is_array_index
+from tracer.indexing import is_advanced, is_array_index
 from tracer.nn import index_select
 from tracer.tensor import Tensor, from_data, where
 
@@ -166,3 +166,12 @@ def _linear(ids: list[np.ndarray | Tensor], dims: list[int], shape: tuple[int, .
         total = term if total is None else total + term
     assert total is not None
     return total
+
+
+def _getitem_method(self: Tensor, index: Any) -> Tensor:
+    """numpy indexing: ints, slices, None and ... give a view; integer and bool arrays a copy (tracer.advanced)."""
+    return getitem(self, index) if is_advanced(index) else _basic_getitem(self, index)
+
+
+_basic_getitem = Tensor.__getitem__
+Tensor.__getitem__ = _getitem_method  # type: ignore[method-assign]

@@ -26,6 +26,8 @@ from ir.dtypes import DType, to_dtype
 from ir.errors import DTypeError, ShapeError
 from ir.ops import Op
 from tracer.factories import full
+from tracer.mutation import assign_result
+from tracer.nn import gather, index_select
 from tracer.tensor import Tensor, as_tensor, binary, clamp, concat, logical_xor, matmul, maximum, minimum, stack, where
 
 FALLBACKS: Counter[str] = Counter()  # numpy calls computed on the host, by name
@@ -272,8 +274,6 @@ def _clip(a: Any, a_min: Any = NO_VALUE, a_max: Any = NO_VALUE, out: Any = None,
 
 
 def _take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: Any = "raise") -> Any:
-    from tracer.nn import index_select
-
     x = _tensor(a, "take")
     if axis is None:
         x, axis = x.reshape(-1), 0
@@ -283,8 +283,6 @@ def _take(a: Any, indices: Any, axis: Any = None, out: Any = None, mode: Any = "
 
 
 def _take_along_axis(arr: Any, indices: Any, axis: Any) -> Tensor:
-    from tracer.nn import gather
-
     return gather(_tensor(arr, "take_along_axis"), indices, axis)
 
 
@@ -396,8 +394,6 @@ def _store(result: Any, out: Any, op: str) -> Any:
     if isinstance(out, tuple) and len(out) == 1:
         out = out[0]
     if isinstance(out, Tensor):
-        from tracer.mutation import assign_result
-
         if not isinstance(result, Tensor):
             result = as_tensor(result, op)
         assign_result(out, f"{op}(out=)", result)
@@ -441,3 +437,17 @@ def _on_host(
     if method is None:
         return fn(*host_args, **host_kwargs)
     return getattr(fn, method)(*host_args, **host_kwargs) if method != "__call__" else fn(*host_args, **host_kwargs)
+
+
+def _array_ufunc_method(self: Tensor, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    """`np.exp(x)`, `ndarray + x`, ...: lazy on the GPU where wgjit has the op (tracer.interop)."""
+    return array_ufunc(self, ufunc, method, inputs, kwargs)
+
+
+def _array_function_method(self: Tensor, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+    """`np.sum(x)`, `np.concatenate([x, y])`, ...: lazy on the GPU where wgjit has it (tracer.interop)."""
+    return array_function(func, types, args, kwargs)
+
+
+Tensor.__array_ufunc__ = _array_ufunc_method  # type: ignore[attr-defined]
+Tensor.__array_function__ = _array_function_method  # type: ignore[attr-defined]

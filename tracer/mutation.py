@@ -19,7 +19,9 @@ How a write becomes nodes:
 
 from __future__ import annotations
 
+import operator
 import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,8 +31,7 @@ from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.ops import Op
 from ir.view import View
 from tracer.indexing import is_advanced, resolve_index
-from tracer.nn import index_select
-from tracer.tensor import Tensor, broadcast_to, broadcasts_to, constant, from_data, make, rebind, where
+from tracer.tensor import Tensor, as_tensor, broadcast_to, broadcasts_to, constant, from_data, make, rebind, where
 from tracer.views import as_box, coordinates, positions
 
 
@@ -231,8 +232,88 @@ def _write_root_positions(root: Tensor, pos: np.ndarray, value: Tensor) -> None:
     gather_from[flat] = np.arange(flat.size, dtype=np.int32)
     written = np.zeros(root.size, np.bool_)
     written[flat] = True
-    spread = index_select(value.reshape(-1), from_data(gather_from), 0).reshape(root.shape)
+    ids = from_data(gather_from)  # each position's index into the values, known in range on the host
+    spread = make(Op.GATHER, (value.reshape(-1), ids), ids.shape, value.dtype, 0).reshape(root.shape)
     if written.all():
         assign_root(root, spread)
     else:
         assign_root(root, where(from_data(written.reshape(root.shape)), spread, root))
+
+
+def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
+    """Write `src` into x at per-axis `offsets` (x[o0:o0+s0, o1:o1+s1, ...] = src); returns x.
+
+    The KV-cache append. The rule that keeps it sound with lazy evaluation: the write is a
+    node INDEX_WRITE(old x, src) that produces the new value, and the Tensor `x` is
+    rebound to it (its views follow it; anything computed from the old x, pending or not,
+    keeps seeing the old values). When the new value is realized, passes.inplace lets
+    the kernel write straight into the old buffer, touching only |src| elements, exactly
+    when nothing else can still see the old value: no other Tensor shows it and no
+    pending computation (a lazy view included) reads it; otherwise the kernel copies x
+    and writes src into the copy. Reads of the old value are never reordered after the
+    write, because a pending read makes the old buffer non-donatable.
+    """
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"index_write: x must be a Tensor, got {type(x).__name__}")
+    src = as_tensor(src, "index_write", "src")
+    offsets = tuple(offsets)
+    if src.ndim != x.ndim or len(offsets) != x.ndim:
+        raise ShapeError(
+            f"index_write: x shape {x.shape}, src shape {src.shape} and offsets {offsets} must have one entry per axis"
+        )
+    for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
+        if not isinstance(o, int | np.integer) or isinstance(o, bool):
+            raise ShapeError(f"index_write: offsets must be ints, got {offsets}")
+        if o < 0 or o + n > m:
+            raise IndexOutOfRangeError(
+                f"index_write: src shape {src.shape} at offsets {offsets} reaches outside x shape {x.shape} (axis {d})"
+            )
+    if x.dtype is not src.dtype:
+        lossy = (src.dtype.is_float and not x.dtype.is_float) or (x.dtype is DType.bool)
+        if lossy:
+            raise DTypeError(
+                f"index_write: cannot write {src.dtype.value} into {x.dtype.value} without a cast; use astype()"
+            )
+        src = src.astype(x.dtype)
+    if src.size > 0:
+        write_box(x, tuple(int(o) for o in offsets), src)
+    return x
+
+
+# --- the Tensor methods this module adds (tracer.tensor explains why they live here) -----------
+
+
+def _setitem_method(self: Tensor, index: Any, value: Any) -> None:
+    setitem(self, index, value)
+
+
+def _index_write_method(self: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
+    """Write `src` into this tensor at per-axis `offsets`, in place; returns self (tracer.mutation.index_write)."""
+    return index_write(self, src, offsets)
+
+
+def _inplace_operator(symbol: str, op: Callable[[Any, Any], Tensor]) -> Callable[[Tensor, Any], Tensor]:
+    def method(self: Tensor, other: Any) -> Tensor:
+        assign_result(self, symbol, op(self, other))
+        return self
+
+    method.__doc__ = f"x {symbol} y: the Tensor x shows the result (numpy's same_kind casting back to x's dtype)"
+    return method
+
+
+Tensor.__setitem__ = _setitem_method  # type: ignore[method-assign]
+Tensor.index_write = _index_write_method  # type: ignore[attr-defined]
+for _name, _symbol, _op in (
+    ("__iadd__", "+=", operator.add),
+    ("__isub__", "-=", operator.sub),
+    ("__imul__", "*=", operator.mul),
+    ("__itruediv__", "/=", operator.truediv),
+    ("__ifloordiv__", "//=", operator.floordiv),
+    ("__imod__", "%=", operator.mod),
+    ("__ipow__", "**=", operator.pow),
+    ("__imatmul__", "@=", operator.matmul),
+    ("__iand__", "&=", operator.and_),
+    ("__ior__", "|=", operator.or_),
+    ("__ixor__", "^=", operator.xor),
+):
+    setattr(Tensor, _name, _inplace_operator(_symbol, _op))

@@ -32,6 +32,7 @@ from ir.dtypes import DType, promote
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.ops import Conv1dArg, NormArg, Op
 from tracer.factories import arange
+from tracer.mutation import index_write
 from tracer.tensor import (
     Tensor,
     as_tensor,
@@ -40,7 +41,6 @@ from tracer.tensor import (
     clamp,
     concat,
     from_data,
-    index_write,
     make,
     masked_fill,
     stack,

@@ -5,6 +5,11 @@ it. Tensors are made here from Lazies: host data and python scalars enter throug
 tracer.host, device limits are checked by tracer.limits, and tracer.realize computes and
 reads values. The creation functions (tr.tensor, tr.zeros, tr.arange...) live beside this
 module in tracer.factories.
+
+Four modules that build on this one add methods to Tensor when they are imported (the
+`tracer` package imports them all): tracer.mutation (`x[i] = v`, `x += y`, `index_write`),
+tracer.advanced (`x[int_array]`, `x[mask]`), tracer.interop (numpy's `__array_ufunc__` and
+`__array_function__`) and tracer.array_api (`__array_namespace__`, `device`, `to_device`).
 """
 
 from __future__ import annotations
@@ -20,12 +25,12 @@ import numpy as np
 from backend_wgpu import Program
 from ir import shapes
 from ir.dtypes import DType, promote, scalar_dtype, to_dtype
-from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
+from ir.errors import DTypeError, ShapeError
 from ir.graph import Graph
 from ir.ops import FLOAT_ONLY, MOVEMENT, Op
 from tracer.graph_builder import build_graph
 from tracer.host import CONSTANTS, host_scalar, lazy_from_data
-from tracer.indexing import is_advanced, resolve_index
+from tracer.indexing import resolve_index
 from tracer.lazy import Lazy
 from tracer.limits import check_binding_size, check_float16, max_storage_buffers
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
@@ -94,18 +99,6 @@ class Tensor:
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
 
-    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        """`np.exp(x)`, `ndarray + x`, ...: lazy on the GPU where wgjit has the op (tracer.interop)."""
-        from tracer.interop import array_ufunc
-
-        return array_ufunc(self, ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        """`np.sum(x)`, `np.concatenate([x, y])`, ...: lazy on the GPU where wgjit has it (tracer.interop)."""
-        from tracer.interop import array_function
-
-        return array_function(func, types, args, kwargs)
-
     def item(self) -> Scalar:
         if self.size != 1:
             raise ShapeError(
@@ -163,45 +156,6 @@ class Tensor:
         out = Tensor(self._lazy)
         _register_view(out, same_view(self._viewof, self._root_cell()))
         return out
-
-    # --- mutation (tracer.mutation): the Tensor object shows the new value -----------
-    def __setitem__(self, index: Any, value: Any) -> None:
-        from tracer.mutation import setitem
-
-        setitem(self, index, value)
-
-    def __iadd__(self, o: Any) -> Tensor:
-        return _inplace(self, "+=", self + o)
-
-    def __isub__(self, o: Any) -> Tensor:
-        return _inplace(self, "-=", self - o)
-
-    def __imul__(self, o: Any) -> Tensor:
-        return _inplace(self, "*=", self * o)
-
-    def __itruediv__(self, o: Any) -> Tensor:
-        return _inplace(self, "/=", self / o)
-
-    def __ifloordiv__(self, o: Any) -> Tensor:
-        return _inplace(self, "//=", self // o)
-
-    def __imod__(self, o: Any) -> Tensor:
-        return _inplace(self, "%=", self % o)
-
-    def __ipow__(self, o: Any) -> Tensor:
-        return _inplace(self, "**=", self**o)
-
-    def __imatmul__(self, o: Any) -> Tensor:
-        return _inplace(self, "@=", self @ o)
-
-    def __iand__(self, o: Any) -> Tensor:
-        return _inplace(self, "&=", self & o)
-
-    def __ior__(self, o: Any) -> Tensor:
-        return _inplace(self, "|=", self | o)
-
-    def __ixor__(self, o: Any) -> Tensor:
-        return _inplace(self, "^=", self ^ o)
 
     def __iter__(self):  # noqa: ANN204
         for i in range(len(self)):
@@ -369,10 +323,6 @@ class Tensor:
     def masked_fill(self, mask: Any, value: Scalar) -> Tensor:
         return masked_fill(self, mask, value)
 
-    def index_write(self, src: Any, offsets: Sequence[int]) -> Tensor:
-        """Write `src` into this tensor at per-axis `offsets`, in place; returns self (see index_write below)."""
-        return index_write(self, src, offsets)
-
     def floor(self) -> Tensor:
         return self.copy() if not self.dtype.is_float else unary(Op.FLOOR, self)
 
@@ -447,6 +397,16 @@ class Tensor:
     def T(self) -> Tensor:  # noqa: N802
         return self.permute(tuple(reversed(range(self.ndim))))
 
+    @property
+    def mT(self) -> Tensor:  # noqa: N802
+        """The last two axes swapped (the Array API's matrix transpose)."""
+        if self.ndim < 2:
+            raise ShapeError(f"mT: needs at least 2 dimensions, got shape {self.shape}")
+        return self.transpose(-2, -1)
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
     def expand(self, *shape: Any) -> Tensor:
         new = shapes.check_expand("expand", self.shape, _shape_arg(shape))
         if new == self.shape:
@@ -496,11 +456,7 @@ class Tensor:
         return make(Op.COPY, (self,), self.shape, self.dtype)
 
     def __getitem__(self, index: Any) -> Tensor:
-        """numpy indexing: ints, slices, None and ... give a view; integer and bool arrays a copy (tracer.advanced)."""
-        if is_advanced(index):
-            from tracer.advanced import getitem
-
-            return getitem(self, index)
+        """Basic indexing (ints, slices, None, ...): a view. tracer.advanced extends it to integer and bool arrays."""
         view = resolve_index(self.shape, index)
         y = self if view.slices is None else self._movement(Op.SLICE, view.sliced_shape, view.slices)
         return y.reshape(view.shape)
@@ -827,62 +783,12 @@ def masked_fill(x: Any, mask: Any, value: Any) -> Tensor:
     return where(mask, fill, x)
 
 
-def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
-    """Write `src` into x at per-axis `offsets` (x[o0:o0+s0, o1:o1+s1, ...] = src); returns x.
-
-    The KV-cache append. The rule that keeps it sound with lazy evaluation: the write is a
-    node INDEX_WRITE(old x, src) that produces the new value, and the Tensor `x` is
-    rebound to it (no other Tensor changes: anything computed from the old x, pending or
-    not, keeps seeing the old values). When the new value is realized, passes.inplace lets
-    the kernel write straight into the old buffer, touching only |src| elements, exactly
-    when nothing else can still see the old value: no other Tensor shows it and no
-    pending computation (a lazy view included) reads it; otherwise the kernel copies x
-    and writes src into the copy. Reads of the old value are never reordered after the
-    write, because a pending read makes the old buffer non-donatable.
-    """
-    if not isinstance(x, Tensor):
-        raise DTypeError(f"index_write: x must be a Tensor, got {type(x).__name__}")
-    src = as_tensor(src, "index_write", "src")
-    offsets = tuple(offsets)
-    if src.ndim != x.ndim or len(offsets) != x.ndim:
-        raise ShapeError(
-            f"index_write: x shape {x.shape}, src shape {src.shape} and offsets {offsets} must have one entry per axis"
-        )
-    for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
-        if not isinstance(o, int | np.integer) or isinstance(o, bool):
-            raise ShapeError(f"index_write: offsets must be ints, got {offsets}")
-        if o < 0 or o + n > m:
-            raise IndexOutOfRangeError(
-                f"index_write: src shape {src.shape} at offsets {offsets} reaches outside x shape {x.shape} (axis {d})"
-            )
-    if x.dtype is not src.dtype:
-        lossy = (src.dtype.is_float and not x.dtype.is_float) or (x.dtype is DType.bool)
-        if lossy:
-            raise DTypeError(
-                f"index_write: cannot write {src.dtype.value} into {x.dtype.value} without a cast; use astype()"
-            )
-        src = src.astype(x.dtype)
-    if src.size == 0:
-        return x
-    from tracer.mutation import write_box
-
-    write_box(x, tuple(int(o) for o in offsets), src)
-    return x
-
-
 def _register_view(out: Tensor, info: ViewInfo | None) -> None:
     """Make `out` a view described by `info` (None: it is a copy, owning its values)."""
     if info is None:
         return
     out._viewof = info
     info.cell.add(out)
-
-
-def _inplace(x: Tensor, symbol: str, result: Tensor) -> Tensor:
-    from tracer.mutation import assign_result
-
-    assign_result(x, symbol, result)
-    return x
 
 
 def logical_xor(a: Any, b: Any) -> Tensor:
