@@ -6,9 +6,19 @@ formatting whole shaders by hand.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ir.dtypes import DType
+
+# what makes WGSL need `enable f16;`: the f16 type, its vector/matrix aliases, or an f16 literal (`1.5h`)
+_F16_TOKEN = re.compile(r"\bf16\b|\b(?:vec[234]|mat[234]x[234])h\b|(?<![\w.])(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?h\b")
+
+
+def uses_f16(code: str) -> bool:
+    """Does this WGSL use float16 (comments aside)? Only then may a shader say `enable f16;`, which
+    adapters without shader-f16 (Mesa's GL adapter, many mobile GPUs) refuse to compile."""
+    return any(_F16_TOKEN.search(line.split("//", 1)[0]) for line in code.splitlines())
 
 
 def vtype(dtype: DType, width: int = 1, storage: bool = False) -> str:
@@ -74,7 +84,7 @@ class WgslBuilder:
     builtins: list[str] = field(default_factory=list)  # extra entry-point parameters (subgroup ids)
 
     def storage(self, name: str, elem_type: str, read_only: bool = True) -> None:
-        self.uses_f16 |= "f16" in elem_type
+        self.uses_f16 |= uses_f16(elem_type)
         self.bindings.append(Binding(name, "read" if read_only else "read_write", elem_type))
 
     def uniform_meta(self, fields: list[tuple[str, str]]) -> None:
@@ -85,7 +95,7 @@ class WgslBuilder:
         self.helpers.setdefault(name, code)
 
     def workgroup_var(self, decl: str) -> None:
-        self.uses_f16 |= "f16" in decl
+        self.uses_f16 |= uses_f16(decl)
         self.shared.append(decl)
 
     def builtin(self, decl: str) -> None:
@@ -98,7 +108,7 @@ class WgslBuilder:
 
     def build(self, workgroup: tuple[int, int, int]) -> KernelSource:
         out: list[str] = []
-        if self.uses_f16 or any("f16" in h for h in self.helpers.values()) or any("f16" in b for b in self.body):
+        if self.uses_f16 or any(uses_f16(h) for h in self.helpers.values()) or any(uses_f16(b) for b in self.body):
             out.append("enable f16;")
         out.append("struct Params {")
         out.extend(f"  {n}: {t}," for n, t in self.meta_fields)

@@ -51,6 +51,28 @@ class DType(enum.Enum):
         """The scalar type stored in a buffer."""
         return "u32" if self is DType.bool else _WGSL[self]
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype this stands for; `np.dtype(x.dtype)` reads it."""
+        return self.np
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to itself and to what numpy reads as the same dtype: `np.float32`, `"float32"`, `np.dtype("f4")`."""
+        if isinstance(other, DType):
+            return self is other
+        if other is None or isinstance(other, bool | int | float):
+            return False
+        try:
+            return np.dtype(other) == self.np  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
     def __repr__(self) -> str:
         return f"tr.{self.value}"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 from ir.errors import ShapeError
@@ -26,10 +27,22 @@ def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
     return tuple(out)
 
 
+def _as_int(axis: object) -> int | None:
+    """An int, or anything numpy takes as one (np.int64 from np.argmax...); None for the rest and bools."""
+    if isinstance(axis, bool) or type(axis).__name__ == "bool_":
+        return None
+    try:
+        return operator.index(axis)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
 def normalize_axis(op: str, axis: int, ndim: int, shape: Shape | None = None) -> int:
-    if not isinstance(axis, int | bool) or isinstance(axis, bool):
+    index = _as_int(axis)
+    if index is None:
         where = f" (shape {shape})" if shape is not None else ""
         raise ShapeError(f"{op}: axis must be an int, got {axis!r}{where}")
+    axis = index
     # a 0-d tensor takes axis 0 or -1 (as torch does); the old single range test refused -1
     if (ndim == 0 and axis not in (0, -1)) or (ndim > 0 and not -ndim <= axis < ndim):
         where = f" for shape {shape}" if shape is not None else ""
@@ -42,9 +55,9 @@ def normalize_axes(op: str, axis: int | Sequence[int] | None, shape: Shape) -> t
     ndim = len(shape)
     if axis is None:
         return tuple(range(ndim))
-    if not isinstance(axis, int | tuple | list):
+    if not isinstance(axis, tuple | list) and _as_int(axis) is None:
         raise ShapeError(f"{op}: axis must be None, an int or a tuple of ints, got {axis!r} (shape {shape})")
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(axis) if isinstance(axis, tuple | list) else (axis,)
     out = tuple(normalize_axis(op, a, ndim, shape) for a in axes)
     if len(set(out)) != len(out):
         raise ShapeError(f"{op}: repeated axis in {axis!r} for shape {shape}; name each axis once")

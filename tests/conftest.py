@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -38,12 +39,38 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.getoption("--skip-model"):
+    if config.getoption("--skip-model"):
+        skip = pytest.mark.skip(reason="--skip-model given")
+        for item in items:
+            if "model" in item.keywords:
+                item.add_marker(skip)
+    _skip_float16_without_the_feature(items)
+
+
+_F16_NAME = re.compile(r"float16|f16", re.IGNORECASE)
+
+
+def _uses_float16(item: pytest.Item) -> bool:
+    """A test marked f16, in a float16 module, or named or parametrized for float16."""
+    return "f16" in item.keywords or _F16_NAME.search(item.name) is not None or item.path.name == "test_f16.py"
+
+
+def _skip_float16_without_the_feature(items: list[pytest.Item]) -> None:
+    """float16 tests skip, saying why, on an adapter without shader-f16 (Mesa's GL adapter, some GPUs)."""
+    f16_items = [item for item in items if _uses_float16(item)]
+    if not f16_items:
         return
-    skip = pytest.mark.skip(reason="--skip-model given")
-    for item in items:
-        if "model" in item.keywords:
-            item.add_marker(skip)
+    try:
+        from backend_wgpu import get_device
+
+        caps = get_device().caps
+    except Exception:  # no adapter: the GPU tests fail on their own, saying so
+        return
+    if caps.shader_f16:
+        return
+    skip = pytest.mark.skip(reason=f"the adapter {caps.name} ({caps.backend}) lacks shader-f16: float16 cannot run")
+    for item in f16_items:
+        item.add_marker(skip)
 
 
 @pytest.fixture

@@ -1884,3 +1884,80 @@ def programs(draw: Callable[[st.SearchStrategy], Any], max_steps: int = 8, f16: 
     keep = tuple(k for k in draw(st.lists(st.integers(0, last), max_size=2, unique=True)) if k not in outputs)
     realize = draw(st.sampled_from(["together", "together", "each", "keep_first"]))
     return Program(b.inputs, b.steps, outputs, keep, realize)
+
+
+# --- values entering wgjit (NUMERICS.md "Values entering wgjit") -------------------------------
+
+ENTRY_DTYPES = ("float32", "float16", "int32", "uint32", "bool")
+# the edges of every stored type: where a wrapping or saturating conversion would show
+ENTRY_EDGES = (
+    0, 1, -1, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**32 - 1, 2**32, 2**40, -(2**40), 2**63 - 1,
+    0.5, -0.5, 2.7, -2.7, 2147483647.5, 2147483648.0, -2147483648.9, 4294967295.5, 3e9, -3e9, 1e30,
+    65504.0, 65519.0, 65520.0, -65520.0, 3.4028234663852886e38, 3.5e38, 1e300, float("nan"), float("inf"),
+    float("-inf"), True, False,
+)  # fmt: skip
+
+
+@st.composite
+def entry_values(draw: Callable[[st.SearchStrategy], Any]) -> tuple[Any, str, str]:
+    """(data, form, dtype): host data as python scalars, lists or numpy arrays, aimed at a stored dtype's edges."""
+    dtype = draw(st.sampled_from(ENTRY_DTYPES))
+    values = draw(
+        st.lists(
+            st.one_of(
+                st.sampled_from(ENTRY_EDGES),
+                st.integers(-(2**33), 2**33),
+                st.floats(allow_nan=True, allow_infinity=True, width=64),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    form = draw(st.sampled_from(["scalar", "list", "float64", "float32", "int64", "uint64", "int32", "float16"]))
+    if form == "scalar":
+        return values[0], form, dtype
+    if form == "list":
+        kinds = {type(v) for v in values}
+        return (
+            (values if kinds <= {int} or kinds <= {float} or kinds <= {bool} else [float(v) for v in values]),
+            form,
+            dtype,
+        )
+    if form in ("int64", "uint64", "int32"):
+        info = np.iinfo(form)  # values clipped into the source array's own range
+        ints = [max(int(info.min), min(int(info.max), int(v) if math.isfinite(v) else 0)) for v in values]
+        return np.array(ints, dtype=form), form, dtype
+    with np.errstate(all="ignore"):
+        return np.array([float(v) for v in values]).astype(form), form, dtype
+
+
+def entry_expected(data: Any, dtype: str) -> np.ndarray | None:
+    """What wgjit must store for `data` entering `dtype`, or None when it must refuse (DTypeError).
+
+    Integers enter integer dtypes when inside the range; floats are truncated toward zero first
+    and must be finite; finite values must stay finite in a float dtype; bool takes x != 0.
+    """
+    vals = np.asarray(data, dtype=object).reshape(-1)
+    target = np.dtype(dtype)
+    out = []
+    for v in vals:
+        v = v.item() if isinstance(v, np.generic) else v
+        if target == np.bool_:
+            out.append(bool(v))
+        elif target.kind in "iu":
+            if isinstance(v, float):
+                if not math.isfinite(v):
+                    return None
+                v = int(v)  # toward zero
+            info = np.iinfo(target)
+            if not info.min <= int(v) <= info.max:
+                return None
+            out.append(int(v))
+        else:
+            f = float(v) if not isinstance(v, int) or abs(v) < 2**1000 else math.inf
+            with np.errstate(over="ignore"):
+                stored = np.array(f).astype(target)
+            if math.isfinite(f) and not np.isfinite(stored):
+                return None
+            out.append(stored)
+    return np.array(out, dtype=target).reshape(np.shape(data))

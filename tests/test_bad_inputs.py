@@ -177,7 +177,8 @@ CASES = [
     Case("index-float", lambda: ones(3)[1.5], tr.DTypeError, ("index", "1.5", "(3,)", "use ints, slices")),
     Case("index-bool", lambda: ones(3)[True], tr.DTypeError, ("index", "True", "(3,)", "use ints")),
     Case("index-two-ellipsis", lambda: ones(3)[..., ...], tr.ShapeError, ("index", "Ellipsis", "(3,)", "at most once")),
-    Case("index-tensor", lambda: ones(3)[tr.tensor([0])], tr.DTypeError, ("index", "(3,)", "gather")),
+    Case("index-float-tensor", lambda: ones(3)[tr.tensor([0.0])], tr.DTypeError, ("index", "float32", "(1,)")),
+    Case("index-out-of-range-array", lambda: ones(3)[[0, 3]], tr.IndexOutOfRangeError, ("index", "3", "(3,)")),
     Case("index-slice-step-0", lambda: ones(3)[::0], tr.ShapeError, ("index", "(3,)", "zero")),
     # dtypes and data
     Case(
@@ -230,6 +231,86 @@ CASES = [
     Case("argmax-of-empty", lambda: tr.zeros((0,)).argmax(), tr.ShapeError, ("argmax", "(0,)", "non-empty")),
     Case("item-of-many", lambda: ones(3).item(), tr.ShapeError, ("item", "(3,)", "numpy()")),
     Case("int-of-many", lambda: int(ones(3)), tr.ShapeError, ("item", "(3,)")),
+    # values that do not fit their dtype are refused, never wrapped (issue 16 item 5; NUMERICS.md)
+    Case("full-int32-overflow", lambda: tr.full((3,), 2**31), tr.DTypeError, ("full", "2147483648", "int32")),
+    Case("full-far-overflow", lambda: tr.full((3,), 2**40), tr.DTypeError, ("full", "1099511627776", "int32")),
+    Case("negative-into-uint32", lambda: tr.tensor([-1], dtype=tr.uint32), tr.DTypeError, ("tensor", "-1", "uint32")),
+    Case(
+        "arange-past-int32", lambda: tr.arange(2**31 - 2, 2**31 + 2), tr.DTypeError, ("arange", "2147483649", "int32")
+    ),
+    Case(
+        "nan-into-int32",
+        lambda: tr.tensor(np.array([3e9, np.nan]), dtype=tr.int32),
+        tr.DTypeError,
+        ("tensor", "nan", "int32", "astype(tr.int32) saturates"),
+    ),
+    Case(
+        "float-beyond-int32",
+        lambda: tr.tensor(np.array([3e9]), dtype=tr.int32),
+        tr.DTypeError,
+        ("tensor", "3000000000", "int32", "astype"),
+    ),
+    Case(
+        "float-beyond-float16",
+        lambda: tr.tensor(np.array([1e5], np.float32), dtype=tr.float16),
+        tr.DTypeError,
+        ("tensor", "100000", "float16 range"),
+    ),
+    # unclear errors made clear (issue 16 item 9)
+    Case(
+        "over-2**32-elements",
+        lambda: tr.ones((65536, 65537)).sum(),
+        tr.ShapeError,
+        ("ones", "(65536, 65537)", "4295032832", "2**32 - 1"),
+    ),
+    Case("sum-0d-axis-1", lambda: tr.tensor(3.0).sum(axis=1), tr.ShapeError, ("sum", "axis 1", "shape ()", "0 or -1")),
+    Case(
+        "gather-0d",
+        lambda: tr.gather(tr.tensor(3.0), tr.tensor(np.int32(0)), 0),
+        tr.ShapeError,
+        ("gather", "shape ()", "at least one dimension"),
+    ),
+    Case("arange-nan", lambda: tr.arange(float("nan")), tr.ShapeError, ("arange", "stop is nan", "finite")),
+    Case("arange-inf", lambda: tr.arange(float("inf")), tr.ShapeError, ("arange", "stop is inf", "finite")),
+    Case("arange-str", lambda: tr.arange("3"), tr.DTypeError, ("arange", "stop", "'3'")),
+    Case(
+        "layer-norm-eps-str",
+        lambda: tr.nn.layer_norm(ones(2, 3), eps="1e-5"),
+        tr.DTypeError,
+        ("layer_norm", "eps", "'1e-5'", "(2, 3)"),
+    ),
+    # mutation (tracer/mutation.py)
+    Case("iadd-same-kind", lambda: ones(3, dtype=tr.int32).__iadd__(1.5), tr.DTypeError, ("+=", "int32", "same_kind")),
+    Case("iadd-grows", lambda: ones(3).__iadd__(ones(2, 3)), tr.ShapeError, ("+=", "(2, 3)", "(3,)")),
+    Case(
+        "setitem-value-overflow",
+        lambda: ones(3, dtype=tr.int32).__setitem__(0, 2**40),
+        tr.DTypeError,
+        ("setitem", "int32"),
+    ),
+    Case(
+        "setitem-broadcast",
+        lambda: ones(3, 4).__setitem__(0, np.ones(3)),
+        tr.ShapeError,
+        ("setitem", "(3,)", "(4,)", "(3, 4)"),
+    ),
+    Case(
+        "setitem-broadcast-view",
+        lambda: ones(3).expand(2, 3).__setitem__(0, 1.0),
+        tr.ShapeError,
+        ("setitem", "broadcast", "(2, 3)", "copy()"),
+    ),
+    Case(
+        "setitem-mask-shape",
+        lambda: ones(3, 4).__setitem__(np.ones(2, bool), 0.0),
+        tr.IndexOutOfRangeError,
+        ("setitem", "mask", "(2,)", "(3, 4)"),
+    ),
+    Case("index-bool-scalar", lambda: ones(3)[True], tr.DTypeError, ("index", "True")),
+    Case(
+        "index-mask-shape", lambda: ones(3, 4)[np.ones(4, bool)], tr.IndexOutOfRangeError, ("index", "(4,)", "(3, 4)")
+    ),
+    Case("xor-floats", lambda: ones(3) ^ ones(3), tr.DTypeError, ("xor", "float32", "(3,)")),
     # device limits: raised where the tensor is made, before anything is allocated
     Case(
         "over-binding-limit",  # one float32 more than this device binds (128 MiB on lavapipe, 2 GiB on an H200)

@@ -56,6 +56,9 @@ from tracer.shaping import (
 from tracer.tensor import Tensor, compile, concat, hypot, logaddexp, matmul, maximum, minimum, realize, stack, where
 from tracer.weights import load_safetensors
 
+# these add Tensor methods when imported (x[i] = v, x[array], numpy's protocols, the Array API)
+from tracer import advanced, array_api, interop, mutation  # noqa: E402, F401, I001  isort: skip
+
 bool = bool_  # noqa: A001  tr.bool, as numpy spells it
 
 

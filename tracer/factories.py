@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from ir.dtypes import DType, to_dtype
-from ir.errors import ShapeError
+from ir.errors import DTypeError, ShapeError
 from ir.ops import Op
-from tracer.tensor import Tensor, as_tensor, constant, from_data, make, where
+from tracer.host import host_scalar
+from tracer.tensor import MAX_ELEMENTS, Tensor, as_tensor, constant, from_data, make, where
 
 __all__ = [
     "arange", "as_tensor_list", "constant", "eye", "full", "full_like", "linspace", "ones", "ones_like", "rand",
@@ -42,43 +43,69 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 
 def full(shape: Any, value: bool | int | float, dtype: DType | str | None = None) -> Tensor:
+    """A tensor of `shape` filled with `value`, which must fit the dtype (inferred as numpy does for python scalars)."""
+    return _full("full", shape, value, dtype)
+
+
+def _full(op: str, shape: Any, value: Any, dtype: DType | str | None) -> Tensor:
     shape = _shape(shape)
+    n = math.prod(shape)
+    if n > MAX_ELEMENTS:
+        raise ShapeError(
+            f"{op}: shape {shape} has {n} elements, over the {MAX_ELEMENTS} (2**32 - 1) wgjit's kernels count"
+        )
+    if isinstance(value, np.generic):
+        value = value.item()
     if dtype is None:
         dt = DType.bool if isinstance(value, bool) else DType.int32 if isinstance(value, int) else DType.float32
     else:
         dt = to_dtype(dtype)
-    c = constant(value, dt)
-    return c.reshape((1,) * len(shape)).expand(shape) if shape else c
+    c = constant(value, dt, op)
+    if not shape:
+        return c
+    ones = (1,) * len(shape)
+    return make(Op.EXPAND, (make(Op.RESHAPE, (c,), ones, dt, ones),), shape, dt, shape)  # its own values, not a view
 
 
 def zeros(shape: Any, dtype: DType | str = DType.float32) -> Tensor:
-    return full(shape, 0, to_dtype(dtype))
+    return _full("zeros", shape, 0, to_dtype(dtype))
 
 
 def ones(shape: Any, dtype: DType | str = DType.float32) -> Tensor:
-    return full(shape, 1, to_dtype(dtype))
+    return _full("ones", shape, 1, to_dtype(dtype))
 
 
 def zeros_like(x: Tensor, dtype: DType | str | None = None) -> Tensor:
-    return zeros(x.shape, dtype or x.dtype)
+    return _full("zeros_like", x.shape, 0, dtype or x.dtype)
 
 
 def ones_like(x: Tensor, dtype: DType | str | None = None) -> Tensor:
-    return ones(x.shape, dtype or x.dtype)
+    return _full("ones_like", x.shape, 1, dtype or x.dtype)
 
 
 def full_like(x: Tensor, value: bool | int | float, dtype: DType | str | None = None) -> Tensor:
-    return full(x.shape, value, dtype or x.dtype)
+    return _full("full_like", x.shape, value, dtype or x.dtype)
 
 
 def arange(start: float, stop: float | None = None, step: float = 1, dtype: DType | str | None = None) -> Tensor:
+    """start, start + step, ... up to (not including) stop, as numpy; every value must fit the dtype."""
     if stop is None:
         start, stop = 0, start
+    start, stop, step = (_arange_bound(name, v) for name, v in (("start", start), ("stop", stop), ("step", step)))
     if step == 0:
         raise ShapeError("arange: step must not be zero")
     all_int = all(isinstance(v, int) for v in (start, stop, step))
     dt = to_dtype(dtype) if dtype is not None else (DType.int32 if all_int else DType.float32)
-    n = max(0, math.ceil((stop - start) / step))
+    n = max(0, -((start - stop) // step) if all_int else math.ceil((stop - start) / step))
+    if n:
+        last = start + (n - 1) * step
+        host_scalar(start, dt, "arange")  # the first and the last value must fit dt (never wrapped)
+        host_scalar(last, dt, "arange")
+        if dt.is_int and not all(-(2**31) <= v < 2**31 for v in (start, step)):
+            raise DTypeError(
+                f"arange: start {start} and step {step} must fit int32, in which the kernel counts; "
+                f"add the offset afterwards: tr.arange({n}, dtype=tr.{dt.value}) * step + start"
+            )
     return make(Op.ARANGE, (), (n,), dt, (start, step))
 
 
@@ -130,6 +157,14 @@ def tril(x: Any, k: int = 0) -> Tensor:
 def triu(x: Any, k: int = 0) -> Tensor:
     """x with the elements below diagonal k set to 0 (over its last two axes), as np.triu."""
     return _triangle("triu", x, k, lower=False)
+def _arange_bound(name: str, v: Any) -> int | float:
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise DTypeError(f"arange: {name} must be a python number, got {v!r} ({type(v).__name__})")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ShapeError(f"arange: {name} is {v}; start, stop and step must be finite (the length would be undefined)")
+    return v
 
 
 def _rng(seed: int | None) -> np.random.Generator:

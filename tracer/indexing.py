@@ -1,7 +1,9 @@
 """`tensor[...]`: ints, slices (with steps), None and Ellipsis, all as zero-copy views.
 
-`resolve_index` turns an index into the view it selects (shape arithmetic only); the
-Tensor builds the SLICE and RESHAPE nodes from it.
+`resolve_index` turns such a basic index into the view it selects (shape arithmetic only);
+the Tensor builds the SLICE and RESHAPE nodes from it. `is_advanced` tells an index with
+integer or bool arrays (numpy's advanced indexing, tracer.advanced) from a basic one.
+Numpy integer scalars (what np.argmax returns) are ints.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 
@@ -22,17 +26,33 @@ class IndexView:
     shape: tuple[int, ...]  # with the int axes dropped and the None axes added
 
 
+def is_array_index(it: Any) -> bool:
+    """An item of an index that numpy treats as an array: lists, arrays (not 0-d ints) and tensors."""
+    if isinstance(it, list | tuple):
+        return True
+    if isinstance(it, np.ndarray):
+        return it.ndim > 0 or it.dtype == np.bool_
+    return hasattr(it, "_lazy")  # a Tensor (checked by attribute: this module does not import tensors)
+
+
+def is_advanced(index: Any) -> bool:
+    """Does `x[index]` use numpy's advanced indexing (integer or bool arrays, lists, tensors)?"""
+    items = index if isinstance(index, tuple) else (index,)
+    return any(is_array_index(it) for it in items)
+
+
 def resolve_index(shape: tuple[int, ...], index: Any) -> IndexView:
     """The view `x[index]` selects from an x of this shape; bad indices raise naming the shape."""
     ndim = len(shape)
     items = index if isinstance(index, tuple) else (index,)
     for it in items:
-        if hasattr(it, "__array__") and not isinstance(it, int):  # arrays and Tensors
+        if is_array_index(it):
+            raise DTypeError(f"index: array index {type(it).__name__} in a basic index (shape {shape})")
+        if isinstance(it, float | bool | np.bool_ | np.floating):
             raise DTypeError(
-                f"index: tensor/array indices are not supported by [] (shape {shape}); use tr.gather or index_select"
+                f"index: {it!r} ({type(it).__name__}) is not a valid index for shape {shape}; "
+                "use ints, slices, None, ..., or integer/bool arrays"
             )
-        if isinstance(it, float | bool):
-            raise DTypeError(f"index: {it!r} is not a valid index for shape {shape}; use ints, slices, None or ...")
     n_ellipsis = sum(it is Ellipsis for it in items)
     if n_ellipsis > 1:
         raise ShapeError(f"index: more than one Ellipsis in {index!r} (shape {shape}); use ... at most once")

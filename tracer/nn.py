@@ -32,6 +32,7 @@ from ir.dtypes import DType, promote
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.ops import Conv1dArg, NormArg, Op
 from tracer.factories import arange
+from tracer.mutation import index_write
 from tracer.tensor import (
     Tensor,
     as_tensor,
@@ -40,7 +41,6 @@ from tracer.tensor import (
     clamp,
     concat,
     from_data,
-    index_write,
     make,
     masked_fill,
     stack,
@@ -74,6 +74,8 @@ def _norm(op: Op, x: Any, weight: Any, bias: Any, eps: float) -> Tensor:
     x = _float(as_tensor(x, name))
     if x.ndim == 0:
         raise ShapeError(f"{name}: x must have at least one dimension, got shape {x.shape}")
+    if isinstance(eps, bool) or not isinstance(eps, int | float | np.integer | np.floating):
+        raise DTypeError(f"{name}: eps must be a python number, got {eps!r} ({type(eps).__name__}); x shape {x.shape}")
     if not eps >= 0:
         raise ValueError(f"{name}: eps must be >= 0, got {eps}")
     srcs = [x]
@@ -181,6 +183,8 @@ def embedding(ids: Any, table: Any) -> Tensor:
 def gather(x: Any, ids: Any, axis: int) -> Tensor:
     """np.take_along_axis: out[c] = x[c with c[axis] = ids[c]]; x and ids broadcast on the other axes."""
     x = as_tensor(x, "gather")
+    if x.ndim == 0:
+        raise ShapeError(f"gather: x must have at least one dimension, got shape {x.shape} (take_along_axis)")
     a = shapes.normalize_axis("gather", axis, x.ndim, x.shape)
     ids = _ids("gather", ids, a, x)
     if ids.ndim != x.ndim:

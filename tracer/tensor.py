@@ -5,6 +5,11 @@ it. Tensors are made here from Lazies: host data and python scalars enter throug
 tracer.host, device limits are checked by tracer.limits, and tracer.realize computes and
 reads values. The creation functions (tr.tensor, tr.zeros, tr.arange...) live beside this
 module in tracer.factories.
+
+Four modules that build on this one add methods to Tensor when they are imported (the
+`tracer` package imports them all): tracer.mutation (`x[i] = v`, `x += y`, `index_write`),
+tracer.advanced (`x[int_array]`, `x[mask]`), tracer.interop (numpy's `__array_ufunc__` and
+`__array_function__`) and tracer.array_api (`__array_namespace__`, `device`, `to_device`).
 """
 
 from __future__ import annotations
@@ -19,16 +24,17 @@ import numpy as np
 from backend_wgpu import Program
 from ir import shapes
 from ir.dtypes import DType, promote, scalar_dtype, to_dtype
-from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
+from ir.errors import DTypeError, ShapeError
 from ir.graph import Graph
 from ir.ops import MOVEMENT, Op
 from tracer.graph_builder import build_graph
-from tracer.host import CONSTANTS, lazy_from_data
+from tracer.host import CONSTANTS, host_scalar, lazy_from_data
 from tracer.indexing import resolve_index
 from tracer.lazy import Lazy
 from tracer.limits import LARGEST_SAFE_BINDING, check_binding_size, check_float16, max_storage_buffers
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
 from tracer.tracing import note_rebind
+from tracer.views import RootCell, ViewInfo, child_view, derive, same_view
 
 Scalar = bool | int | float
 Operand = "Tensor | Scalar"
@@ -41,11 +47,13 @@ class Tensor:
     compile and run what is needed. `repr()` never computes anything.
     """
 
-    __slots__ = ("_lazy", "__weakref__")
+    __slots__ = ("_lazy", "_viewof", "_cell", "__weakref__")
     __array_priority__ = 1000  # so numpy defers `ndarray + Tensor` to us
 
     def __init__(self, lazy: Lazy) -> None:
         self._lazy = lazy
+        self._viewof: ViewInfo | None = None  # set when this tensor is a view of another (tracer.views)
+        self._cell: RootCell | None = None  # on a root with views: its value and views (tracer.views)
         lazy.add_handle(self)
 
     # --- properties ---------------------------------------------------------------
@@ -113,6 +121,40 @@ class Tensor:
         if self.dtype.is_float or self.dtype is DType.bool:
             raise TypeError(f"only integer tensors can be used as an index, not {self.dtype.value}")
         return int(self.item())
+
+    # --- copies and views -----------------------------------------------------------
+    def copy(self) -> Tensor:
+        """A new tensor with this value that no later write to this one changes (numpy's copy)."""
+        return Tensor(self._lazy)  # values are immutable: sharing the Lazy is a copy
+
+    def clone(self) -> Tensor:
+        """torch's name for copy()."""
+        return self.copy()
+
+    @property
+    def base(self) -> Tensor | None:
+        """The tensor this one is a view of (numpy's `base`): None when it owns its values or that one is gone."""
+        return self._viewof.cell.owner() if self._viewof is not None else None
+
+    def _root_cell(self) -> RootCell:
+        """The cell this tensor's views share (a root makes its own on its first view)."""
+        if self._viewof is not None:
+            return self._viewof.cell
+        if self._cell is None:
+            self._cell = RootCell(self)
+        return self._cell
+
+    def _movement(self, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
+        """A movement op's result: a view of this tensor's root where numpy makes a view, else a copy."""
+        out = make(op, (self,), shape, self.dtype, arg)
+        _register_view(out, child_view(self._viewof, self._root_cell(), op, shape, arg))
+        return out
+
+    def _alias(self) -> Tensor:
+        """A new view object showing what this tensor shows (numpy's `x.reshape(x.shape)`, `x[...]`)."""
+        out = Tensor(self._lazy)
+        _register_view(out, same_view(self._viewof, self._root_cell()))
+        return out
 
     def __iter__(self):  # noqa: ANN204
         for i in range(len(self)):
@@ -201,6 +243,18 @@ class Tensor:
     def __or__(self, o: Any) -> Tensor:
         return binary(Op.OR, self, o)
 
+    def __xor__(self, o: Any) -> Tensor:
+        return logical_xor(self, o)
+
+    def __rand__(self, o: Any) -> Tensor:
+        return binary(Op.AND, o, self)
+
+    def __ror__(self, o: Any) -> Tensor:
+        return binary(Op.OR, o, self)
+
+    def __rxor__(self, o: Any) -> Tensor:
+        return logical_xor(o, self)
+
     def __invert__(self) -> Tensor:
         if self.dtype is not DType.bool:
             raise DTypeError(f"~: only bool tensors, got {self.dtype.value}")
@@ -210,7 +264,7 @@ class Tensor:
         return unary(Op.NEG, self)
 
     def __pos__(self) -> Tensor:
-        return self
+        return self.copy()
 
     def __abs__(self) -> Tensor:
         return unary(Op.ABS, self)
@@ -228,22 +282,18 @@ class Tensor:
     def masked_fill(self, mask: Any, value: Scalar) -> Tensor:
         return masked_fill(self, mask, value)
 
-    def index_write(self, src: Any, offsets: Sequence[int]) -> Tensor:
-        """Write `src` into this tensor at per-axis `offsets`, in place; returns self (see index_write below)."""
-        return index_write(self, src, offsets)
-
     def floor(self) -> Tensor:
-        return self if not self.dtype.is_float else unary(Op.FLOOR, self)
+        return self.copy() if not self.dtype.is_float else unary(Op.FLOOR, self)
 
     def ceil(self) -> Tensor:
-        return self if not self.dtype.is_float else unary(Op.CEIL, self)
+        return self.copy() if not self.dtype.is_float else unary(Op.CEIL, self)
 
     def trunc(self) -> Tensor:
-        return self if not self.dtype.is_float else unary(Op.TRUNC, self)
+        return self.copy() if not self.dtype.is_float else unary(Op.TRUNC, self)
 
     def round(self, decimals: int = 0) -> Tensor:
         """Rounded to `decimals` decimal places, ties to even, as numpy's round: a float times 10**d,
-        rounded, divided by 10**d (d < 0: divided, rounded, multiplied); an int with d >= 0 is itself,
+        rounded, divided by 10**d (d < 0: divided, rounded, multiplied); an int with d >= 0 is a copy,
         with d < 0 it is rounded exactly in integers."""
         if not isinstance(decimals, int) or isinstance(decimals, bool):
             raise TypeError(f"round: decimals must be an int, got {decimals!r}")
@@ -254,7 +304,7 @@ class Tensor:
                 return unary(Op.ROUND, self * 10.0**decimals) / 10.0**decimals
             return unary(Op.ROUND, self / 10.0**-decimals) * 10.0**-decimals
         if decimals >= 0:
-            return self
+            return self.copy()
         p = 10**-decimals
         if p > np.iinfo(self.dtype.np).max:
             return self * 0
@@ -263,10 +313,14 @@ class Tensor:
         up = (twice_r > p) | ((twice_r == p) & (q % 2 != 0))
         return (q + up.astype(self.dtype)) * p
 
-    def astype(self, dtype: DType | str | type) -> Tensor:
+    def astype(self, dtype: DType | str | type, copy: bool = True) -> Tensor:
+        """This tensor's values as `dtype` (float to int truncates and saturates, NaN to 0: NUMERICS.md).
+
+        Always a new tensor, as numpy's astype (copy=False may return this one when the dtype is already right).
+        """
         dt = to_dtype(dtype)
         if dt is self.dtype:
-            return self
+            return self if not copy else self.copy()
         return make(Op.CAST, (self,), self.shape, dt)
 
     # --- reductions ---------------------------------------------------------------
@@ -305,14 +359,14 @@ class Tensor:
     def reshape(self, *shape: Any) -> Tensor:
         new = shapes.resolve_reshape("reshape", self.shape, _shape_arg(shape))
         if new == self.shape:
-            return self
-        return make(Op.RESHAPE, (self,), new, self.dtype, new)
+            return self._alias()
+        return self._movement(Op.RESHAPE, new, new)
 
     def permute(self, *order: Any) -> Tensor:
         perm = shapes.check_permutation("permute", _shape_arg(order), self.shape)
         if perm == tuple(range(self.ndim)):
-            return self
-        return make(Op.PERMUTE, (self,), tuple(self.shape[i] for i in perm), self.dtype, perm)
+            return self._alias()
+        return self._movement(Op.PERMUTE, tuple(self.shape[i] for i in perm), perm)
 
     def transpose(self, *axes: Any) -> Tensor:
         """numpy's transpose: no axes reverses them all, all axes (or one tuple of them) reorder
@@ -338,7 +392,7 @@ class Tensor:
         a = shapes.normalize_axis("swapaxes", axis0, self.ndim, self.shape)
         b = shapes.normalize_axis("swapaxes", axis1, self.ndim, self.shape)
         if self.ndim == 0:  # axes 0/-1 of a 0-d tensor: nothing to swap
-            return self
+            return self._alias()
         order = list(range(self.ndim))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
@@ -347,11 +401,21 @@ class Tensor:
     def T(self) -> Tensor:  # noqa: N802
         return self.permute(tuple(reversed(range(self.ndim))))
 
+    @property
+    def mT(self) -> Tensor:  # noqa: N802
+        """The last two axes swapped (the Array API's matrix transpose)."""
+        if self.ndim < 2:
+            raise ShapeError(f"mT: needs at least 2 dimensions, got shape {self.shape}")
+        return self.transpose(-2, -1)
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
     def expand(self, *shape: Any) -> Tensor:
         new = shapes.check_expand("expand", self.shape, _shape_arg(shape))
         if new == self.shape:
-            return self
-        return make(Op.EXPAND, (self,), new, self.dtype, new)
+            return self._alias()
+        return self._movement(Op.EXPAND, new, new)
 
     def broadcast_to(self, *shape: Any) -> Tensor:
         return self.expand(*shape)
@@ -373,7 +437,15 @@ class Tensor:
         a = shapes.normalize_axis("unsqueeze", axis, self.ndim + 1, self.shape)
         return self.reshape(self.shape[:a] + (1,) + self.shape[a:])
 
+    def ravel(self) -> Tensor:
+        """The elements in one axis: a view where numpy makes one (numpy's ravel)."""
+        return self.reshape(-1)
+
     def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
+        """Axes start..end merged into one; a copy, as numpy's flatten (ravel() gives a view)."""
+        return self._flattened(start_axis, end_axis).copy()
+
+    def _flattened(self, start_axis: int, end_axis: int) -> Tensor:
         if self.ndim == 0:
             return self.reshape(1)
         s = shapes.normalize_axis("flatten", start_axis, self.ndim, self.shape)
@@ -388,8 +460,9 @@ class Tensor:
         return make(Op.COPY, (self,), self.shape, self.dtype)
 
     def __getitem__(self, index: Any) -> Tensor:
+        """Basic indexing (ints, slices, None, ...): a view. tracer.advanced extends it to integer and bool arrays."""
         view = resolve_index(self.shape, index)
-        y = self if view.slices is None else make(Op.SLICE, (self,), view.sliced_shape, self.dtype, view.slices)
+        y = self if view.slices is None else self._movement(Op.SLICE, view.sliced_shape, view.slices)
         return y.reshape(view.shape)
 
     # --- debugging ----------------------------------------------------------------
@@ -421,27 +494,37 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 # --- node construction ---------------------------------------------------------------
 
 
+MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
 _F16 = DType.float16
 
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
     """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes > LARGEST_SAFE_BINDING and op not in MOVEMENT:  # views add no bytes
-        check_binding_size(op.value, shape, dtype, nbytes)
+    n = math.prod(shape)
+    if n * dtype.itemsize > LARGEST_SAFE_BINDING or n > MAX_ELEMENTS:
+        if n > MAX_ELEMENTS:
+            raise ShapeError(
+                f"{op.value}: shape {shape} has {n} elements, over the {MAX_ELEMENTS} (2**32 - 1) that wgjit's "
+                "kernels count with 32-bit integers; split the work into smaller tensors"
+            )
+        if op not in MOVEMENT:  # views add no bytes
+            check_binding_size(op.value, shape, dtype, n * dtype.itemsize)
     if dtype is _F16 and not any(s._lazy.dtype is _F16 for s in srcs):
         check_float16(op.value, shape)  # where float16 enters a graph, not later at realize
     return Tensor(Lazy(op, tuple([s._lazy for s in srcs]), shape, dtype, arg))
 
 
-def from_data(data: Any, dtype: DType | str | None = None) -> Tensor:
+def from_data(data: Any, dtype: DType | str | None = None, op: str = "tensor") -> Tensor:
     """A tensor holding a copy of host data (tr.tensor; see tracer.host.host_array)."""
-    return Tensor(lazy_from_data(data, dtype))
+    return Tensor(lazy_from_data(data, dtype, op))
 
 
-def constant(value: bool | int | float, dtype: DType) -> Tensor:
-    """A 0-d tensor for a python scalar, from the constants cache (tracer.host.CONSTANTS)."""
-    return Tensor(CONSTANTS.get(value, dtype))
+def constant(value: bool | int | float, dtype: DType, op: str = "constant") -> Tensor:
+    """A 0-d tensor for a python scalar, from the constants cache (tracer.host.CONSTANTS).
+
+    The value must be representable in `dtype` (tracer.host.host_scalar), or DTypeError naming `op`.
+    """
+    return Tensor(CONSTANTS.get(host_scalar(value, dtype, op), dtype))
 
 
 def as_tensor(x: Any, op: str, what: str = "x") -> Tensor:
@@ -481,10 +564,7 @@ def _scalar_operand(op: str, value: Any, other: DType) -> Tensor:
         return from_data(value)
     if not isinstance(value, bool | int | float):
         raise DTypeError(f"{op}: cannot combine a tensor with {type(value).__name__}")
-    dt = scalar_dtype(value, other)
-    if dt.is_int and isinstance(value, int) and not np.iinfo(dt.np).min <= value <= np.iinfo(dt.np).max:
-        raise DTypeError(f"{op}: python int {value} does not fit {dt.value}")
-    return constant(value, dt)
+    return constant(value, scalar_dtype(value, other), op)
 
 
 def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -554,6 +634,8 @@ def _move_axes_last(x: Tensor, axes: tuple[int, ...]) -> Tensor:
 def reduce(op: Op, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
     name = op.value
     axes = shapes.normalize_axes(name, axis, x.shape)
+    if x.ndim == 0:  # axis 0 or -1 of a 0-d tensor (as torch): nothing to reduce
+        return x.copy()
     if op in (Op.MAX, Op.MIN) and any(x.shape[a] == 0 for a in axes):
         raise ShapeError(
             f"{name}: zero-size reduction over axes {axes} of shape {x.shape} has no identity; "
@@ -575,6 +657,8 @@ def arg_reduce(op: Op, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
         axes = tuple(range(x.ndim))
     else:
         axes = (shapes.normalize_axis(name, axis, x.ndim, x.shape),)
+    if x.ndim == 0:  # the only element is at index 0
+        return constant(0, DType.int32)
     if any(x.shape[a] == 0 for a in axes):
         raise ShapeError(
             f"{name}: attempt to get {name} of an empty sequence (shape {x.shape}); the axis must be non-empty"
@@ -705,55 +789,43 @@ def masked_fill(x: Any, mask: Any, value: Any) -> Tensor:
             raise ShapeError(f"masked_fill: value must be a scalar, got shape {value.shape}")
         fill = value.reshape(()).astype(x.dtype)
     elif isinstance(value, bool | int | float):
-        fill = constant(value, x.dtype)
+        fill = constant(value, x.dtype, "masked_fill")
     else:
         raise DTypeError(f"masked_fill: value must be a python scalar or a 0-d tensor, got {type(value).__name__}")
     return where(mask, fill, x)
 
 
-def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
-    """Write `src` into x at per-axis `offsets` (x[o0:o0+s0, o1:o1+s1, ...] = src); returns x.
+def _register_view(out: Tensor, info: ViewInfo | None) -> None:
+    """Make `out` a view described by `info` (None: it is a copy, owning its values)."""
+    if info is None:
+        return
+    out._viewof = info
+    info.cell.add(out)
 
-    The KV-cache append. The rule that keeps it sound with lazy evaluation: the write is a
-    node INDEX_WRITE(old x, src) that produces the new value, and the Tensor `x` is
-    rebound to it (no other Tensor changes: anything computed from the old x, pending or
-    not, keeps seeing the old values). When the new value is realized, passes.inplace lets
-    the kernel write straight into the old buffer, touching only |src| elements, exactly
-    when nothing else can still see the old value: no other Tensor shows it and no
-    pending computation (a lazy view included) reads it; otherwise the kernel copies x
-    and writes src into the copy. Reads of the old value are never reordered after the
-    write, because a pending read makes the old buffer non-donatable.
-    """
-    if not isinstance(x, Tensor):
-        raise DTypeError(f"index_write: x must be a Tensor, got {type(x).__name__}")
-    src = as_tensor(src, "index_write", "src")
-    offsets = tuple(offsets)
-    if src.ndim != x.ndim or len(offsets) != x.ndim:
-        raise ShapeError(
-            f"index_write: x shape {x.shape}, src shape {src.shape} and offsets {offsets} must have one entry per axis"
+
+def logical_xor(a: Any, b: Any) -> Tensor:
+    """a ^ b: for bools, a != b; integer (bitwise) xor is not supported yet."""
+    a, b = as_tensors("xor", a, b)
+    dt = promote(a.dtype, b.dtype, "xor")
+    if dt is not DType.bool:
+        raise DTypeError(
+            f"xor: ^ of {a.dtype.value} {a.shape} and {b.dtype.value} {b.shape}: only bool tensors "
+            "(logical xor); bitwise xor of integers is not supported yet"
         )
-    for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
-        if not isinstance(o, int | np.integer) or isinstance(o, bool):
-            raise ShapeError(f"index_write: offsets must be ints, got {offsets}")
-        if o < 0 or o + n > m:
-            raise IndexOutOfRangeError(
-                f"index_write: src shape {src.shape} at offsets {offsets} reaches outside x shape {x.shape} (axis {d})"
-            )
-    if x.dtype is not src.dtype:
-        lossy = (src.dtype.is_float and not x.dtype.is_float) or (x.dtype is DType.bool)
-        if lossy:
-            raise DTypeError(
-                f"index_write: cannot write {src.dtype.value} into {x.dtype.value} without a cast; use astype()"
-            )
-        src = src.astype(x.dtype)
-    if src.size == 0:
-        return x
-    rebind(x, make(Op.INDEX_WRITE, (x, src), x.shape, x.dtype, tuple(int(o) for o in offsets))._lazy)
-    return x
+    return binary(Op.NE, a, b)
 
 
 def rebind(t: Tensor, lazy: Lazy) -> None:
-    """Make `t` show another value; every other Tensor keeps showing what it showed."""
+    """Make `t` show another value; the views of a root follow it, every other Tensor keeps its value."""
+    _show(t, lazy)
+    if t._cell is not None:  # a root: its views are derived again from its new value
+        t._cell.lazy = lazy
+        for view in t._cell.views():
+            assert view._viewof is not None
+            _show(view, derive(lazy, view._viewof.steps))
+
+
+def _show(t: Tensor, lazy: Lazy) -> None:
     note_rebind(t, t._lazy)  # a jit trace repeats the rebinding on every replay
     t._lazy = lazy  # the old value's live_handles() no longer counts t
     lazy.add_handle(t)
