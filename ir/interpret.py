@@ -15,7 +15,7 @@ import numpy as np
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
-from ir.ops import Conv1dArg, NormArg, Op
+from ir.ops import AttentionArg, Conv1dArg, NormArg, Op
 from ir.view import View
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -171,6 +171,8 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
             result = np.take_along_axis(args[0], ids, axis=arg)
         elif op is Op.CONV1D:
             result = _conv1d(up(args[0]), up(args[1]), arg)
+        elif op is Op.ATTENTION:
+            result = attention(args, arg)
         elif op is Op.INDEX_WRITE:
             result = args[0].copy()
             result[tuple(slice(o, o + n) for o, n in zip(arg, args[1].shape))] = args[1]
@@ -226,6 +228,30 @@ def _conv1d(x: np.ndarray, w: np.ndarray, arg: Conv1dArg) -> np.ndarray:
     cols = np.stack(taps, axis=-1).reshape(n, g, cin_g, lout, k)  # (N, G, Cin/G, Lout, K)
     wg = w.reshape(g, cout // g, cin_g, k)
     return np.einsum("ngclk,gock->ngol", cols, wg).reshape(n, cout, lout)
+
+
+def attention(args: list[np.ndarray], arg: AttentionArg) -> np.ndarray:
+    """softmax(q k^T * scale + mask) v in float64, over q (B, H, Lq, E), k, v (B, Hkv, S, E|Ev).
+
+    A query that sees no key (all masked, or causal with Lq > S) gives NaN, as the composed
+    softmax does; with no keys at all (S == 0) the result is 0, the empty sum.
+    """
+    q, k, v = (a.astype(np.float64) for a in args[:3])
+    k, v = np.repeat(k, arg.group, axis=1), np.repeat(v, arg.group, axis=1)  # kv head h // group
+    s = (q @ np.swapaxes(k, -1, -2)) * arg.scale
+    lq, n = s.shape[-2:]
+    if n == 0:
+        return np.zeros(q.shape[:-1] + v.shape[-1:])
+    seen = np.ones(s.shape, bool)
+    if arg.causal:
+        seen &= np.arange(n)[None, :] <= np.arange(lq)[:, None] + (n - lq)
+    if arg.mask == "bool":
+        seen &= args[3].astype(bool)
+    elif arg.mask == "add":
+        s = s + args[3].astype(np.float64)
+    s = np.where(seen, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
 
 
 def interpret(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
