@@ -78,7 +78,7 @@ class Op(enum.Enum):
     CONV1D = "conv1d"  # srcs: x (N, Cin, L), weight (Cout, Cin/groups, K); arg: Conv1dArg
     INDEX_WRITE = "index_write"  # srcs: x, src; arg: per-axis offsets; x with src written at offsets
     # srcs: q (B, H, Lq, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev)[, mask (B, H, Lq, S)]; arg: AttentionArg
-    ATTENTION = "attention"  # softmax(q k^T * scale + mask) v, out (B, H, Lq, Ev)
+    ATTENTION = "attention"  # softmax(q k^T * scale + mask) v, out (..., Lq, Ev) with B * H rows of Lq
     # a fused group of the nodes above, from passes.fuse; arg: ir.fusion.FusedArg
     FUSED = "fused"
 

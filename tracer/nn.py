@@ -359,8 +359,8 @@ def _fused_attention(
             m = m.astype(dt)
         srcs.append(m.broadcast_to(target).reshape(b, h, q_len, kv_len))
     arg = AttentionArg(scale, causal, kind, h // kv_heads)
-    out = make(Op.ATTENTION, tuple(srcs), (b, h, q_len, ev), dt, arg)
-    return out.reshape(batch + (q_len, ev))
+    # the result keeps the caller's batch dims: (B, H, L, Ev) in memory either way, and no copy
+    return make(Op.ATTENTION, tuple(srcs), batch + (q_len, ev), dt, arg)
 
 
 def _composed_attention(

@@ -114,8 +114,8 @@ class FlashAttentionKernel(Kernel):
         return vtype(self.node.dtype, 4 if self.o4 else 1, storage=True)
 
     def metadata(self) -> Meta:
-        b, h, lq, dv = self.node.shape
-        s, dk = self.operands[1].view.shape[2], self.operands[0].view.shape[3]
+        b, h, lq, dk = self.operands[0].view.shape
+        s, dv = self.operands[1].view.shape[2], self.operands[2].view.shape[3]
         meta: Meta = [("bh", "u32", b * h), ("heads", "u32", h), ("group", "u32", self.arg.group)]
         meta += [("lq", "u32", lq), ("s", "u32", s), ("dk", "u32", dk), ("dv", "u32", dv)]
         meta += [("qblocks", "u32", -(-lq // self.br)), ("scale2", "f32", self.arg.scale * LOG2E)]
@@ -128,7 +128,7 @@ class FlashAttentionKernel(Kernel):
         return meta
 
     def calculate_dispatch(self) -> Workload:
-        b, h, lq, _ = self.node.shape
+        b, h, lq, _ = self.operands[0].view.shape
         return Workload.for_workgroups(b * h * -(-lq // self.br), self.choice.workgroup, self.max_workgroups)
 
     # --- rendering ----------------------------------------------------------------------
