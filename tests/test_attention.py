@@ -16,12 +16,15 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 import tracer as tr
 from backend_wgpu import Program, get_device
 from ir.ops import AttentionArg
 from passes import run_pipeline
 from passes import select_kernels as sk
+from tests.strategies import attention_programs
+from tests.test_fuzz import check_program
 from tracer.graph_builder import build_graph
 
 pytestmark = pytest.mark.gpu
@@ -354,3 +357,18 @@ def test_interpreter_agrees(rng: np.random.Generator) -> None:
     inputs = [lz.host if lz.host is not None else None for lz in built.inputs]
     (got,) = interpret(built.graph, inputs)
     np.testing.assert_allclose(got, np_attention(q, k, v, mask, causal=True), rtol=1e-6, atol=1e-6)
+
+
+# --- differential fuzzing -------------------------------------------------------------------------
+
+
+def _has_f16() -> bool:
+    return get_device().caps.shader_f16
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(attention_programs(f16=_has_f16()))
+def test_random_attention_programs(program) -> None:  # noqa: ANN001
+    """The GPU and ir.interpret (before and after every pass) against the generator's numpy meaning,
+    on attention steps with every mask kind and head layout (tests/strategies.py, d_attention)."""
+    check_program(program)
