@@ -239,17 +239,20 @@ def attention(args: list[np.ndarray], arg: AttentionArg) -> np.ndarray:
     q, k, v = (a.astype(np.float64) for a in args[:3])
     k, v = np.repeat(k, arg.group, axis=1), np.repeat(v, arg.group, axis=1)  # kv head h // group
     s = (q @ np.swapaxes(k, -1, -2)) * arg.scale
+    if arg.scale_by:
+        c = np.float64(args[arg.operand("scale")].reshape(-1)[0])
+        s = s * c if arg.scale_by == "mul" else s / c
     lq, n = s.shape[-2:]
     if n == 0:
         return np.zeros(q.shape[:-1] + v.shape[-1:])
-    seen = np.ones(s.shape, bool)
-    if arg.causal:
-        seen &= np.arange(n)[None, :] <= np.arange(lq)[:, None] + (n - lq)
     if arg.mask == "bool":
-        seen &= args[3].astype(bool)
+        keep = args[3].astype(bool) != arg.hide
+        fill = np.float64(args[arg.operand("fill")].reshape(-1)[0]) if arg.fill else -np.inf
+        s = np.where(keep, s, fill)
     elif arg.mask == "add":
         s = s + args[3].astype(np.float64)
-    s = np.where(seen, s, -np.inf)
+    if arg.causal:
+        s = np.where(np.arange(n)[None, :] <= np.arange(lq)[:, None] + (n - lq), s, -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
     return (p / p.sum(-1, keepdims=True)) @ v
 

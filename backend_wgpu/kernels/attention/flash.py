@@ -104,7 +104,8 @@ class FlashAttentionKernel(Kernel):
     def variant_key(self) -> str:
         c = self.choice
         flags = "".join(f for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg)) if on)
-        mode = f"{self.arg.mask}{'.causal' if self.arg.causal else ''}"
+        a = self.arg
+        mode = f"{a.mask}{'.hide' * a.hide}{'.fill' * a.fill}{'.' + a.scale_by if a.scale_by else ''}{'.causal' * a.causal}"
         return f"{c.variant}:{self.br}x{self.bc}t{self.tx}:d{self.dk}.{self.dv}:{flags}:{mode}"
 
     def operand_type(self, i: int) -> str:
@@ -119,12 +120,16 @@ class FlashAttentionKernel(Kernel):
         meta: Meta = [("bh", "u32", b * h), ("heads", "u32", h), ("group", "u32", self.arg.group)]
         meta += [("lq", "u32", lq), ("s", "u32", s), ("dk", "u32", dk), ("dv", "u32", dv)]
         meta += [("qblocks", "u32", -(-lq // self.br)), ("scale2", "f32", self.arg.scale * LOG2E)]
-        for name, i in (("q", 0), ("k", 1), ("v", 2), ("m", 3)):
-            if i < len(self.operands):
+        for name, i in (("q", 0), ("k", 1), ("v", 2), ("m", self.arg.operand("mask"))):
+            if i is not None:
                 v = self.operands[i].view
                 meta += [(f"{name}_off", "u32", v.offset)] + [
                     (f"{name}_s{d}", "i32", st) for d, st in zip("bhlx", v.strides)
                 ]
+        for name in ("scale", "fill"):  # one element each: where it is
+            i = self.arg.operand(name)
+            if i is not None:
+                meta.append((f"{name}_off", "u32", self.operands[i].view.offset))
         return meta
 
     def calculate_dispatch(self) -> Workload:
@@ -192,6 +197,13 @@ class FlashAttentionKernel(Kernel):
         else:
             b.line("let kv_end = params.s;")
         b.line(f"let nblocks = (kv_end + {self.bc - 1}u) / {self.bc}u;")
+        scale = "params.scale2"
+        if self.arg.scale_by:  # a scalar operand scales the scores (passes.fuse_attention)
+            c = f"f32({self.in_name(self.arg.operand('scale'))}[params.scale_off])"
+            scale = f"{scale} * {c}" if self.arg.scale_by == "mul" else f"{scale} / {c}"
+        b.line(f"let scale2 = {scale};")
+        if self.arg.fill:  # the score of a key the mask hides, in log2 units
+            b.line(f"let fill2 = vec4<f32>(f32({self.in_name(self.arg.operand('fill'))}[params.fill_off]) * {LOG2E});")
         for ri in range(4):
             b.line(f"let row{ri} = r0 + ty * 4u + {ri}u;")
             b.line(f"let qrow{ri} = min(row{ri}, params.lq - 1u);  // rows past lq compute, never store")
@@ -342,14 +354,17 @@ class FlashAttentionKernel(Kernel):
         for j in range(self.rn):
             key = self._key_index(j)
             b.line(f"  {{ let key = {key};")
-            b.line(f"    var sc = s{j} * params.scale2;")
+            b.line(f"    var sc = s{j} * scale2;")
             lanes = ["key < params.s"] * 4
             if arg.mask != "none":
                 b.line("    let mk = i32(min(key, params.s - 1u)) * params.m_sx;")
                 vals = [f"{self.in_name(3)}[u32(mrow{ri} + mk)]" for ri in range(4)]
                 if arg.mask == "bool":
-                    b.line(f"    let mb = vec4<u32>({', '.join(vals)}) != vec4<u32>(0u);")
-                    lanes = [f"{lane} && mb.{c}" for lane, c in zip(lanes, "xyzw")]
+                    b.line(f"    let mb = vec4<u32>({', '.join(vals)}) {'==' if arg.hide else '!='} vec4<u32>(0u);")
+                    if arg.fill:  # hidden keys score `fill`; keys past S and the causal limit stay -inf
+                        b.line("    sc = select(fill2, sc, mb);")
+                    else:
+                        lanes = [f"{lane} && mb.{c}" for lane, c in zip(lanes, "xyzw")]
                 else:
                     b.line(f"    sc = fma(vec4<f32>({', '.join(f'f32({v})' for v in vals)}), vec4<f32>({LOG2E}), sc);")
             if arg.causal:
