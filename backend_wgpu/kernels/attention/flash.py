@@ -97,6 +97,9 @@ class FlashAttentionKernel(Kernel):
         self.kw = min(self.rn, 4)  # keys per vector of k^T in workgroup memory
         self.gd = self.dv // (4 * self.tx)  # vec4 groups of head dims per thread
         self.v4 = c.variant.startswith("v4")
+        # a mask the same for every query row (a padding mask (B, 1, 1, S)): one load per key, not four
+        m = self.arg.operand("mask")
+        self.mask_row0 = m is not None and self.operands[m].view.strides[2] == 0
         self.o4 = c.variant.endswith("o4")
         assert self.br % 4 == 0 and self.rn * self.tx == self.bc and (self.rn in (1, 2) or self.rn % 4 == 0)
         assert self.gd * 4 * self.tx == self.dv and self.dk % 4 == 0
@@ -105,7 +108,7 @@ class FlashAttentionKernel(Kernel):
         c = self.choice
         flags = "".join(f for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg)) if on)
         a = self.arg
-        mode = f"{a.mask}{'.hide' * a.hide}{'.fill' * a.fill}{'.' + a.scale_by if a.scale_by else ''}{'.causal' * a.causal}"
+        mode = f"{a.mask}{'.row0' * self.mask_row0}{'.hide' * a.hide}{'.fill' * a.fill}{'.' + a.scale_by if a.scale_by else ''}{'.causal' * a.causal}"
         return f"{c.variant}:{self.br}x{self.bc}t{self.tx}:d{self.dk}.{self.dv}:{flags}:{mode}"
 
     def operand_type(self, i: int) -> str:
@@ -359,6 +362,9 @@ class FlashAttentionKernel(Kernel):
             if arg.mask != "none":
                 b.line("    let mk = i32(min(key, params.s - 1u)) * params.m_sx;")
                 vals = [f"{self.in_name(3)}[u32(mrow{ri} + mk)]" for ri in range(4)]
+                if self.mask_row0:
+                    b.line(f"    let m0 = {vals[0]};")
+                    vals = ["m0"] * 4
                 if arg.mask == "bool":
                     b.line(f"    let mb = vec4<u32>({', '.join(vals)}) {'==' if arg.hide else '!='} vec4<u32>(0u);")
                     if arg.fill:  # hidden keys score `fill`; keys past S and the causal limit stay -inf
