@@ -250,7 +250,7 @@ def matmul_cases(
         cases.append(
             Case(
                 "matmul", "attn_qkT", shape, "float32", b * h * s * s, [q, kk],
-                ours=lambda t: t[0] @ t[1].transpose(-1, -2),
+                ours=lambda t: t[0] @ t[1].swapaxes(-1, -2),
                 ref=lambda a: (a[0].astype(np.float64) @ np.swapaxes(a[1], -1, -2)).astype(np.float32),
                 torch=lambda t: t[0] @ t[1].transpose(-1, -2), bytes=q.nbytes + kk.nbytes + 4 * b * h * s * s,
                 flops=2 * b * h * s * s * d, rtol=1e-4, atol=1e-3, numpy_fn=lambda a: a[0] @ np.swapaxes(a[1], -1, -2),
@@ -264,4 +264,54 @@ def matmul_cases(
                 numpy_fn=lambda a: a[0] @ a[1],
             )
         )  # fmt: skip
+    return cases
+
+
+# --- attention --------------------------------------------------------------------------------
+def _attention_np(a: list[np.ndarray], causal: bool) -> np.ndarray:
+    q, k, v = (x.astype(np.float64) for x in a[:3])
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    lq, n = s.shape[-2:]
+    if causal:
+        s = np.where(np.arange(n)[None, :] <= np.arange(lq)[:, None] + (n - lq), s, -np.inf)
+    if len(a) > 3:
+        s = np.where(a[3], s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return ((p / p.sum(-1, keepdims=True)) @ v).astype(a[0].dtype)
+
+
+def _torch_attention(t: list[Any], causal: bool) -> Any:
+    import torch.nn.functional as F  # noqa: N812
+
+    return F.scaled_dot_product_attention(t[0], t[1], t[2], attn_mask=t[3] if len(t) > 3 else None, is_causal=causal)
+
+
+def attention_cases(specs: list[tuple[int, int, int, int, str]], tr_nn: Any, f16: bool) -> list[Case]:
+    """tr.nn.scaled_dot_product_attention (one flash-attention dispatch) against torch's SDPA.
+
+    specs: (batch, heads, length, head dim, "pad" | "causal"); "pad" is a (B, 1, 1, S) bool mask
+    keeping a prefix of each sequence's keys, as a padded batch has.
+    """
+    cases = []
+    for b, h, n, d, kind in specs:
+        causal = kind == "causal"
+        for dt in ["float32", "float16"] if f16 and causal else ["float32"]:
+            q, k, v = (randn((b, h, n, d), dt, seed=20 + i) for i in range(3))
+            inputs = [q, k, v]
+            if kind == "pad":
+                lengths = _rng(23).integers(n // 4, n + 1, b)
+                inputs.append((np.arange(n)[None, :] < lengths[:, None]).reshape(b, 1, 1, n))
+            tol = 2e-3 if dt == "float16" else 1e-4
+            cases.append(
+                Case(
+                    "attention", f"sdpa_{kind}", f"{b}x{h}x{n}x{d}", dt, b * h * n * n, inputs,
+                    ours=lambda t, c=causal: tr_nn.scaled_dot_product_attention(
+                        t[0], t[1], t[2], mask=t[3] if len(t) > 3 else None, is_causal=c
+                    ),
+                    ref=lambda a, c=causal: _attention_np(a, c), torch=lambda t, c=causal: _torch_attention(t, c),
+                    bytes=4 * q.nbytes + (inputs[3].size if kind == "pad" else 0),
+                    flops=(2 if causal else 4) * b * h * n * n * d, rtol=tol, atol=tol,
+                    note="one flash_attention dispatch",
+                )
+            )  # fmt: skip
     return cases

@@ -22,7 +22,7 @@ import numpy as np
 from benchmarks import cases as C
 from benchmarks.timing import ProgramTimer, Timing, time_host, time_program, time_torch
 
-SUITES = ["elementwise", "reduce", "softmax", "norm", "matmul", "model", "compile", "dispatch", "e2e"]
+SUITES = ["elementwise", "reduce", "softmax", "norm", "matmul", "attention", "model", "compile", "dispatch", "e2e"]
 DEFAULT_SUITES = [s for s in SUITES if s != "e2e"]  # e2e takes minutes on the H200: ask for it by name
 
 
@@ -56,6 +56,11 @@ def suite_sizes(suite: str, sizes: str) -> dict[str, Any]:
             "squares": [256, 512, 1024, 2048, 4096] if full else [64, 130],
             "gemvs": [(4096, 4096), (4096, 11008)] if full else [(256, 300), (130, 64)],
             "attn": [(32, 12, 128, 64)] if full else [(2, 3, 16, 8)],
+        },
+        "attention": {  # (batch, heads, length, head dim, mask): issue 14's targets
+            "specs": [(32, 12, 128, 64, "pad"), (1, 32, 2048, 128, "causal")]
+            if full
+            else [(2, 3, 40, 64, "pad"), (1, 2, 70, 32, "causal")]
         },
         "compile": {"ops": [10, 100] if full else [10]},
         "dispatch": {"n": [10, 100, 1000] if full else [16]},
@@ -257,6 +262,10 @@ def op_cases(ctx: Context, suite: str) -> list[C.Case]:
         return found
     if suite == "matmul":
         return C.matmul_cases(sz["squares"], sz["gemvs"], sz["attn"], ctx.device.caps.shader_f16)
+    if suite == "attention":
+        import tracer as tr
+
+        return C.attention_cases(sz["specs"], tr.nn, ctx.device.caps.shader_f16)
     raise ValueError(f"unknown op suite {suite!r}")
 
 

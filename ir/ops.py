@@ -95,6 +95,8 @@ class Op(enum.Enum):
     GATHER = "gather"  # srcs: x, ids (int32, the output's shape); arg: axis; ids clamped to [0, dim)
     CONV1D = "conv1d"  # srcs: x (N, Cin, L), weight (Cout, Cin/groups, K); arg: Conv1dArg
     INDEX_WRITE = "index_write"  # srcs: x, src; arg: per-axis offsets; x with src written at offsets
+    # srcs: q (B, H, Lq, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev)[, mask (B, H, Lq, S)]; arg: AttentionArg
+    ATTENTION = "attention"  # softmax(q k^T * scale + mask) v, out (..., Lq, Ev) with B * H rows of Lq
     # a fused group of the nodes above, from passes.fuse; arg: ir.fusion.FusedArg
     FUSED = "fused"
 
@@ -168,3 +170,48 @@ class Conv1dArg:
     padding: int = 0
     dilation: int = 1
     groups: int = 1
+
+
+# the largest head dim an ATTENTION node takes: the flash kernel's smallest tile holds a block
+# of keys this wide in any adapter's workgroup memory (tracer/nn.py composes wider heads)
+ATTENTION_MAX_HEAD_DIM = 512
+
+
+@dataclass(frozen=True)
+class AttentionArg:
+    """What an ATTENTION node computes besides its operands: softmax(q k^T * scale + mask) v.
+
+    causal    query i sees keys j <= i + S - Lq only (bottom-right aligned)
+    mask      "none", "bool" (a bool operand: True = attend) or "add" (a float operand added
+              to the scores); the mask operand follows v in srcs, broadcast to (B, H, Lq, S)
+    group     query heads per kv head (grouped-query attention): head h reads kv head h // group
+    hide      a bool mask's True hides the key instead (masked_fill's sense)
+    fill      a scalar operand is the score of a key the bool mask hides (else -inf)
+    scale_by  "mul" or "div": a scalar operand multiplies or divides the scores after `scale`
+    The scalar operands (a view of one element) follow the mask: scale_by's first, then fill's.
+    passes.fuse_attention sets hide, fill and scale_by for attention written by hand.
+    """
+
+    scale: float
+    causal: bool = False
+    mask: str = "none"
+    group: int = 1
+    hide: bool = False
+    fill: bool = False
+    scale_by: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mask not in ("none", "bool", "add"):
+            raise ValueError(f"AttentionArg: mask must be 'none', 'bool' or 'add', got {self.mask!r}")
+        if self.scale_by not in ("", "mul", "div") or (self.hide or self.fill) and self.mask != "bool":
+            raise ValueError(f"AttentionArg: inconsistent {self}")
+
+    def operand(self, what: str) -> int | None:
+        """Where in srcs the 'mask', 'scale' or 'fill' operand is (None: this node has none)."""
+        order = [("mask", self.mask != "none"), ("scale", bool(self.scale_by)), ("fill", self.fill)]
+        index = 3
+        for name, present in order:
+            if name == what:
+                return index if present else None
+            index += present
+        raise ValueError(f"AttentionArg.operand: no operand named {what!r}")

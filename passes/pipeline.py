@@ -13,6 +13,7 @@ from ir.verify import verify
 from passes.dce import dce
 from passes.fold_views import fold_views
 from passes.fuse import fuse
+from passes.fuse_attention import fuse_attention
 from passes.inplace import inplace
 from passes.plan_memory import plan_memory
 from passes.schedule import schedule
@@ -21,9 +22,12 @@ from passes.vectorize import vectorize
 
 Pass = Callable[[Graph, DeviceCaps], Graph]
 
-# fuse comes after select_kernels (legality asks which kernel each reduction/matmul got) and
-# before vectorize, inplace and plan_memory (which then see one node per kernel)
-PIPELINE: list[Pass] = [dce, fold_views, select_kernels, fuse, vectorize, inplace, plan_memory, schedule]
+# fuse_attention reads the views fold_views made; fuse comes after select_kernels (legality asks
+# which kernel each reduction/matmul got) and before vectorize, inplace and plan_memory (which
+# then see one node per kernel)
+PIPELINE: list[Pass] = [
+    dce, fold_views, fuse_attention, select_kernels, fuse, vectorize, inplace, plan_memory, schedule,
+]  # fmt: skip
 
 
 def default_pipeline(fusion: bool = True) -> list[Pass]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from backend_wgpu.element import vector_readable
 from backend_wgpu.kernels import (
     ArangeKernel,
     BlockedGemmKernel,
     ConcatKernel,
     Conv1dKernel,
     ElementwiseKernel,
+    FlashAttentionKernel,
     GatherKernel,
     GemmKernel,
     GemvKernel,
@@ -76,6 +78,8 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if node.op in SCAN:  # short rows one thread each, in numpy's order; long ones a workgroup each
         serial = (node.shape[-1] if node.shape else 1) <= ScanKernel.serial_max
         return KernelChoice(ScanKernel.name, "serial" if serial else "blocks", workgroup=(64 if serial else 256, 1, 1))
+    if node.op is Op.ATTENTION:
+        return attention_choice(graph, node, caps)
     raise NotImplementedError(f"select_kernels: no kernel for op {node.op.value}")
 
 
@@ -231,3 +235,39 @@ def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | N
         if smem <= caps.max_workgroup_storage and wx * wy <= caps.max_invocations:
             return gemm_choice(config, variant)
     return None
+
+
+# flash_attention tiles, best first: (query rows, keys per block, q^T in workgroup memory, k/v sharing one buffer);
+# the first that fits the device's workgroup memory wins (backend_wgpu/kernels/attention/flash.py)
+ATTENTION_TILES: tuple[tuple[int, int, bool, bool], ...] = (
+    (64, 32, True, False),
+    (64, 32, False, False),
+    (64, 16, True, False),
+    (32, 32, True, True),
+    (32, 16, False, True),
+    (16, 16, False, True),
+    (8, 8, False, True),
+    (4, 4, False, True),
+)
+
+
+def attention_choice(
+    graph: Graph, node: Node, caps: DeviceCaps, tile: tuple[int, int, bool, bool] | None = None
+) -> KernelChoice:
+    """Flash attention: vec4 loads where q, k and v allow them, the largest tile that fits (or `tile`)."""
+    q, k, v = (view_of_operand(graph, s)[1] for s in node.srcs[:3])
+    dk, dv = q.shape[-1], v.shape[-1]
+    v4 = all(x.strides[-1] == 1 and vector_readable(x, 4) for x in (q, k, v))
+    variant = f"{'v4' if v4 else 's'}.{'o4' if dv % 4 == 0 else 'o1'}"
+    dv4 = 4 * max(1, -(-dv // 4))
+    tx = next(t for t in (8, 4, 2, 1) if dv4 % (4 * t) == 0)  # threads across dv: no padding past 4
+    for br, bc, q_smem, kv_alias in ATTENTION_TILES if tile is None else (tile,):
+        t = min(tx, bc)
+        dkp, dvp = FlashAttentionKernel.padded_dims(dk, dv, t)
+        sg = caps.subgroups and caps.subgroup_size >= t > 1
+        smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg)
+        if smem <= caps.max_workgroup_storage and br // 4 * t <= caps.max_invocations:
+            params = (("br", br), ("bc", bc), ("tx", t), ("dk", dkp), ("dv", dvp))
+            params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg))
+            return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
+    raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")

@@ -1445,45 +1445,6 @@ def _conv1d(
     return Result(out.astype(dt), False, mag)
 
 
-def d_sdpa(b: Builder) -> Call | None:
-    dt = b.dtype(FLOATS)
-    batch = tuple(b.draw(st.sampled_from([1, 2, 3])) for _ in range(b.draw(st.integers(0, 2))))
-    seq_q, seq_k, e, ev = (b.draw(st.sampled_from([1, 2, 3, 5, 8])) for _ in range(4))
-    q, k, v = b.fresh(batch + (seq_q, e), dt), b.fresh(batch + (seq_k, e), dt), b.fresh(batch + (seq_k, ev), dt)
-    args: list[Arg] = [q, k, v]
-    causal = b.draw(st.booleans())
-    mask = not causal and b.draw(st.booleans())
-    if mask:
-        args.append(b.fresh((seq_q, seq_k), BOOL))
-    scale = b.draw(st.sampled_from([None, 0.5]))
-    return Call(tuple(args), (("mask", mask), ("causal", causal), ("scale", scale)))
-
-
-def _sdpa(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, *rest: np.ndarray, mask: bool, causal: bool, scale: float | None
-) -> Result:
-    dt = result_type(q, k, v)
-    vf = v.astype(F64)
-    # the scores as wgjit makes them: q scaled in its own dtype, then a matmul in the working
-    # dtype, so they overflow (to inf, or NaN for inf - inf) where float32 or float16 does
-    qs = (_up(q) * np.float32(1 / math.sqrt(q.shape[-1]) if scale is None else scale)).astype(q.dtype)
-    s = np.matmul(_up(qs.astype(dt)), np.swapaxes(_up(k.astype(dt)), -1, -2)).astype(dt).astype(F64)
-    lq, lk = q.shape[-2], k.shape[-2]
-    if causal:
-        allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + (lk - lq)
-    elif mask:
-        allowed = rest[0]
-    else:
-        allowed = np.ones((lq, lk), bool)
-    s = np.where(allowed, s, -np.inf)
-    m = np.max(s, axis=-1, keepdims=True)
-    p = np.exp(s - m)
-    p = p / p.sum(-1, keepdims=True)  # a row that sees no key is NaN, as torch
-    out = p @ vf
-    spread = np.where(np.isfinite(s), np.abs(s - m), 0).max(-1, keepdims=True) + 1
-    return Result(out.astype(dt), False, (np.nan_to_num(np.abs(p)) @ np.abs(vf)) * spread)
-
-
 def d_rope(b: Builder) -> Call | None:
     dt = b.dtype(FLOATS)
     shape = b.shape(b.draw(st.integers(1, 3)))[:-1] + (2 * b.draw(st.integers(1, 4)),)
@@ -1508,7 +1469,109 @@ def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) ->
     return Result(out.astype(dt), False, mag)
 
 
+# --- attention (tr.nn.scaled_dot_product_attention: one flash_attention dispatch) ----------------
+
+ATTENTION_LAYOUTS = ("2d", "3d", "heads", "gqa", "mqa", "shared_kv")
+LOG2E = 1.4426950408889634
+
+
+def _fresh_with(b: Builder, data: np.ndarray) -> Ref:
+    """A new input holding `data` (values the generator chose, not the style's)."""
+    b.inputs.append(data)
+    ref = b.add("input", (), (("index", len(b.inputs) - 1), ("realized", b.draw(st.integers(0, 3)) == 0)))
+    assert ref is not None
+    return ref
+
+
+def _attention_heads(b: Builder) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The leading dims of q and of k/v for one head layout (ATTENTION_LAYOUTS)."""
+    layout = b.draw(st.sampled_from(ATTENTION_LAYOUTS))
+    batch = b.draw(st.sampled_from([1, 2]))
+    if layout == "2d":
+        return (), ()
+    if layout == "3d":
+        lead = (b.draw(st.sampled_from([1, 2, 3])),)
+        return lead, lead
+    if layout == "gqa":  # kv heads divide the query heads
+        kv, group = b.draw(st.sampled_from([1, 2])), b.draw(st.sampled_from([2, 3]))
+        return (batch, kv * group), (batch, kv)
+    heads = b.draw(st.sampled_from([1, 2, 4]))
+    if layout == "mqa":
+        return (batch, heads), (batch, 1)
+    return (batch, heads), ((batch, heads) if layout == "heads" else ())  # shared_kv: 2-D k, v over all
+
+
+def d_attention(b: Builder) -> Call | None:
+    """Every mask kind (none, bool, additive float32/float16 with -inf entries; each with or
+    without causal), every head layout, masks broadcast over any dims, empty and length-1 sequences.
+
+    v is finite: a key of weight 0 whose value is inf or NaN may or may not reach the result
+    (tracer/nn.py documents it), so that case is not generated.
+    """
+    dt = b.dtype(FLOATS)
+    qlead, klead = _attention_heads(b)
+    lq, n = (b.draw(st.sampled_from([0, 1, 2, 3, 5, 8, 17])) for _ in range(2))
+    e, ev = (b.draw(st.sampled_from([1, 3, 4, 8, 12])) for _ in range(2))
+    target = np.broadcast_shapes(qlead, klead) + (lq, n) if len(qlead) < 2 else qlead + (lq, n)
+    if max(math.prod(qlead) * lq * max(e, ev), math.prod(klead) * n * max(e, ev), math.prod(target)) > MAX_SIZE:
+        return None
+    q, k = b.fresh(qlead + (lq, e), dt), b.fresh(klead + (n, e), dt)
+    with np.errstate(all="ignore"):
+        vals = np.nan_to_num(b._data(klead + (n, ev), dt).astype(F64), nan=1.0, posinf=2.0, neginf=-2.0)
+    args: list[Arg] = [q, k, _fresh_with(b, vals.astype(dt))]
+    kind = b.draw(st.sampled_from(["none", "bool", "add", "add16"] if b.f16 else ["none", "bool", "add"]))
+    if kind != "none":
+        keep = b.draw(st.integers(0, len(target)))  # a suffix of the scores' shape, some dims 1
+        shape = tuple(d if b.draw(st.integers(0, 2)) else 1 for d in target[len(target) - keep :])
+        if kind == "bool":
+            args.append(b.fresh(shape, BOOL))
+        else:
+            data = b._data(shape, F32).astype(F64)
+            data[b.rng.random(shape) < 0.25] = -np.inf
+            with np.errstate(over="ignore"):
+                args.append(_fresh_with(b, data.astype(F16 if kind == "add16" else F32)))
+    params = (
+        ("mask", kind != "none"),
+        ("causal", b.draw(st.booleans())),
+        ("scale", b.draw(st.sampled_from([None, 0.5]))),
+    )
+    return Call(tuple(args), params)
+
+
+def _attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *rest: np.ndarray, mask: bool, causal: bool, scale: float | None
+) -> Result:
+    """softmax(q k^T * scale + mask) v as the flash kernel defines it: the scores a float32 dot
+    product times scale * log2(e) in float32 (they overflow where the kernel's do), the rest in
+    float64; a query that sees no key is NaN, no keys at all give 0."""
+    dt = result_type(q, k, v)
+    qf, kf, vf = (a.astype(F64) for a in (q, k, v))
+    if q.ndim >= 3 and k.ndim >= 3 and q.shape[-3] != k.shape[-3]:  # grouped-query: kv head h // group
+        kf, vf = (np.repeat(a, q.shape[-3] // k.shape[-3], axis=-3) for a in (kf, vf))
+    sc = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    dot = np.matmul(qf, np.swapaxes(kf, -1, -2)).astype(F32)
+    s = (dot * np.float32(sc * LOG2E)).astype(F64) / LOG2E
+    lq, n = s.shape[-2:]
+    out_shape = np.broadcast_shapes(s.shape[:-1] + (1,), vf.shape[:-2] + (1, 1))[:-1] + (v.shape[-1],)
+    if n == 0:
+        return Result(np.zeros(out_shape, dt), False, np.zeros(out_shape))
+    seen = np.ones(s.shape, bool)
+    if causal:
+        seen = seen & (np.arange(n)[None, :] <= np.arange(lq)[:, None] + (n - lq))
+    if mask and rest[0].dtype == BOOL:
+        seen = seen & rest[0]
+    elif mask:
+        s = s + rest[0].astype(F64)
+    s = np.where(seen, s, -np.inf)
+    m = np.max(s, axis=-1, keepdims=True)
+    p = np.exp(s - m)
+    p = p / p.sum(-1, keepdims=True)
+    spread = np.where(np.isfinite(s), np.abs(s - m), 0).max(-1, keepdims=True) + 1
+    return Result((p @ vf).astype(dt), False, (np.nan_to_num(np.abs(p)) @ np.abs(vf)) * spread)
+
+
 # --- the op table -------------------------------------------------------------------------
+
 
 _ADD_MAG = lambda a, c: a + c  # noqa: E731
 _ANY = (F32, I32, BOOL, F16)
@@ -1854,11 +1917,11 @@ OPS: dict[str, OpSpec] = {
         ),
         OpSpec(
             "sdpa",
-            d_sdpa,
+            d_attention,
             lambda s, p: (
                 f"tr.nn.scaled_dot_product_attention({s[0]}, {s[1]}, {s[2]}, {_opt(s, p, 'mask', 3)}, is_causal={p['causal']}, scale={p['scale']!r})"
             ),
-            _sdpa,
+            _attention,
         ),
         OpSpec("rope", d_rope, "tr.nn.rope({0}, {1}, {2}, interleaved={interleaved})", _rope),
     ]
@@ -1866,6 +1929,17 @@ OPS: dict[str, OpSpec] = {
 
 # ops the generator draws (weights by repetition: elementwise ops and views are most of real programs)
 DRAWN: list[str] = [n for n in OPS if n != "input"]
+
+
+@st.composite
+def attention_programs(draw: Callable[[st.SearchStrategy], Any], f16: bool = True) -> Program:
+    """Programs of one or two attention steps (each on fresh inputs), for tests/test_attention.py."""
+    b = Builder(draw, draw(st.integers(0, 2**32 - 1)), f16, draw(st.sampled_from(["dyadic", "normal", "special"])))
+    for _ in range(draw(st.integers(1, 2))):
+        while b.apply(OPS["sdpa"]) is None:
+            pass
+    sdpa = [i for i, step in enumerate(b.steps) if step.op == "sdpa"]
+    return Program(b.inputs, b.steps, tuple(sdpa), (), draw(st.sampled_from(["together", "each"])))
 
 
 @st.composite

@@ -5,12 +5,14 @@ same arithmetic the kernel would do, in the same precision):
 
   kernel    layer_norm, rms_norm (kernels/norm/norm.py), gather/index_select/embedding
             (kernels/movement/gather.py), conv1d (kernels/conv/conv1d.py), index_write
-            (kernels/movement/index_write.py), erf (an elementwise op)
+            (kernels/movement/index_write.py), erf (an elementwise op),
+            scaled_dot_product_attention (Op.ATTENTION, kernels/attention/flash.py: one
+            dispatch; grouped-query attention reads kv head h // group, masks through
+            stride-0 views, never copies)
   composed  group_norm = layer_norm over (N, groups, -1) + elementwise affine;
-            rope = slices + elementwise + concat; scaled_dot_product_attention =
-            matmul + scale + mask + softmax + matmul (grouped-query attention reshapes q
-            so the fewer kv heads broadcast as zero-copy views); clamp = maximum +
-            minimum; masked_fill = where; linear = matmul + add.
+            rope = slices + elementwise + concat; attention with head dims past 512 =
+            matmul + scale + mask + softmax + matmul; clamp = maximum + minimum;
+            masked_fill = where; linear = matmul + add.
 
 Ids (index_select, embedding, gather) are int32 (uint32 is accepted). Valid ids are
 0 <= id < dim. When the ids are host data known at trace time (a list, a numpy array,
@@ -30,7 +32,7 @@ import numpy as np
 from ir import shapes
 from ir.dtypes import DType, promote
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
-from ir.ops import Conv1dArg, NormArg, Op
+from ir.ops import AttentionArg, Conv1dArg, NormArg, Op
 from tracer.factories import arange
 from tracer.mutation import index_write
 from tracer.tensor import (
@@ -274,17 +276,25 @@ def _causal_mask(q_len: int, kv_len: int) -> Tensor:
     return j <= i + (kv_len - q_len)
 
 
+# head dims above this are composed (matmul, softmax, matmul): the flash kernel's smallest
+# tiles hold a block of keys of this width in any adapter's workgroup memory
+FUSED_MAX_HEAD_DIM = 512
+
+
 def scaled_dot_product_attention(
     q: Any, k: Any, v: Any, mask: Any = None, is_causal: bool = False, scale: float | None = None
 ) -> Tensor:
-    """softmax(q k^T * scale + mask) v over (..., L, E) queries and (..., S, E) keys.
+    """softmax(q k^T * scale + mask) v over (..., L, E) queries, (..., S, E) keys and (..., S, Ev) values.
 
     mask: bool (True = attend) or float (added to the scores), broadcast to (..., H, L, S).
     is_causal: query i sees keys j <= i + S - L (bottom-right aligned, so a single decode
     query sees the whole cache; the same as top-left when L == S). A row that sees no key
-    is NaN, as in torch. Grouped-query attention: q (..., H, L, E) with k and v
-    (..., Hkv, S, E) where Hkv divides H; query head h uses kv head h // (H / Hkv).
-    Composed from matmul, elementwise, where and softmax (softmax statistics in f32).
+    is NaN, as in torch; with no keys at all (S == 0) the result is 0. Grouped-query
+    attention: q (..., H, L, E) with k and v (..., Hkv, S, E) where Hkv divides H; query
+    head h uses kv head h // (H / Hkv). One dispatch (Op.ATTENTION, the flash kernel:
+    scores and probabilities stay in f32 registers, never in memory); head dims above
+    FUSED_MAX_HEAD_DIM are composed from matmul, where and softmax instead. A key of
+    weight 0 (masked) whose value is inf or NaN may still make the row NaN (0 * inf).
     """
     q, k, v = as_tensor(q, "sdpa", "q"), as_tensor(k, "sdpa", "k"), as_tensor(v, "sdpa", "v")
     if min(q.ndim, k.ndim, v.ndim) < 2:
@@ -297,9 +307,7 @@ def scaled_dot_product_attention(
     for t, what in ((q, "q"), (k, "k"), (v, "v")):
         if not t.dtype.is_float:
             raise DTypeError(f"scaled_dot_product_attention: {what} must be float, got {t.dtype.value}")
-    q_len, e = q.shape[-2], q.shape[-1]
-    kv_len = k.shape[-2]
-    scale = 1.0 / math.sqrt(e) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     heads = q.shape[-3] if q.ndim >= 3 else 1
     grouped = q.ndim >= 3 and k.ndim >= 3 and k.shape[-3] != heads
     if grouped:
@@ -309,15 +317,71 @@ def scaled_dot_product_attention(
                 f"scaled_dot_product_attention: {heads} query heads (q {q.shape}) cannot share {kv_heads} kv heads "
                 f"(k {k.shape}, v {v.shape})"
             )
+    masks = [] if mask is None else [as_tensor(mask, "sdpa", "mask")]
+    if max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD_DIM:
+        return _composed_attention(q, k, v, masks, is_causal, scale, grouped)
+    return _fused_attention(q, k, v, masks, is_causal, scale, grouped)
+
+
+def _attention_batch(q: Tensor, k: Tensor, v: Tensor, grouped: bool) -> tuple[int, ...]:
+    """The batch dims of the result (the heads last): q's, k's and v's broadcast (heads from q when grouped)."""
+    try:
+        if grouped:
+            return shapes.broadcast_shapes("sdpa", q.shape[:-3], k.shape[:-3], v.shape[:-3]) + (q.shape[-3],)
+        return shapes.broadcast_shapes("sdpa", q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ShapeError:
+        raise ShapeError(
+            f"scaled_dot_product_attention: the batch dims of q {q.shape}, k {k.shape} and v {v.shape} do not broadcast"
+        ) from None
+
+
+def _fused_attention(
+    q: Tensor, k: Tensor, v: Tensor, masks: list[Tensor], causal: bool, scale: float, grouped: bool
+) -> Tensor:
+    """One Op.ATTENTION over 4-D (B, H, L, E) operands: views of the caller's tensors (broadcasts stride 0)."""
+    batch = _attention_batch(q, k, v, grouped)
+    q_len, kv_len, ev = q.shape[-2], k.shape[-2], v.shape[-1]
+    b, h = math.prod(batch[:-1]), batch[-1] if batch else 1
+    dt = promote(promote(q.dtype, k.dtype, "sdpa"), v.dtype, "sdpa")
+
+    def as4(t: Tensor, heads: int) -> Tensor:  # (..., heads, rows, dim) -> (B, heads, rows, dim)
+        lead = batch[:-1] + (heads,) if batch else (heads,)
+        return t.astype(dt).broadcast_to(lead + t.shape[-2:]).reshape(b, heads, *t.shape[-2:])
+
+    kv_heads = k.shape[-3] if grouped else h
+    srcs = [as4(q, h), as4(k, kv_heads), as4(v, kv_heads)]
+    kind = "none"
+    if masks:
+        m = masks[0]
+        target = batch + (q_len, kv_len)
+        if not broadcasts_to(m.shape, target):
+            raise ShapeError(
+                f"scaled_dot_product_attention: mask shape {m.shape} does not broadcast to the scores' shape {target}"
+            )
+        kind = "bool" if m.dtype is DType.bool else "add"
+        if kind == "add" and not m.dtype.is_float:
+            m = m.astype(dt)
+        srcs.append(m.broadcast_to(target).reshape(b, h, q_len, kv_len))
+    arg = AttentionArg(scale, causal, kind, h // kv_heads)
+    # the result keeps the caller's batch dims: (B, H, L, Ev) in memory either way, and no copy
+    return make(Op.ATTENTION, tuple(srcs), batch + (q_len, ev), dt, arg)
+
+
+def _composed_attention(
+    q: Tensor, k: Tensor, v: Tensor, masks: list[Tensor], causal: bool, scale: float, grouped: bool
+) -> Tensor:
+    """matmul, scale, mask, softmax, matmul: the scores are written to memory (head dims past the fused kernel's)."""
+    q_len, e = q.shape[-2], q.shape[-1]
+    kv_len = k.shape[-2]
+    heads = q.shape[-3] if q.ndim >= 3 else 1
+    if grouped:
+        kv_heads = k.shape[-3]
         # q (..., H, L, E) -> (..., Hkv, H/Hkv, L, E); k, v (..., Hkv, 1, S, E) broadcast in the matmul
         q = q.reshape(q.shape[:-3] + (kv_heads, heads // kv_heads, q_len, e))
         k, v = k.unsqueeze(-3), v.unsqueeze(-3)
     scores = (q * scale) @ k.swapaxes(-2, -1)
-    masks = []
-    if is_causal:
-        masks.append(_causal_mask(q_len, kv_len))
-    if mask is not None:
-        masks.append(as_tensor(mask, "sdpa", "mask"))
+    if causal:
+        masks = [_causal_mask(q_len, kv_len), *masks]
     # the mask is written against (..., H, L, S); grouped scores split H as q did
     target = scores.shape[:-4] + (heads, q_len, kv_len) if grouped else scores.shape
     for m in masks:

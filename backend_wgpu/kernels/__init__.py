@@ -5,6 +5,7 @@ the facts) through `kernel_class`; nothing here imports wgpu.
 """
 
 from backend_wgpu.kernel import Kernel
+from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 from backend_wgpu.kernels.conv.conv1d import Conv1dKernel
 from backend_wgpu.kernels.elementwise.elementwise import ElementwiseKernel
 from backend_wgpu.kernels.matmul.gemm_blocked import BlockedGemmKernel
@@ -41,6 +42,7 @@ KERNELS: dict[str, type[Kernel]] = {
         IndexWriteKernel,
         Conv1dKernel,
         ScanKernel,
+        FlashAttentionKernel,
     )
 }
 

@@ -13,6 +13,7 @@ expressions of backend_wgpu/kernels/expr.py, and the plain unary methods of trac
   binary.py      elementwise arithmetic: + - * / // % ** maximum minimum
   logic.py       comparisons, and/or/not, where
   accumulate.py  reductions, softmax, norms, matmul, conv1d
+  attention.py   attention (softmax(q k^T * scale + mask) v, one op)
   data.py        inputs, arange, movement, views, concat, gather, index_write, fused
 
 This package imports no wgpu and nothing else of ir but dtypes, errors and view: its WGSL is
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ir.optable import accumulate, binary, data, logic, unary
+from ir.optable import accumulate, attention, binary, data, logic, unary
 from ir.optable.record import Dtypes, Kind, OpDef, Wgsl
 
 
@@ -39,6 +40,6 @@ def _records(*modules: ModuleType) -> dict[str, OpDef]:
     return table
 
 
-OPDEFS: dict[str, OpDef] = _records(data, unary, binary, logic, accumulate)
+OPDEFS: dict[str, OpDef] = _records(data, unary, binary, logic, accumulate, attention)
 
 __all__ = ["OPDEFS", "Dtypes", "Kind", "OpDef", "Wgsl"]

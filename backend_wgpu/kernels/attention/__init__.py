@@ -1,0 +1,1 @@
+"""Attention: flash attention in one dispatch (flash.py)."""

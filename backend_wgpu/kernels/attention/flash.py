@@ -1,0 +1,459 @@
+"""Flash attention: softmax(q k^T * scale + mask) v in one dispatch; the scores never reach memory.
+
+A workgroup owns `br` query rows of one (batch, head) and streams the keys (and values) in
+blocks of `bc` through workgroup memory, keeping for each row the running max m, the
+running sum l of exp(s - m) and the output accumulator o in registers (the online
+softmax): per block, m' = max(m, block max), o and l are scaled by exp(m - m'), and the
+block's p = exp(s - m') are added (o += p v, l += sum p). The output is o / l.
+
+Threads form a (br / 4) x tx grid: thread (ty, tx) owns 4 query rows (4ty..4ty+3) and,
+for those rows, the scores of bc / tx keys and the output of dv / tx head dims, so both
+products are register-blocked outer products over vec4s of rows:
+  scores   s[rows, keys] += q^T[d][rows] * k^T[d][keys]   (q^T, k^T in workgroup memory)
+  output   o[rows, dims] += p^T[key][rows] * v[key][dims]  (p^T, v in workgroup memory)
+The tx threads of a row group agree on the block max through workgroup memory, or through
+subgroup shuffles (`sg`) where they are lanes of one subgroup.
+
+Scores are kept in log2 units (scale * log2(e) is in the uniform, exp2 then needs no
+multiply). Causal attention is bottom-right aligned (query i sees keys j <= i + S - Lq),
+and the key loop stops at the last key any row of the workgroup sees; boolean masks
+(True = attend) and additive masks are read through their strided view, so a padding mask
+(B, 1, 1, S) is a stride-0 read, never a copy. Grouped-query attention reads kv head
+h // group. A row that sees no key is NaN (0 / 0, as the composed softmax gives); with no
+keys at all (S == 0) it is 0. A key of weight exactly 0 inside a visited block still
+multiplies its value, so an inf or NaN there gives NaN; keys past the causal limit are
+never read (torch's fused kernels leave this open too).
+
+Lengths, strides and the scale live in the uniform (one shader serves every sequence
+length, and the attended length can change between runs); the head dims, the tile
+sizes and the load mode are in the WGSL. Every loop runs at most S / bc, dk / 4 or bc / 4
+times. Loads: the variant's `v4` reads q, k, v as vec4 along the head dim (f16 too),
+`s` reads scalars through any strides; workgroup memory holds f32.
+
+Config params (passes.select_kernels picks them; `smem_bytes` is what they cost):
+  br, bc     query rows per workgroup, keys per block (multiples of 4; bc / tx in 1, 2, 4k)
+  tx         threads across keys and head dims; the workgroup has br / 4 * tx threads
+  dk, dv     the head dims padded (dk to 4, dv to 4 * tx): zeros fill the padding
+  q_smem     q^T staged in workgroup memory (else each thread reads its rows' q from memory)
+  kv_alias   k^T and v share one buffer (k for the scores, then v), for large head dims
+  sg         the block max through subgroup shuffles (needs subgroups of at least tx lanes)
+"""
+
+from __future__ import annotations
+
+import math
+
+from backend_wgpu.kernel import Kernel, Meta, Workload
+from backend_wgpu.kernels.blocks import infinity
+from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.graph import Graph
+from ir.node import Node
+from ir.ops import AttentionArg
+
+LOG2E = 1.4426950408889634
+
+
+class FlashAttentionKernel(Kernel):
+    name = "flash_attention"
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        k, arg = node.kernel, node.arg
+        what = [f"{arg.mask} mask" if arg.mask != "none" else "", "causal" if arg.causal else ""]
+        what += [f"{arg.group} query heads per kv head" if arg.group > 1 else ""]
+        extra = ", ".join(w for w in what if w)
+        return (
+            f"one dispatch: {k.param('br')} query rows per workgroup, keys streamed {k.param('bc')} at a time "
+            f"through workgroup memory, online softmax in registers{'; ' + extra if extra else ''}"
+        )
+
+    @classmethod
+    def width_reason(cls, node: Node, views: list) -> str:
+        return ""  # the variant names the loads (v4: vec4 along the head dim, s: scalars)
+
+    @staticmethod
+    def smem_bytes(br: int, bc: int, tx: int, dk: int, dv: int, q_smem: bool, kv_alias: bool, sg: bool) -> int:
+        """Workgroup memory of a configuration (dk, dv padded), to check against the device's limit."""
+        q = dk * br if q_smem else 0
+        kv = max(dk, dv) * bc if kv_alias else (dk + dv) * bc
+        red = 0 if sg else 4 * (br // 4) * tx
+        return 4 * (q + kv + bc * br + red)
+
+    @staticmethod
+    def padded_dims(dk: int, dv: int, tx: int) -> tuple[int, int]:
+        """The head dims as held in workgroup memory: dk to a multiple of 4, dv of 4 * tx (at least one)."""
+        return 4 * max(1, math.ceil(dk / 4)), 4 * tx * max(1, math.ceil(dv / (4 * tx)))
+
+    # --- configuration ------------------------------------------------------------------
+    def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
+        super().__init__(node, graph, max_workgroups)
+        self.arg: AttentionArg = node.arg
+        c = self.choice
+        self.br, self.bc, self.tx = c.param("br"), c.param("bc"), c.param("tx")
+        self.dk, self.dv = c.param("dk"), c.param("dv")
+        self.q_smem, self.kv_alias, self.sg = c.param("q_smem", True), c.param("kv_alias", False), c.param("sg", False)
+        self.ty = self.br // 4
+        self.rn = self.bc // self.tx  # keys per thread
+        self.kw = min(self.rn, 4)  # keys per vector of k^T in workgroup memory
+        self.gd = self.dv // (4 * self.tx)  # vec4 groups of head dims per thread
+        self.v4 = c.variant.startswith("v4")
+        # a mask the same for every query row (a padding mask (B, 1, 1, S)): one load per key, not four
+        m = self.arg.operand("mask")
+        self.mask_row0 = m is not None and self.operands[m].view.strides[2] == 0
+        self.o4 = c.variant.endswith("o4")
+        assert self.br % 4 == 0 and self.rn * self.tx == self.bc and (self.rn in (1, 2) or self.rn % 4 == 0)
+        assert self.gd * 4 * self.tx == self.dv and self.dk % 4 == 0
+
+    def variant_key(self) -> str:
+        c = self.choice
+        flags = "".join(f for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg)) if on)
+        a = self.arg
+        mode = f"{a.mask}{'.row0' * self.mask_row0}{'.hide' * a.hide}{'.fill' * a.fill}{'.' + a.scale_by if a.scale_by else ''}{'.causal' * a.causal}"
+        return f"{c.variant}:{self.br}x{self.bc}t{self.tx}:d{self.dk}.{self.dv}:{flags}:{mode}"
+
+    def operand_type(self, i: int) -> str:
+        return vtype(self.operands[i].dtype, 4 if self.v4 and i < 3 else 1, storage=True)
+
+    def output_type(self) -> str:
+        return vtype(self.node.dtype, 4 if self.o4 else 1, storage=True)
+
+    def metadata(self) -> Meta:
+        b, h, lq, dk = self.operands[0].view.shape
+        s, dv = self.operands[1].view.shape[2], self.operands[2].view.shape[3]
+        meta: Meta = [("bh", "u32", b * h), ("heads", "u32", h), ("group", "u32", self.arg.group)]
+        meta += [("lq", "u32", lq), ("s", "u32", s), ("dk", "u32", dk), ("dv", "u32", dv)]
+        meta += [("qblocks", "u32", -(-lq // self.br)), ("scale2", "f32", self.arg.scale * LOG2E)]
+        for name, i in (("q", 0), ("k", 1), ("v", 2), ("m", self.arg.operand("mask"))):
+            if i is not None:
+                v = self.operands[i].view
+                meta += [(f"{name}_off", "u32", v.offset)] + [
+                    (f"{name}_s{d}", "i32", st) for d, st in zip("bhlx", v.strides)
+                ]
+        for name in ("scale", "fill"):  # one element each: where it is
+            i = self.arg.operand(name)
+            if i is not None:
+                meta.append((f"{name}_off", "u32", self.operands[i].view.offset))
+        return meta
+
+    def calculate_dispatch(self) -> Workload:
+        b, h, lq, _ = self.operands[0].view.shape
+        return Workload.for_workgroups(b * h * -(-lq // self.br), self.choice.workgroup, self.max_workgroups)
+
+    # --- rendering ----------------------------------------------------------------------
+    def render(self, b: WgslBuilder) -> None:
+        self._declare(b)
+        self._prologue(b)
+        b.line("for (var blk = 0u; blk < nblocks; blk++) {")
+        b.line(f"  let c0 = blk * {self.bc}u;")
+        b.line("  workgroupBarrier();  // the previous block's readers are done")
+        self._load_kv(b, "k", "kv" if self.kv_alias else "ks")
+        if not self.kv_alias:
+            self._load_kv(b, "v", "vs")
+        b.line("  workgroupBarrier();")
+        self._scores(b)
+        self._mask(b)
+        self._softmax_step(b)
+        if self.kv_alias:
+            if self.sg:
+                b.line("  workgroupBarrier();  // every thread is done reading k")
+            self._load_kv(b, "v", "kv")
+        b.line("  workgroupBarrier();  // p^T (and v) in workgroup memory")
+        self._accumulate(b, "kv" if self.kv_alias else "vs")
+        b.line("}")
+        self._finish(b)
+
+    def _declare(self, b: WgslBuilder) -> None:
+        br4, kvec = self.br // 4, self.kw
+        kt = "f32" if kvec == 1 else f"vec{kvec}<f32>"
+        if self.q_smem:
+            b.workgroup_var(f"qs: array<vec4<f32>, {self.dk * br4}>")  # q^T: [d][row / 4]
+        if self.kv_alias:
+            b.workgroup_var(f"kv: array<vec4<f32>, {max(self.dk, self.dv) * self.bc // 4}>")  # k^T, then v
+        else:
+            b.workgroup_var(f"ks: array<{kt}, {self.dk * self.bc // kvec}>")  # k^T: [d][key / kvec]
+            b.workgroup_var(f"vs: array<vec4<f32>, {self.bc * self.dv // 4}>")  # v: [key][d / 4]
+        b.workgroup_var(f"ps: array<vec4<f32>, {self.bc * br4}>")  # p^T: [key][row / 4]
+        if not self.sg:
+            b.workgroup_var(f"red: array<vec4<f32>, {br4 * self.tx}>")
+
+    def _prologue(self, b: WgslBuilder) -> None:
+        """Which (batch, head, row block) this workgroup owns, its key range, q staged, state zeroed."""
+        b.line("let bh = wg / params.qblocks;")
+        b.line("if (bh >= params.bh) { return; }")
+        # causal: later row blocks see more keys; they start first (workgroups start in index order)
+        qb = "params.qblocks - 1u - wg % params.qblocks" if self.arg.causal else "wg % params.qblocks"
+        b.line(f"let r0 = ({qb}) * {self.br}u;")
+        b.line("let bi = bh / params.heads;")
+        b.line("let hq = bh % params.heads;")
+        b.line("let hk = hq / params.group;")
+        b.line(f"let tx = lidx % {self.tx}u;")
+        b.line(f"let ty = lidx / {self.tx}u;")
+        for name, head in (("q", "hq"), ("k", "hk"), ("v", "hk")):
+            b.line(
+                f"let {name}_base = i32(params.{name}_off) + i32(bi) * params.{name}_sb + i32({head}) * params.{name}_sh;"
+            )
+        inf = infinity(b)
+        b.line(f"let ninf = -{inf};")
+        if self.arg.causal:  # rows below r0 + br see keys j < r0 + br + S - Lq
+            b.line(f"let last = i32(r0 + {self.br}u) + i32(params.s) - i32(params.lq);")
+            b.line("let kv_end = u32(clamp(last, 0, i32(params.s)));")
+        else:
+            b.line("let kv_end = params.s;")
+        b.line(f"let nblocks = (kv_end + {self.bc - 1}u) / {self.bc}u;")
+        scale = "params.scale2"
+        if self.arg.scale_by:  # a scalar operand scales the scores (passes.fuse_attention)
+            c = f"f32({self.in_name(self.arg.operand('scale'))}[params.scale_off])"
+            scale = f"{scale} * {c}" if self.arg.scale_by == "mul" else f"{scale} / {c}"
+        b.line(f"let scale2 = {scale};")
+        if self.arg.fill:  # the score of a key the mask hides, in log2 units
+            b.line(f"let fill2 = vec4<f32>(f32({self.in_name(self.arg.operand('fill'))}[params.fill_off]) * {LOG2E});")
+        for ri in range(4):
+            b.line(f"let row{ri} = r0 + ty * 4u + {ri}u;")
+            b.line(f"let qrow{ri} = min(row{ri}, params.lq - 1u);  // rows past lq compute, never store")
+        if self.q_smem:
+            self._load_q(b)
+        b.line("var m_run = vec4<f32>(ninf);")
+        b.line("var l_run = vec4<f32>(0.0);")
+        for ri in range(4):
+            for g in range(self.gd):
+                b.line(f"var o{ri}_{g} = vec4<f32>(0.0);")
+        if self.arg.mask != "none":
+            for ri in range(4):
+                b.line(
+                    f"let mrow{ri} = i32(params.m_off) + i32(bi) * params.m_sb + i32(hq) * params.m_sh + i32(qrow{ri}) * params.m_sl;"
+                )
+
+    def _load_q(self, b: WgslBuilder) -> None:
+        """q^T into qs: qs[d * br/4 + row/4][row % 4] (zeros past lq and dk), once per workgroup."""
+        threads = self.ty * self.tx
+        per = self.dk // 4 if self.v4 else self.dk
+        items = self.br * per
+        for li in range(-(-items // threads)):
+            e = f"(lidx + {li * threads}u)"
+            guard = f"{e} < {items}u" if (li + 1) * threads > items else ""
+            b.line(f"{'if (' + guard + ') ' if guard else ''}{{")
+            b.line(f"  let r = {e} / {per}u;")
+            b.line(f"  let dd = {e} % {per}u;")
+            b.line("  let row = r0 + r;")
+            if self.v4:
+                b.line("  var x = vec4<f32>(0.0);")
+                b.line("  if (row < params.lq && dd * 4u < params.dk) {")
+                b.line(
+                    f"    x = vec4<f32>({self.in_name(0)}[u32(q_base + i32(row) * params.q_sl + i32(dd * 4u)) / 4u]);"
+                )
+                b.line("  }")
+                for lane, c in enumerate("xyzw"):
+                    b.line(f"  qs[(dd * 4u + {lane}u) * {self.ty}u + r / 4u][r % 4u] = x.{c};")
+            else:
+                b.line("  var x = 0.0;")
+                b.line("  if (row < params.lq && dd < params.dk) {")
+                b.line(f"    x = f32({self.in_name(0)}[u32(q_base + i32(row) * params.q_sl + i32(dd) * params.q_sx)]);")
+                b.line("  }")
+                b.line(f"  qs[dd * {self.ty}u + r / 4u][r % 4u] = x;")
+            b.line("}")
+
+    def _load_kv(self, b: WgslBuilder, which: str, arr: str) -> None:
+        """Block c0 of k (as k^T: [d][key]) or v (as [key][d / 4]) into workgroup memory, zeros past S and the head dim."""
+        threads = self.ty * self.tx
+        src = self.in_name(1 if which == "k" else 2)
+        dpad = self.dk if which == "k" else self.dv
+        dim = "params.dk" if which == "k" else "params.dv"
+        per = dpad // 4 if self.v4 else dpad
+        items = self.bc * per
+        for li in range(-(-items // threads)):
+            e = f"(lidx + {li * threads}u)"
+            guard = f"{e} < {items}u" if (li + 1) * threads > items else ""
+            b.line(f"  {'if (' + guard + ') ' if guard else ''}{{")
+            b.line(f"    let c = {e} / {per}u;")
+            b.line(f"    let dd = {e} % {per}u;")
+            b.line("    let key = c0 + c;")
+            row = f"{which}_base + i32(key) * params.{which}_sl"
+            if self.v4:
+                b.line("    var x = vec4<f32>(0.0);")
+                b.line(
+                    f"    if (key < params.s && dd * 4u < {dim}) {{ x = vec4<f32>({src}[u32({row} + i32(dd * 4u)) / 4u]); }}"
+                )
+            else:
+                b.line("    var x = 0.0;")
+                b.line(
+                    f"    if (key < params.s && dd < {dim}) {{ x = f32({src}[u32({row} + i32(dd) * params.{which}_sx)]); }}"
+                )
+            self._store_kv(b, which, arr)
+            b.line("  }")
+
+    def _store_kv(self, b: WgslBuilder, which: str, arr: str) -> None:
+        kvec = self.kw
+        if which == "v":  # [key][d / 4]: as loaded
+            if self.v4:
+                b.line(f"    {arr}[c * {self.dv // 4}u + dd] = x;")
+            else:
+                b.line(f"    {arr}[c * {self.dv // 4}u + dd / 4u][dd % 4u] = x;")
+            return
+        stride = self.bc // kvec  # vectors per d row of k^T
+        lanes = [(f"dd * 4u + {i}u", f"x.{c}") for i, c in enumerate("xyzw")] if self.v4 else [("dd", "x")]
+        for d, val in lanes:
+            if arr == "kv":  # the shared buffer is vec4-typed: address k^T's scalars within it
+                flat = f"(({d}) * {self.bc}u + c)"
+                b.line(f"    {arr}[{flat} / 4u][{flat} % 4u] = {val};")
+            elif kvec == 1:
+                b.line(f"    {arr}[({d}) * {stride}u + c] = {val};")
+            else:
+                b.line(f"    {arr}[({d}) * {stride}u + c / {kvec}u][c % {kvec}u] = {val};")
+
+    def _key_vector(self, g: int, d: str) -> str:
+        """This thread's keys of vector group g at head dim d, from k^T (kw lanes)."""
+        kvec, col = self.kw, f"{g * self.tx}u + tx"
+        if not self.kv_alias:
+            return f"ks[({d}) * {self.bc // kvec}u + {col}]"
+        flat = f"(({d}) * {self.bc}u + ({col}) * {kvec}u)"
+        if kvec == 4:
+            return f"kv[{flat} / 4u]"
+        if kvec == 2:
+            return f"vec2<f32>(kv[{flat} / 4u][{flat} % 4u], kv[{flat} / 4u][{flat} % 4u + 1u])"
+        return f"kv[{flat} / 4u][{flat} % 4u]"
+
+    def _scores(self, b: WgslBuilder) -> None:
+        """s{j} (vec4 over this thread's 4 rows) for its keys j: the dot products over the head dim."""
+        groups = self.rn // self.kw
+        for j in range(self.rn):
+            b.line(f"  var s{j} = vec4<f32>(0.0);")
+        b.line(f"  for (var d4 = 0u; d4 < {self.dk // 4}u; d4++) {{")
+        if not self.q_smem and self.v4:  # each row's 4 head dims from memory, turned into 4 vec4s over rows
+            for ri in range(4):
+                b.line(
+                    f"    let qr{ri} = vec4<f32>({self.in_name(0)}[u32(q_base + i32(qrow{ri}) * params.q_sl + i32(d4 * 4u)) / 4u]);"
+                )
+        for lane, c in enumerate("xyzw"):
+            d = f"d4 * 4u + {lane}u"
+            if self.q_smem:
+                q = f"qs[({d}) * {self.ty}u + ty]"
+            elif self.v4:
+                q = f"vec4<f32>(qr0.{c}, qr1.{c}, qr2.{c}, qr3.{c})"
+            else:  # scalars through any strides; the padding past dk reads 0
+                dd = f"i32(min({d}, max(params.dk, 1u) - 1u)) * params.q_sx"
+                rows = ", ".join(
+                    f"f32({self.in_name(0)}[u32(q_base + i32(qrow{ri}) * params.q_sl + {dd})])" for ri in range(4)
+                )
+                q = f"select(vec4<f32>(0.0), vec4<f32>({rows}), {d} < params.dk)"
+            b.line(f"    {{ let qv = {q};")
+            for g in range(groups):
+                b.line(f"      let kg{g} = {self._key_vector(g, d)};")
+                for i in range(self.kw):
+                    key = f"kg{g}" if self.kw == 1 else f"kg{g}.{'xyzw'[i]}"
+                    j = g * self.kw + i
+                    b.line(f"      s{j} = fma(qv, vec4<f32>({key}), s{j});")
+            b.line("    }")
+        b.line("  }")
+
+    def _key_index(self, j: int) -> str:
+        g, i = divmod(j, self.kw)
+        return f"(c0 + ({g * self.tx}u + tx) * {self.kw}u + {i}u)"
+
+    def _mask(self, b: WgslBuilder) -> None:
+        """Scale to log2 units, add or apply the mask, hide keys past S (and past the causal limit)."""
+        arg = self.arg
+        if arg.causal:
+            b.line("  let shift = i32(params.s) - i32(params.lq);")
+        for j in range(self.rn):
+            key = self._key_index(j)
+            b.line(f"  {{ let key = {key};")
+            b.line(f"    var sc = s{j} * scale2;")
+            lanes = ["key < params.s"] * 4
+            if arg.mask != "none":
+                b.line("    let mk = i32(min(key, params.s - 1u)) * params.m_sx;")
+                vals = [f"{self.in_name(3)}[u32(mrow{ri} + mk)]" for ri in range(4)]
+                if self.mask_row0:
+                    b.line(f"    let m0 = {vals[0]};")
+                    vals = ["m0"] * 4
+                if arg.mask == "bool":
+                    b.line(f"    let mb = vec4<u32>({', '.join(vals)}) {'==' if arg.hide else '!='} vec4<u32>(0u);")
+                    if arg.fill:  # hidden keys score `fill`; keys past S and the causal limit stay -inf
+                        b.line("    sc = select(fill2, sc, mb);")
+                    else:
+                        lanes = [f"{lane} && mb.{c}" for lane, c in zip(lanes, "xyzw")]
+                else:
+                    b.line(f"    sc = fma(vec4<f32>({', '.join(f'f32({v})' for v in vals)}), vec4<f32>({LOG2E}), sc);")
+            if arg.causal:
+                lanes = [f"{lane} && i32(key) <= i32(row{ri}) + shift" for ri, lane in enumerate(lanes)]
+            b.line(f"    let seen = vec4<bool>({', '.join(lanes)});")
+            b.line(f"    s{j} = select(vec4<f32>(ninf), sc, seen);")
+            b.line("  }")
+
+    def _row_max(self, b: WgslBuilder) -> None:
+        """`mx`: each of the thread's 4 rows' max over the block (all tx threads of the row group agree)."""
+        parts = [f"s{j}" for j in range(self.rn)]
+        expr = parts[0]
+        for p in parts[1:]:
+            expr = f"max({expr}, {p})"
+        b.line(f"  var mx = {expr};")
+        if self.sg:
+            h = self.tx // 2
+            while h:
+                b.line(f"  mx = max(mx, subgroupShuffleXor(mx, {h}u));")
+                h //= 2
+            return
+        b.line(f"  red[ty * {self.tx}u + tx] = mx;")
+        b.line("  workgroupBarrier();")
+        b.line(f"  for (var t = 0u; t < {self.tx}u; t++) {{ mx = max(mx, red[ty * {self.tx}u + t]); }}")
+
+    def _softmax_step(self, b: WgslBuilder) -> None:
+        """The online softmax: new max, rescale o and l, p = exp2(s - m) into p^T."""
+        self._row_max(b)
+        b.line("  let m_new = max(m_run, mx);")
+        # a row that has seen only -inf keeps m = -inf: exp2 against 0 then gives p = 0, alpha = 0
+        b.line("  let m_use = select(m_new, vec4<f32>(0.0), m_new == vec4<f32>(ninf));")
+        b.line("  let alpha = exp2(m_run - m_use);")
+        b.line("  m_run = m_new;")
+        b.line("  var psum = vec4<f32>(0.0);")
+        for j in range(self.rn):
+            g, i = divmod(j, self.kw)
+            col = f"(({g * self.tx}u + tx) * {self.kw}u + {i}u)"
+            b.line(f"  {{ let p = exp2(s{j} - m_use); psum += p; ps[{col} * {self.ty}u + ty] = p; }}")
+        b.line("  l_run = l_run * alpha + psum;")
+        for ri, c in enumerate("xyzw"):
+            for g in range(self.gd):
+                b.line(f"  o{ri}_{g} *= alpha.{c};")
+
+    def _accumulate(self, b: WgslBuilder, arr: str) -> None:
+        """o += p v over the block's keys: per key, this thread's 4 rows of p^T times its head dims of v."""
+        b.line(f"  for (var c4 = 0u; c4 < {self.bc // 4}u; c4++) {{")
+        for i in range(4):
+            b.line(f"    {{ let c = c4 * 4u + {i}u;")
+            b.line(f"      let pv = ps[c * {self.ty}u + ty];")
+            for g in range(self.gd):
+                b.line(f"      let vv{g} = {arr}[c * {self.dv // 4}u + {g * self.tx}u + tx];")
+                for ri, ch in enumerate("xyzw"):
+                    b.line(f"      o{ri}_{g} = fma(vec4<f32>(pv.{ch}), vv{g}, o{ri}_{g});")
+            b.line("    }")
+        b.line("  }")
+
+    def _finish(self, b: WgslBuilder) -> None:
+        """l summed over the row group's threads; o / l stored (a row with no key: 0 / 0 = NaN; S == 0: 0)."""
+        b.line("var lsum = l_run;")
+        if self.sg:
+            h = self.tx // 2
+            while h:
+                b.line(f"lsum += subgroupShuffleXor(lsum, {h}u);")
+                h //= 2
+        else:
+            b.line("workgroupBarrier();")
+            b.line(f"red[ty * {self.tx}u + tx] = lsum;")
+            b.line("workgroupBarrier();")
+            b.line("lsum = vec4<f32>(0.0);")
+            b.line(f"for (var t = 0u; t < {self.tx}u; t++) {{ lsum += red[ty * {self.tx}u + t]; }}")
+        b.line("let inv = select(vec4<f32>(1.0) / lsum, vec4<f32>(0.0), params.s == 0u);")
+        ot = vtype(self.node.dtype, 1)
+        for ri, ch in enumerate("xyzw"):
+            b.line(f"if (row{ri} < params.lq) {{")
+            b.line(f"  let obase = (bh * params.lq + row{ri}) * params.dv;")
+            for g in range(self.gd):
+                b.line(f"  {{ let d = ({g * self.tx}u + tx) * 4u;")
+                val = f"o{ri}_{g} * inv.{ch}"
+                if self.o4:
+                    b.line(f"    if (d < params.dv) {{ out[(obase + d) / 4u] = vec4<{ot}>({val}); }}")
+                else:
+                    b.line(f"    let y = {val};")
+                    for lane, c in enumerate("xyzw"):
+                        b.line(f"    if (d + {lane}u < params.dv) {{ out[obase + d + {lane}u] = {ot}(y.{c}); }}")
+                b.line("  }")
+            b.line("}")

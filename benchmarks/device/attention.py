@@ -1,0 +1,222 @@
+"""Flash attention on the H200: checks against torch on the GPU, then times it against torch.
+
+    python3 -m benchmarks.device.attention            # the H200 run (< 3 minutes)
+    python3 -m benchmarks.device.attention --quick    # small shapes, any adapter (a smoke run)
+
+Cases (issue 14's targets first): MiniLM's attention 32x12x128x64 with a (B, 1, 1, S) padding
+mask, causal 1x32x2048x128, both float32 (TF32 off in torch), and the causal case in float16.
+For each case every tile configuration of the flash kernel that fits the device is checked
+against torch's F.scaled_dot_product_attention (max |difference| over max |torch|), then all
+of them and torch are timed in the same process, interleaved: each block runs every contender
+`--runs` times, and the median over blocks of each contender's block medians is reported.
+wgjit is timed with timestamps around its compute pass (one dispatch), torch with CUDA events.
+The last lines are the table: per case, each contender's median, its ratio to torch (> 1 is
+faster than torch) and its rate (4 B H L S D flops, halved for causal).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import tracer as tr
+from backend_wgpu import Program, get_device
+from benchmarks.timing import ProgramTimer, time_torch
+from ir.ops import Op
+from passes import run_pipeline
+from tracer.graph_builder import build_graph
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    b: int
+    h: int
+    lq: int
+    s: int
+    d: int
+    causal: bool
+    padding: bool
+    dtype: str = "float32"
+    target: bool = True  # one of issue 14's targets (else for information)
+
+    @property
+    def flops(self) -> float:
+        full = 4.0 * self.b * self.h * self.lq * self.s * self.d
+        return full / 2 if self.causal else full
+
+
+CASES = [
+    Case("pad 32x12x128x64", 32, 12, 128, 128, 64, causal=False, padding=True),
+    Case("causal 1x32x2048x128", 1, 32, 2048, 2048, 128, causal=True, padding=False),
+    Case("causal f16 1x32x2048x128", 1, 32, 2048, 2048, 128, causal=True, padding=False, dtype="float16", target=False),
+]
+QUICK = [
+    Case("pad 2x3x40x64", 2, 3, 40, 40, 64, causal=False, padding=True),
+    Case("causal 1x2x70x128", 1, 2, 70, 70, 128, causal=True, padding=False),
+]
+
+# tile configurations tried besides the rule's choice: (br, bc, tx, q^T in workgroup memory, k/v aliased, subgroups)
+VARIANTS: list[tuple[int, int, int, bool, bool, bool]] = [
+    (64, 32, 8, True, False, False),
+    (64, 32, 8, False, False, False),
+    (64, 32, 16, True, False, False),
+    (64, 32, 16, False, False, False),
+    (128, 32, 8, False, False, False),
+    (128, 16, 8, False, False, False),
+    (32, 32, 8, True, True, False),
+    (64, 16, 8, True, True, False),
+    (64, 32, 8, True, False, True),
+    (64, 32, 8, False, False, True),
+    (128, 32, 8, False, False, True),
+]
+
+
+def inputs(case: Case, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((case.b, case.h, case.lq, case.d)).astype(case.dtype)
+    k = rng.standard_normal((case.b, case.h, case.s, case.d)).astype(case.dtype)
+    v = rng.standard_normal((case.b, case.h, case.s, case.d)).astype(case.dtype)
+    out = {"q": q, "k": k, "v": v}
+    if case.padding:  # each sequence keeps a prefix of its keys, as a padded batch does
+        lengths = rng.integers(case.s // 4, case.s + 1, case.b)
+        lengths[0] = case.s
+        out["keep"] = (np.arange(case.s)[None, :] < lengths[:, None]).reshape(case.b, 1, 1, case.s)
+    return out
+
+
+def wgjit_program(case: Case, data: dict[str, np.ndarray], variant: tuple | None) -> tuple[Program, list, str]:
+    """The compiled one-dispatch program (the rule's tile, or `variant`), its input buffers, its kernel label."""
+    dev = get_device()
+    t = {name: tr.tensor(a).realize() for name, a in data.items()}
+    y = tr.nn.scaled_dot_product_attention(t["q"], t["k"], t["v"], mask=t.get("keep"), is_causal=case.causal)
+    built = build_graph([y._lazy])
+    graph = run_pipeline(built.graph, dev.caps).graph
+    if variant is not None:
+        graph = graph.with_nodes(_forced(n, variant) if n.op is Op.ATTENTION else n for n in graph)
+    program = Program(graph, dev)
+    (d,) = [d for d in program.dispatches if d.op == "attention"]
+    return program, [lz.buffer for lz in built.inputs], f"{d.kernel}[{d.variant}]"
+
+
+def _forced(node: Any, variant: tuple) -> Any:
+    from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
+
+    br, bc, tx, q_smem, kv_alias, sg = variant
+    dk, dv = FlashAttentionKernel.padded_dims(node.kernel.param("dk"), node.kernel.param("dv"), tx)
+    params = (("br", br), ("bc", bc), ("tx", tx), ("dk", dk), ("dv", dv))
+    params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg))
+    return dataclasses.replace(
+        node, kernel=dataclasses.replace(node.kernel, params=params, workgroup=(br // 4 * tx, 1, 1))
+    )
+
+
+def fits(variant: tuple, case: Case) -> bool:
+    from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
+
+    caps = get_device().caps
+    br, bc, tx, q_smem, kv_alias, sg = variant
+    if sg and not (caps.subgroups and caps.subgroup_size in (0, 32, 64) and caps.backend.lower() == "vulkan"):
+        return False  # NVIDIA reports no minimum size through wgpu; its subgroups have 32 lanes
+    dk, dv = FlashAttentionKernel.padded_dims(case.d, case.d, tx)
+    smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg)
+    return smem <= caps.max_workgroup_storage and br // 4 * tx <= caps.max_invocations and case.d % (4 * tx) == 0
+
+
+def torch_fn(case: Case, data: dict[str, np.ndarray], device: str) -> tuple[Any, Any]:
+    import torch
+    import torch.nn.functional as F
+
+    t = {n: torch.from_numpy(a).to(device) for n, a in data.items()}
+    mask = t.get("keep")
+
+    def run() -> Any:
+        return F.scaled_dot_product_attention(t["q"], t["k"], t["v"], attn_mask=mask, is_causal=case.causal)
+
+    return run, t
+
+
+def read(program: Program, buffers: list, shape: tuple, dtype: str) -> np.ndarray:
+    dev = get_device()
+    out = program.run(buffers)[0]
+    return np.frombuffer(dev.read(out), dtype=dtype).reshape(shape).astype(np.float64)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small shapes: a smoke run on any adapter")
+    ap.add_argument("--blocks", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=10)
+    args = ap.parse_args()
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    dev = get_device()
+    timer = ProgramTimer(dev)
+    print(f"adapter: {dev.caps.name} ({dev.caps.backend}); torch {torch.__version__} on {device}", flush=True)
+    t_start = time.perf_counter()
+    rows: list[tuple[str, str, float, float, float, str]] = []
+    failures = 0
+    for case in QUICK if args.quick else CASES:
+        if case.dtype == "float16" and not dev.caps.shader_f16:
+            print(f"{case.name}: skipped (no shader-f16)")
+            continue
+        data = inputs(case)
+        run_torch, _ = torch_fn(case, data, device)
+        ref = run_torch().float().cpu().numpy().astype(np.float64)
+        scale = float(np.abs(ref).max())
+        tol = 2e-3 if case.dtype == "float16" else 1e-4
+        contenders: dict[str, Any] = {}
+        for variant in [None] + [v for v in VARIANTS if fits(v, case)]:
+            program, buffers, label = wgjit_program(case, data, variant)
+            name = ("rule " if variant is None else "") + label.split("[", 1)[1].rstrip("]")
+            if variant is not None and any(c[2] == label for c in contenders.values()):
+                continue  # the rule's own tile
+            err = float(np.abs(read(program, buffers, ref.shape, case.dtype) - ref).max()) / scale
+            ok = err <= tol
+            failures += not ok
+            print(f"{case.name}: {name}: max |diff| / max |torch| = {err:.2e} {'ok' if ok else 'FAIL'}", flush=True)
+            if ok:
+                contenders[name] = (program, buffers, label)
+        samples: dict[str, list[float]] = {n: [] for n in [*contenders, "torch"]}
+        for _ in range(args.blocks):
+            for name, (program, buffers, _) in contenders.items():
+                t = timer.time(
+                    lambda w, p=program, b=buffers: p.run(b, timestamp_writes=w) if w else p.run(b), 2, args.runs
+                )
+                samples[name].append(t.median)
+            if cuda:
+                samples["torch"].append(time_torch(run_torch, 2, args.runs).median)
+            else:
+                t0 = time.perf_counter()
+                run_torch()
+                samples["torch"].append((time.perf_counter() - t0) * 1e3)
+        torch_ms = statistics.median(samples["torch"])
+        for name, s in samples.items():
+            ms = statistics.median(s)
+            rows.append((case.name, name, ms, torch_ms / ms, case.flops / ms / 1e9, "target" if case.target else ""))
+    print(f"\n(total {time.perf_counter() - t_start:.0f} s; {failures} check failures)")
+    print(f"{'case':<26} {'contender':<48} {'median ms':>10} {'vs torch':>9} {'TFLOP/s':>8}")
+    for case, name, ms, ratio, tflops, tag in rows:
+        print(f"{case:<26} {name:<48} {ms:>10.4f} {ratio:>8.2f}x {tflops:>8.2f} {tag}")
+    best = {}
+    for case, name, _ms, ratio, _, _ in rows:
+        if name != "torch" and (case not in best or ratio > best[case][1]):
+            best[case] = (name, ratio)
+    for case, (name, ratio) in best.items():
+        print(f"best {case}: {name} {ratio:.2f}x torch")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
