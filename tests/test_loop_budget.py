@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
 
 import tracer as tr
 from backend_wgpu import get_device
@@ -21,6 +22,8 @@ from backend_wgpu.kernel import LOOP_BUDGET
 from backend_wgpu.kernels import kernel_class
 from passes import run_pipeline
 from tests.helpers import assert_close
+from tests.strategies import Program, long_rows
+from tests.test_fuzz import check_program
 
 pytestmark = pytest.mark.gpu
 
@@ -100,3 +103,18 @@ def test_work_no_kernel_can_split_is_refused_loudly() -> None:
     with pytest.raises(tr.DeviceError, match=r"conv1d \(1, 2, 5\): kernel conv1d\[\] would run \d+ loop iterations"):
         tr.compile(y)
     assert float(tr.ones(8).sum()) == 8.0  # the device still works
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=4,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=[Phase.generate],  # shrinking a program of 2**24 elements takes longer than it tells
+    suppress_health_check=list(HealthCheck),
+)
+@given(long_rows(f16=get_device().caps.shader_f16))
+def test_random_long_rows_match_numpy(program: Program) -> None:
+    """The fuzzer's check (GPU and interpreter after every pass, against numpy) on rows of 2**24 and more."""
+    check_program(program)
