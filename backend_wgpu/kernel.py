@@ -21,10 +21,17 @@ from typing import ClassVar
 import numpy as np
 
 from backend_wgpu.wgsl import KernelSource, WgslBuilder, vtype
+from ir.errors import DeviceError
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import Op
 from ir.view import View
+
+# lavapipe gives each invocation one budget of loop iterations for the whole shader; past it every
+# loop exits early and the kernel silently computes less (tests/probe_loop_limit.py: a loop of n
+# iterations costs n + 1, nested and sequential loops share the budget). Every kernel keeps the sum
+# over its loops within it on every adapter (Kernel.loop_iterations, checked when it is built).
+LOOP_BUDGET = 65535
 
 
 @dataclass(frozen=True)
@@ -171,7 +178,22 @@ class Kernel:
     def render(self, b: WgslBuilder) -> None:
         raise NotImplementedError
 
+    def loop_iterations(self) -> int:
+        """The most loop iterations one thread runs, exit tests included (see LOOP_BUDGET)."""
+        return 0
+
+    def check_loop_budget(self) -> None:
+        """A kernel whose threads would run past LOOP_BUDGET is a selection bug: fail loudly, never short."""
+        n = self.loop_iterations()
+        if n > LOOP_BUDGET:
+            raise DeviceError(
+                f"{self.node.op.value} {self.node.shape}: kernel {self.name}[{self.choice.variant}] would run {n} "
+                f"loop iterations per thread, past the {LOOP_BUDGET} some adapters (lavapipe) allow, "
+                "and wgjit cannot split this kernel's work further"
+            )
+
     def build_kernel(self) -> KernelSource:
+        self.check_loop_budget()
         b = WgslBuilder()
         self.register_bindings(b)
         self.render(b)

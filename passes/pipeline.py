@@ -18,15 +18,16 @@ from passes.inplace import inplace
 from passes.plan_memory import plan_memory
 from passes.schedule import schedule
 from passes.select_kernels import select_kernels
+from passes.split_k import split_k
 from passes.vectorize import vectorize
 
 Pass = Callable[[Graph, DeviceCaps], Graph]
 
-# fuse_attention reads the views fold_views made; fuse comes after select_kernels (legality asks
-# which kernel each reduction/matmul got) and before vectorize, inplace and plan_memory (which
-# then see one node per kernel)
+# fuse_attention reads the views fold_views made; split_k cuts GEMMs whose k a thread could not walk
+# within lavapipe's loop budget; fuse comes after select_kernels (legality asks which kernel each
+# reduction/matmul got) and before vectorize, inplace and plan_memory (which then see one node per kernel)
 PIPELINE: list[Pass] = [
-    dce, fold_views, fuse_attention, select_kernels, fuse, vectorize, inplace, plan_memory, schedule,
+    dce, fold_views, fuse_attention, split_k, select_kernels, fuse, vectorize, inplace, plan_memory, schedule,
 ]  # fmt: skip
 
 

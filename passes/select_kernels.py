@@ -31,6 +31,7 @@ from backend_wgpu.kernels import (
     SoftmaxRegsKernel,
     SplitGemvKernel,
 )
+from backend_wgpu.kernels.blocks import LOOP_STEPS, unroll_for
 from ir.caps import DeviceCaps
 from ir.dtypes import DType
 from ir.graph import Graph
@@ -56,9 +57,9 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if node.op in REDUCE:
         return _select_reduce(graph, node, caps)
     if node.op in ROW:
-        n = node.shape[-1] if node.shape else 1
+        wg, params = _row_walk(node.shape[-1] if node.shape else 1, caps)
         return _select_softmax_regs(graph, node, caps) or KernelChoice(
-            SoftmaxKernel.name, node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1)
+            SoftmaxKernel.name, node.op.value, workgroup=(wg, 1, 1), params=params
         )
     if node.op is Op.MATMUL:
         return _select_matmul(graph, node, caps)
@@ -67,12 +68,14 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if node.op is Op.ARANGE:
         return KernelChoice(ArangeKernel.name, workgroup=(256, 1, 1))
     if node.op in NORM:
-        n = node.shape[-1] if node.shape else 1
-        return KernelChoice(NormKernel.name, node.op.value, workgroup=(_row_workgroup(n, caps), 1, 1))
+        wg, params = _row_walk(node.shape[-1] if node.shape else 1, caps)
+        return KernelChoice(NormKernel.name, node.op.value, workgroup=(wg, 1, 1), params=params)
     if node.op is Op.GATHER:
         return KernelChoice(GatherKernel.name, workgroup=(256, 1, 1))
     if node.op is Op.CONV1D:
-        return KernelChoice(Conv1dKernel.name, workgroup=(64, 1, 1))
+        _, cin_g, taps = graph[node.srcs[1]].shape
+        unroll = unroll_for(cin_g * taps, 1)  # one thread sums its group's channels x taps
+        return KernelChoice(Conv1dKernel.name, workgroup=(64, 1, 1), params=(("unroll", unroll),) if unroll > 1 else ())
     if node.op is Op.INDEX_WRITE:
         return KernelChoice(IndexWriteKernel.name, workgroup=(256, 1, 1))
     if node.op in SCAN:  # short rows one thread each, in numpy's order; long ones a workgroup each
@@ -93,6 +96,17 @@ def _row_workgroup(n: int, caps: DeviceCaps) -> int:
     return max(32, min(256, caps.max_invocations, 1 << max(0, math.ceil(math.log2(max(n, 1))))))
 
 
+def _row_walk(n: int, caps: DeviceCaps) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """Threads per row, and the unroll that keeps each thread's walk over n elements within
+    LOOP_STEPS loop iterations (kernel.LOOP_BUDGET); rows that long get every thread allowed."""
+    wg = _row_workgroup(n, caps)
+    unroll = unroll_for(n, wg)
+    if unroll > 8:
+        wg = 1 << (min(1024, caps.max_invocations).bit_length() - 1)
+        unroll = unroll_for(n, wg)
+    return wg, (("unroll", unroll),) if unroll > 1 else ()
+
+
 def _select_reduce(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     src = graph[node.srcs[0]]
     k = node.arg
@@ -104,9 +118,10 @@ def _select_reduce(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if node.op in (Op.SUM, Op.MAX, Op.MIN) and _contiguous_float(graph, node):
         # contiguous float rows: loads in flight and subgroup reductions (RowReduceKernel)
         wg = _row_workgroup(-(-r // 4 // ROW_REDUCE_UNROLL), caps)
-        params = (("unroll", ROW_REDUCE_UNROLL), ("subgroups", caps.subgroups))
+        params = (("unroll", max(ROW_REDUCE_UNROLL, unroll_for(r, wg))), ("subgroups", caps.subgroups))
         return KernelChoice(RowReduceKernel.name, f"{node.op.value}_rows", workgroup=(wg, 1, 1), params=params)
-    return KernelChoice(ReduceKernel.name, f"{node.op.value}_rows", workgroup=(_row_workgroup(r, caps), 1, 1))
+    wg, params = _row_walk(r, caps)
+    return KernelChoice(ReduceKernel.name, f"{node.op.value}_rows", workgroup=(wg, 1, 1), params=params)
 
 
 ROW_REDUCE_UNROLL = 4
@@ -141,9 +156,8 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if m == 1:
         if b_k_stride == 1 and n > 1 or n == 1:
             # each output column is a dot product of two contiguous runs: a workgroup per column
-            return KernelChoice(
-                GemvKernel.name, "k_contig", workgroup=(_row_workgroup(k, caps) if k < 256 else 256, 1, 1)
-            )
+            wg, params = _row_walk(k, caps)
+            return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params)
         if b_n_stride == 1:
             h8 = graph[node.srcs[1]].dtype is DType.float16 and _vec_along(b_view, -1, 8)
             return gemv_split_choice(n, k, caps, h8=h8, itemsize=graph[node.srcs[1]].dtype.itemsize)
@@ -170,6 +184,8 @@ def gemv_split_choice(n: int, k: int, caps: DeviceCaps, h8: bool = False, itemsi
     unroll = 4 if h8 else 8
     threads = min(1024, caps.max_invocations)
     wy = max(1, min(threads // wx, 1 << max(0, math.ceil(math.log2(max(1, -(-k // unroll)))))))
+    while -(-k // wy) // unroll > LOOP_STEPS:  # each thread's rows of k stay within the loop budget
+        unroll *= 2
     variant = "n_contig_h8" if h8 else "n_contig"
     return KernelChoice(SplitGemvKernel.name, variant, workgroup=(wx, wy, 1), params=(("unroll", unroll),))
 

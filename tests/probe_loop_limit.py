@@ -6,8 +6,8 @@ Mesa's llvmpipe (lavapipe) gives each invocation one budget of 65,535 loop itera
 the whole shader: every iteration of every loop counts, nested inner loops (with their exit
 test) and loops one after another alike, and once it is spent every loop exits at once, so
 later loops (a workgroup tree) run no iteration at all. A loop of n iterations costs n + 1
-(its exit test counts), so "nested 70,000 x 1" stops after 65,535 / 3. Unrolled work inside one iteration
-is free. wgjit's kernels therefore keep the sum of their loops' iterations per thread below
+(its exit test counts), so "nested 70,000 x 1" stops after 65,535 / 3. Unrolled work inside
+one iteration is free. wgjit's kernels therefore keep the sum of their loops' iterations per thread below
 the budget (backend_wgpu/kernels/blocks.py: LOOP_BUDGET). The H200's driver has no such
 limit: every count below is exact there.
 """

@@ -235,7 +235,8 @@ class Builder:
         self.draw = draw
         self.rng = np.random.default_rng(seed)
         self.f16 = f16
-        self.style = style  # input values: "dyadic" (mostly exact), "normal", "special" (NaN/inf/0 sprinkled)
+        # input values: "dyadic" (mostly exact), "normal", "special" (NaN/inf/0 sprinkled), "large" (far from 0)
+        self.style = style
         self.inputs: list[np.ndarray] = []
         self.steps: list[Step] = []
         self.values: list[np.ndarray] = []
@@ -310,6 +311,8 @@ class Builder:
             return r.integers(-9, 10, shape).astype(I32)
         if self.style == "normal":
             a = r.standard_normal(shape)
+        elif self.style == "large":
+            a = self._large(shape, dt)
         else:
             a = r.integers(-32, 33, shape) / 8.0  # multiples of 1/8: arithmetic stays exact
         if self.style == "special" and a.size:
@@ -318,15 +321,26 @@ class Builder:
         with np.errstate(over="ignore"):
             return a.astype(dt)
 
+    def _large(self, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+        """Values far from zero, close to each other: logits of 1e4 to 1e8 (log_softmax rounded them away,
+        issue 16.3); float16 near its largest finite value (a float16 sum overflowed a mean, 16.4)."""
+        r = self.rng
+        if dt == F16:
+            return r.uniform(-65000, 65000, shape)
+        center = float(r.choice([1e4, 1e7, 1e8])) * float(r.choice([-1.0, 1.0]))
+        return center + r.standard_normal(shape) * float(r.choice([1.0, 100.0, abs(center) * 1e-3]))
+
     # steps ---------------------------------------------------------------------------------
-    def add(self, op: str, args: tuple[Arg, ...], params: tuple[tuple[str, Any], ...] = ()) -> Ref | None:
-        """Evaluate a step on the reference values; record it unless numpy refuses it."""
+    def add(
+        self, op: str, args: tuple[Arg, ...], params: tuple[tuple[str, Any], ...] = (), any_size: bool = False
+    ) -> Ref | None:
+        """Evaluate a step on the reference values; record it unless numpy refuses it (or it is too big)."""
         step = Step(op, args, params)
         try:
             res = run_step(step, [self.value(a) for a in args], self.inputs)
         except (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError):
             return None
-        if res.value.size > MAX_SIZE * 4 and op != "input":
+        if res.value.size > MAX_SIZE * 4 and op != "input" and not any_size:
             return None
         self.steps.append(step)
         self.values.append(res.value)
@@ -1946,7 +1960,7 @@ def attention_programs(draw: Callable[[st.SearchStrategy], Any], f16: bool = Tru
 def programs(draw: Callable[[st.SearchStrategy], Any], max_steps: int = 8, f16: bool = True) -> Program:
     """A random well-typed program over the op table, with its inputs and outputs."""
     seed = draw(st.integers(0, 2**32 - 1))
-    style = draw(st.sampled_from(["dyadic", "dyadic", "dyadic", "normal", "special"]))
+    style = draw(st.sampled_from(["dyadic", "dyadic", "dyadic", "normal", "special", "large"]))
     b = Builder(draw, seed, f16, style)
     b.fresh(b.shape(), b.dtype())
     n = draw(st.integers(1, max_steps))
@@ -2035,3 +2049,34 @@ def entry_expected(data: Any, dtype: str) -> np.ndarray | None:
                 return None
             out.append(stored)
     return np.array(out, dtype=target).reshape(np.shape(data))
+# --- long rows: past lavapipe's loop budget (issue 16.1) ------------------------------------------
+
+LONG_ROW = 1 << 24  # one workgroup of 256 threads walking it took 65,536 iterations each: one too many
+LONG_ROW_OPS = ("sum", "mean", "max", "min", "argmax", "argmin", "softmax", "log_softmax", "matmul")
+
+
+@st.composite
+def long_rows(draw: Callable[[st.SearchStrategy], Any], f16: bool = True) -> Program:
+    """One reduction, row op or vector-matrix product along LONG_ROW + a few elements.
+
+    Far past MAX_SIZE, so `programs` never draws it; tests/test_loop_budget.py runs a few of
+    these in a test marked slow (each moves 128 MiB or more through lavapipe).
+    """
+    seed = draw(st.integers(0, 2**32 - 1))
+    b = Builder(draw, seed, f16, draw(st.sampled_from(["dyadic", "normal", "special", "large"])))
+    n = LONG_ROW + draw(st.sampled_from([0, 1, 3]))
+    dt = F16 if f16 and draw(st.integers(0, 3)) == 0 else F32
+    op = draw(st.sampled_from(LONG_ROW_OPS))
+    contiguous = draw(st.booleans())  # one contiguous row, or two strided ones down axis 0
+    # 2**25 float32 elements are 128 MiB, lavapipe's largest binding: the strided rows are 2**24 long
+    if op == "matmul":
+        x = b.fresh((1, n), dt)
+        y = b.fresh((n, 1) if dt == F32 else (n, draw(st.sampled_from([1, 2]))), dt)
+        b.add("matmul", (x, y), any_size=True)
+    else:
+        x = b.fresh((n,) if contiguous else (LONG_ROW, 2), dt)
+        axis = -1 if contiguous else 0
+        params = (("axis", axis),) if "softmax" in op else (("axis", axis), ("keepdims", False))
+        b.add(op, (x,), params, any_size=True)
+    last = len(b.values) - 1
+    return Program(b.inputs, b.steps, (last,), (), "together")

@@ -184,3 +184,22 @@ def test_verify_names_the_broken_invariant_and_the_failing_pass() -> None:
     graph, _ = _example()
     with pytest.raises(PassFailure, match="pass broken_pass failed"):
         run_pipeline(graph, CAPS, passes=[broken_pass])
+
+
+def test_split_k_cuts_long_matmuls_into_chunks_that_mean_the_same() -> None:
+    """k past split_k.MAX_K: a batched matmul over chunks of k, their sum, and the rest added (issue 16.1)."""
+    from passes.split_k import MAX_K
+
+    rng = np.random.default_rng(11)
+    k = 2 * MAX_K + 3
+    a = rng.standard_normal((2, 3, k)).astype(np.float32)
+    b = rng.standard_normal((k, 4)).astype(np.float32)
+    graph = (tr.tensor(a) @ tr.tensor(b)).graph()
+    run = run_pipeline(graph, CAPS, keep=True)
+    split = dict(run.stages)["split_k"]
+    matmuls = [n for n in split if n.op is Op.MATMUL]
+    assert sorted(n.shape for n in matmuls) == [(2, 3, 3, 4), (2, 3, 4)]  # 3 chunks of k // 3, then the rest
+    assert [n.op for n in split if n.id == graph.outputs[0]] == [Op.ADD]
+    want = a.astype(np.float64) @ b
+    for name, g in run.stages:
+        np.testing.assert_allclose(interpret(g, [a, b])[0], want, rtol=1e-4, atol=1e-3, err_msg=name)

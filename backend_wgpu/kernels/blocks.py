@@ -6,6 +6,8 @@
                        workgroup tree over workgroup memory, for any combine step
   workgroup_reduce   - every thread gets the workgroup's sum / max / min of a scalar:
                        subgroup operations where the adapter has them, else tree_fold
+  strided_loop       - a thread's walk over a row (start, start + stride, ...), `unroll`
+                       visits per iteration, so that it stays within kernel.LOOP_BUDGET
 One thread per element (the dispatch, the `numel` bound) is backend_wgpu.kernel.PerElementKernel;
 vector types are backend_wgpu.wgsl.vtype / f32v.
 """
@@ -15,6 +17,74 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from backend_wgpu.wgsl import WgslBuilder
+
+# what one strided loop over a row may take: up to three such loops, their tails and a tree fit
+LOOP_STEPS = 16384
+MAX_UNROLL = 64
+
+
+def unroll_for(length: int, threads: int) -> int:
+    """The smallest power of two `u` with ceil(length / (threads * u)) <= LOOP_STEPS (at most MAX_UNROLL)."""
+    steps = -(-max(length, 1) // max(threads, 1))
+    u = 1
+    while u < MAX_UNROLL and -(-steps // u) > LOOP_STEPS:
+        u *= 2
+    return u
+
+
+def strided_loop_cost(length: int, stride: int, unroll: int) -> int:
+    """Loop iterations (with exit tests) `strided_loop` spends on `length` visits, `stride` apart, for thread 0."""
+    visits = -(-max(length, 0) // stride)
+    if unroll == 1:
+        return visits + 1
+    return visits // unroll + 1 + unroll  # the main loop, then at most unroll - 1 visits of the tail
+
+
+def strided_loop(
+    b: WgslBuilder,
+    var: str,
+    start: str,
+    end: str,
+    stride: str,
+    unroll: int,
+    body: Callable[[str, int, str], None],
+    indent: str = "",
+) -> None:
+    """Visit `var` = start, start + stride, ... below `end` (u32 WGSL expressions), in increasing order.
+
+    `body(index, copy, indent)` emits one visit of element `index` (copy numbers the visits of
+    one iteration). With unroll 1 this is the plain loop; otherwise a main loop makes `unroll`
+    visits per iteration while all are in range, each in its own scope, then a tail loop makes
+    the rest: (length / stride) / unroll + unroll iterations instead of length / stride.
+    """
+    if unroll == 1:
+        b.line(f"{indent}for (var {var} = {start}; {var} < {end}; {var} += {stride}) {{")
+        body(var, 0, indent + "  ")
+        b.line(f"{indent}}}")
+        return
+    b.line(f"{indent}{{")
+    b.line(f"{indent}  var {var} = {start};")
+    b.line(f"{indent}  for (; {var} + ({unroll - 1}u * {stride}) < {end}; {var} += {unroll}u * {stride}) {{")
+    for u in range(unroll):
+        b.line(f"{indent}    {{")
+        body(f"({var} + {u}u * {stride})" if u else var, u, indent + "      ")
+        b.line(f"{indent}    }}")
+    b.line(f"{indent}  }}")
+    b.line(f"{indent}  for (; {var} < {end}; {var} += {stride}) {{")
+    body(var, unroll, indent + "    ")
+    b.line(f"{indent}  }}")
+    b.line(f"{indent}}}")
+
+
+def tree_cost(threads: int) -> int:
+    """Loop iterations tree_fold spends (its rounds and exit test)."""
+    return max(threads, 1).bit_length() + 1
+
+
+def workgroup_reduce_cost(threads: int, subgroups: bool) -> int:
+    """Loop iterations workgroup_reduce spends: the tree, or one visit per subgroup (4 lanes at least)."""
+    return threads // 4 + 1 if subgroups else tree_cost(threads)
+
 
 # how two partial results combine, as WGSL; a kernel may pass its own helper function's name
 COMBINE = {"add": "{a} + {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}

@@ -13,6 +13,8 @@ epilogue (wg_epilogue). Their threads' partials meet in blocks.workgroup_reduce.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from backend_wgpu.kernel import Kernel, Meta, Workload, address, index_to_coords
 from backend_wgpu.kernels.elementwise.fused import core_input, store_value
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
@@ -35,14 +37,14 @@ def strided_row_base(b: WgslBuilder, row: str, kept: int) -> None:
     b.line(f"let base = {address('offset', [f'kt{d}' for d in range(kept)], [f'k{d}' for d in range(kept)])};")
 
 
-def strided_row_load(binding: str, width: int) -> tuple[str, str]:
-    """Element j of the row in `binding` as f32 lanes, and how many such elements the row has.
+def strided_row_load(binding: str, width: int) -> tuple[Callable[[str], str], str]:
+    """How to read element j of the row in `binding` as f32 lanes, and how many such elements the row has.
 
     Vectors when width > 1 (passes.vectorize saw a contiguous row), else scalars `params.inner` apart.
     """
     if width > 1:
-        return f"{f32v(width)}({binding}[u32(base) / {width}u + j])", f"params.n / {width}u"
-    return f"f32({binding}[u32(base + i32(j) * params.inner)])", "params.n"
+        return (lambda j: f"{f32v(width)}({binding}[u32(base) / {width}u + {j}])"), f"params.n / {width}u"
+    return (lambda j: f"f32({binding}[u32(base + i32({j}) * params.inner)])"), "params.n"
 
 
 class ContiguousRowKernel(Kernel):

@@ -1,6 +1,7 @@
 """Direct 1-D convolution (N, Cin, L) * (Cout, Cin/groups, K) -> (N, Cout, Lout), f32 accumulation.
 
-One thread per output element sums over its group's input channels and the K taps.
+One thread per output element sums over its group's input channels and the K taps (one
+loop over both, unrolled when they are many: kernel.LOOP_BUDGET).
 Zero padding is a bounds test on the input position, so nothing is copied; stride,
 padding, dilation and groups live in the uniform, so one shader serves every shape.
 Whisper's front end (two convolutions over 80/384 channels) is the size this is for;
@@ -10,6 +11,7 @@ a tiled im2col-GEMM would be the kernel to add for large channel counts.
 from __future__ import annotations
 
 from backend_wgpu.kernel import Meta, PerElementKernel, index_to_coords
+from backend_wgpu.kernels.blocks import strided_loop, strided_loop_cost
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
@@ -53,17 +55,31 @@ class Conv1dKernel(PerElementKernel):
         b.line("let w_base = i32(params.w_off) + i32(c1) * params.ws0;")
         b.line("let start = i32(c2) * params.stride - params.pad;")
         b.line("var acc = 0.0;")
-        b.line("for (var ci = 0u; ci < params.cin_g; ci++) {")
-        b.line("  for (var k = 0u; k < params.taps; k++) {")
-        b.line("    let pos = start + i32(k) * params.dil;")
-        # a padded position is a zero that still multiplies its weight: 0 * inf is NaN, as in
-        # numpy and the interpreter (skipping the tap would hide an infinite or NaN weight)
-        b.line("    var xv = 0.0;")
-        b.line("    if (pos >= 0 && pos < params.length) {")
-        b.line("      xv = f32(in0[u32(x_base + i32(ci) * params.xs1 + pos * params.xs2)]);")
-        b.line("    }")
-        b.line("    let wv = f32(in1[u32(w_base + i32(ci) * params.ws1 + i32(k) * params.ws2)]);")
-        b.line("    acc = fma(xv, wv, acc);")
-        b.line("  }")
-        b.line("}")
+
+        def tap(t: str, _copy: int, indent: str) -> None:
+            """One (input channel, tap) pair: channel-major, as the nested loops it replaces."""
+            b.line(f"{indent}let ci = {t} / params.taps;")
+            b.line(f"{indent}let pos = start + i32({t} % params.taps) * params.dil;")
+            # a padded position is a zero that still multiplies its weight: 0 * inf is NaN, as in
+            # numpy and the interpreter (skipping the tap would hide an infinite or NaN weight)
+            b.line(f"{indent}var xv = 0.0;")
+            b.line(f"{indent}if (pos >= 0 && pos < params.length) {{")
+            b.line(f"{indent}  xv = f32(in0[u32(x_base + i32(ci) * params.xs1 + pos * params.xs2)]);")
+            b.line(f"{indent}}}")
+            b.line(
+                f"{indent}let wv = f32(in1[u32(w_base + i32(ci) * params.ws1 + i32({t} % params.taps) * params.ws2)]);"
+            )
+            b.line(f"{indent}acc = fma(xv, wv, acc);")
+
+        # one loop over channels x taps, not two nested ones: each inner loop's exit test would
+        # cost an iteration of the loop budget too (kernel.LOOP_BUDGET)
+        strided_loop(b, "t", "0u", "params.cin_g * params.taps", "1u", self.unroll, tap)
         b.line(f"out[{idx}] = {out_t}(acc);")
+
+    @property
+    def unroll(self) -> int:
+        return self.choice.param("unroll", 1)
+
+    def loop_iterations(self) -> int:
+        _, cin_g, taps = self.operands[1].view.shape
+        return strided_loop_cost(cin_g * taps, 1, self.unroll)

@@ -147,6 +147,9 @@ class BlockedGemmKernel(MatmulKernel):
                     b.line(f"    c{g * 4 + c}_{h} = fma(vec4<f32>(a{g}.{lane}), b{h}, c{g * 4 + c}_{h});")
         b.line("  }")
 
+    def loop_iterations(self) -> int:
+        return -(-self._dims()[3] // self._tiles()[2]) + 1  # one per k tile: everything inside is unrolled
+
     # operand loads: each thread moves `count` items (vec4 or scalar) per tile
     def _declare_loads(self, b: WgslBuilder, which: str, elems: int, threads: int) -> int:
         mode = self._modes()[0 if which == "a" else 1]

@@ -74,37 +74,53 @@ class GemmKernel(MatmulKernel):
         b.line("}")
 
     def _stage(self, b: WgslBuilder, which: str) -> None:
-        """Copy this k step's tile of A (tile_a[k][m]) or B (tile_b[k][n]) into workgroup memory, zeros past the edges."""
+        """Copy this k step's tile of A (tile_a[k][m]) or B (tile_b[k][n]) into workgroup memory, zeros past the edges.
+
+        Unrolled here in Python, as _multiply: only the k loop costs loop iterations (kernel.LOOP_BUDGET).
+        """
         tm, tn, tk, wx, wy = self._tiles()
         threads = wx * wy
-        b.line(f"  for (var l = 0u; l < {tk * (tm if which == 'a' else tn) // threads}u; l++) {{")
-        b.line(f"    let e = lidx + l * {threads}u;")
-        if which == "a":
-            b.line(f"    let mm = e / {tk}u; let kk = e % {tk}u;")
-            b.line("    let gm = tm0 + mm; let gk = k0 + kk;")
-            inside, addr = "gm < params.m && gk < params.k", "a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk"
-            target = f"tile_a[kk * {tm}u + mm]"
-        else:
-            b.line(f"    let kk = e / {tn}u; let nn = e % {tn}u;")
-            b.line("    let gk = k0 + kk; let gn = tn0 + nn;")
-            inside, addr = "gk < params.k && gn < params.n", "b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn"
-            target = f"tile_b[kk * {tn}u + nn]"
         src = self.in_name(self.ia if which == "a" else self.ib)
-        b.line("    var v = 0.0;")
-        b.line(f"    if ({inside}) {{ v = f32({src}[u32({addr})]); }}")
-        b.line(f"    {target} = v;")
-        b.line("  }")
+        for l in range(tk * (tm if which == "a" else tn) // threads):  # noqa: E741
+            b.line("  {")
+            b.line(f"    let e = lidx + {l * threads}u;")
+            if which == "a":
+                b.line(f"    let mm = e / {tk}u; let kk = e % {tk}u;")
+                b.line("    let gm = tm0 + mm; let gk = k0 + kk;")
+                inside, addr = (
+                    "gm < params.m && gk < params.k",
+                    "a_base + i32(gm) * params.a_sm + i32(gk) * params.a_sk",
+                )
+                target = f"tile_a[kk * {tm}u + mm]"
+            else:
+                b.line(f"    let kk = e / {tn}u; let nn = e % {tn}u;")
+                b.line("    let gk = k0 + kk; let gn = tn0 + nn;")
+                inside, addr = (
+                    "gk < params.k && gn < params.n",
+                    "b_base + i32(gk) * params.b_sk + i32(gn) * params.b_sn",
+                )
+                target = f"tile_b[kk * {tn}u + nn]"
+            b.line("    var v = 0.0;")
+            b.line(f"    if ({inside}) {{ v = f32({src}[u32({addr})]); }}")
+            b.line(f"    {target} = v;")
+            b.line("  }")
 
     def _multiply(self, b: WgslBuilder) -> None:
-        """Each thread's rm x rn block of C += its column of tile_a times its row of tile_b, per k."""
+        """Each thread's rm x rn block of C += its column of tile_a times its row of tile_b, per k (unrolled)."""
         tm, tn, tk, wx, wy = self._tiles()
         rm, rn = tm // wy, tn // wx
-        b.line(f"  for (var kk = 0u; kk < {tk}u; kk++) {{")
-        b.line(f"    var ra: array<f32, {rm}>;")
-        b.line(f"    var rb: array<f32, {rn}>;")
-        b.line(f"    for (var i = 0u; i < {rm}u; i++) {{ ra[i] = tile_a[kk * {tm}u + ty + i * {wy}u]; }}")
-        b.line(f"    for (var j = 0u; j < {rn}u; j++) {{ rb[j] = tile_b[kk * {tn}u + tx + j * {wx}u]; }}")
-        b.line(f"    for (var i = 0u; i < {rm}u; i++) {{")
-        b.line(f"      for (var j = 0u; j < {rn}u; j++) {{ acc[i][j] = fma(ra[i], rb[j], acc[i][j]); }}")
-        b.line("    }")
-        b.line("  }")
+        for kk in range(tk):
+            b.line("  {")
+            for i in range(rm):
+                b.line(f"    let a{i} = tile_a[{kk * tm}u + ty + {i * wy}u];")
+            for j in range(rn):
+                b.line(f"    let b{j} = tile_b[{kk * tn}u + tx + {j * wx}u];")
+            for i in range(rm):
+                for j in range(rn):
+                    b.line(f"    acc[{i}][{j}] = fma(a{i}, b{j}, acc[{i}][{j}]);")
+            b.line("  }")
+
+    def loop_iterations(self) -> int:
+        tm, tn, tk, wx, wy = self._tiles()
+        rm, rn = tm // wy, tn // wx
+        return -(-self._dims()[3] // tk) + 1 + rm * (rn + 1) + 1  # the k loop, then the stores

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from backend_wgpu.element import WIDTHS, k_contiguous, row_vector
 from backend_wgpu.kernel import Workload
-from backend_wgpu.kernels.blocks import workgroup_reduce
+from backend_wgpu.kernels.blocks import strided_loop, strided_loop_cost, tree_cost, workgroup_reduce
 from backend_wgpu.kernels.matmul.base import MatmulKernel
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
@@ -44,6 +44,15 @@ class GemvKernel(MatmulKernel):
         batch, _, n, _ = self._dims()
         return Workload.for_workgroups(batch * n, self.choice.workgroup, self.max_workgroups)
 
+    @property
+    def unroll(self) -> int:
+        return self.choice.param("unroll", 1)
+
+    def loop_iterations(self) -> int:
+        wgx = self.choice.workgroup[0]
+        k = self._dims()[3] // self.kernel_element()
+        return strided_loop_cost(k, wgx, self.unroll) + tree_cost(wgx)
+
     def render(self, b: WgslBuilder) -> None:
         w, wgx = self.kernel_element(), self.choice.workgroup[0]
         vt = f32v(w)
@@ -56,17 +65,17 @@ class GemvKernel(MatmulKernel):
         self._batch_offsets(b, "bt")
         b.line("let b_col = b_base + i32(col) * params.b_sn;")
         b.line(f"var acc: {vt} = {vt}(0.0);")
-        if w > 1:
-            b.line(f"for (var j = lidx; j < params.k / {w}u; j += {wgx}u) {{")
-            b.line(f"  acc = fma({vt}({in_a}[u32(a_base) / {w}u + j]), {vt}({in_b}[u32(b_col) / {w}u + j]), acc);")
-            b.line("}")
-            b.line(f"var total = dot(acc, {vt}(1.0));")
-        else:
-            a_at, b_at = f"{in_a}[u32(a_base + i32(j) * params.a_sk)]", f"{in_b}[u32(b_col + i32(j) * params.b_sk)]"
-            b.line(f"for (var j = lidx; j < params.k; j += {wgx}u) {{")
-            b.line(f"  acc = fma(f32({a_at}), f32({b_at}), acc);")
-            b.line("}")
-            b.line("var total = acc;")
+
+        def visit(j: str, _copy: int, indent: str) -> None:
+            if w > 1:
+                a_at, b_at = f"{vt}({in_a}[u32(a_base) / {w}u + {j}])", f"{vt}({in_b}[u32(b_col) / {w}u + {j}])"
+            else:
+                a_at = f"f32({in_a}[u32(a_base + i32({j}) * params.a_sk)])"
+                b_at = f"f32({in_b}[u32(b_col + i32({j}) * params.b_sk)])"
+            b.line(f"{indent}acc = fma({a_at}, {b_at}, acc);")
+
+        strided_loop(b, "j", "lidx", "params.k" if w == 1 else f"params.k / {w}u", f"{wgx}u", self.unroll, visit)
+        b.line(f"var total = {f'dot(acc, {vt}(1.0))' if w > 1 else 'acc'};")
         workgroup_reduce(b, "total", "add", wgx, subgroups=False)
         b.line("if (lidx == 0u) {")
         self.store(b, "bt * params.n + col", "total", indent="  ")

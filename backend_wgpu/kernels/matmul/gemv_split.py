@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from backend_wgpu.element import WIDTHS, vector_readable
 from backend_wgpu.kernel import Workload
-from backend_wgpu.kernels.blocks import tree_fold
+from backend_wgpu.kernels.blocks import tree_cost, tree_fold
 from backend_wgpu.kernels.matmul.base import MatmulKernel
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
@@ -112,6 +112,12 @@ class SplitGemvKernel(MatmulKernel):
         for line in self._fma_lines("a", "x"):
             b.line("  " + line)
         b.line("}")
+
+    def loop_iterations(self) -> int:
+        _, wy, _ = self.choice.workgroup
+        unroll = self.choice.param("unroll", 4)
+        rows = -(-self._dims()[3] // wy)  # rows of k per thread
+        return rows // unroll + 1 + unroll + tree_cost(wy)  # the unrolled loop, its tail, the tree over y
 
     def render(self, b: WgslBuilder) -> None:
         w, lanes = self.width(), self._lanes()

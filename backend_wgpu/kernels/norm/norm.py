@@ -9,9 +9,11 @@ as vec4/vec2 when passes.vectorize allows it; f16 data is widened to f32 on load
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from backend_wgpu.element import WIDTHS, contiguous_run, row_vector
 from backend_wgpu.kernel import Kernel, Meta, Workload
-from backend_wgpu.kernels.blocks import workgroup_reduce
+from backend_wgpu.kernels.blocks import strided_loop, strided_loop_cost, tree_cost, workgroup_reduce
 from backend_wgpu.kernels.rows import outer_dims_meta, strided_row_base, strided_row_load
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
@@ -69,12 +71,22 @@ class NormKernel(Kernel):
         b.line(f"var {result} = {f'dot({acc}, {f32v(w)}(1.0))' if w > 1 else acc};")
         workgroup_reduce(b, result, "add", self.choice.workgroup[0], subgroups=False)
 
-    def _affine(self, i: int) -> str:
+    def _affine(self, i: int, j: str) -> str:
         """Element j of weight or bias (operand i) as f32 lanes."""
         w = self.kernel_element()
         if w > 1:
-            return f"{f32v(w)}(in{i}[params.off{i} / {w}u + j])"
-        return f"f32(in{i}[u32(i32(params.off{i}) + i32(j) * params.st{i})])"
+            return f"{f32v(w)}(in{i}[params.off{i} / {w}u + {j}])"
+        return f"f32(in{i}[u32(i32(params.off{i}) + i32({j}) * params.st{i})])"
+
+    @property
+    def unroll(self) -> int:
+        return self.choice.param("unroll", 1)
+
+    def loop_iterations(self) -> int:
+        wgx = self.choice.workgroup[0]
+        passes = 3 if self.node.op is Op.LAYER_NORM else 2
+        n = self.node.shape[-1] // self.kernel_element()
+        return passes * strided_loop_cost(n, wgx, self.unroll) + (passes - 1) * tree_cost(wgx)
 
     def render(self, b: WgslBuilder) -> None:
         w, wgx = self.kernel_element(), self.choice.workgroup[0]
@@ -84,23 +96,36 @@ class NormKernel(Kernel):
         b.line("if (row >= params.rows) { return; }")
         strided_row_base(b, "row", len(self.operands[0].view.shape) - 1)
         load, count = strided_row_load("in0", w)
-        loop = f"for (var j = lidx; j < {count}; j += {wgx}u)"
+
+        def walk(body: Callable[[str, str], list[str]]) -> None:
+            """One pass over this thread's elements of the row: body(j) gives the WGSL lines of a visit."""
+
+            def visit(j: str, _copy: int, indent: str) -> None:
+                for line in body(j):
+                    b.line(indent + line)
+
+            strided_loop(b, "j", "lidx", count, f"{wgx}u", self.unroll, visit)
+
+        def deviation(j: str) -> str:
+            return f"({load(j)} - {vt}(mean))" if layer else load(j)
+
         b.line("let n = f32(params.n);")
         if layer:
             b.line(f"var acc = {vt}(0.0);")
-            b.line(f"{loop} {{ acc += {load}; }}")
+            walk(lambda j: [f"acc += {load(j)};"])
             self._row_sum(b, "acc", "total")
             b.line("let mean = total / n;")
-        deviation = f"{load} - {vt}(mean)" if layer else load
         b.line(f"var acc2 = {vt}(0.0);")
-        b.line(f"{loop} {{ let v = {deviation}; acc2 += v * v; }}")
+        walk(lambda j: [f"let v = {deviation(j)};", "acc2 += v * v;"])
         self._row_sum(b, "acc2", "squares")
         b.line("let inv = inverseSqrt(squares / n + params.eps);")
         b.line(f"let out_base = row * {count};")
-        b.line(f"{loop} {{")
-        b.line(f"  var y = {f'({deviation})' if layer else load} * {vt}(inv);")
-        for i in range(1, len(self.operands)):
-            is_weight = i == 1 and self.arg.weight
-            b.line(f"  y = y {'*' if is_weight else '+'} {self._affine(i)};")
-        b.line(f"  out[out_base + j] = {vtype(self.node.dtype, w, storage=True)}(y);")
-        b.line("}")
+
+        def write(j: str) -> list[str]:
+            lines = [f"var y = {deviation(j)} * {vt}(inv);"]
+            for i in range(1, len(self.operands)):
+                is_weight = i == 1 and self.arg.weight
+                lines.append(f"y = y {'*' if is_weight else '+'} {self._affine(i, j)};")
+            return lines + [f"out[out_base + {j}] = {vtype(self.node.dtype, w, storage=True)}(y);"]
+
+        walk(write)

@@ -18,7 +18,15 @@ import math
 
 from backend_wgpu.element import WIDTHS, row_vector
 from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
-from backend_wgpu.kernels.blocks import infinity, lanes, tree_fold, workgroup_reduce
+from backend_wgpu.kernels.blocks import (
+    infinity,
+    lanes,
+    strided_loop,
+    strided_loop_cost,
+    tree_cost,
+    tree_fold,
+    workgroup_reduce,
+)
 from backend_wgpu.kernels.elementwise.fused import core_input
 from backend_wgpu.kernels.expr import isnan
 from backend_wgpu.kernels.rows import outer_dims_meta, strided_row_base
@@ -146,42 +154,54 @@ class ReduceKernel(Kernel):
                 f"  return a {cmp} b || (a == b && ia < ib);\n}}",
             )
 
-    def _load(self, b: WgslBuilder, j: str, var: str) -> None:
+    def _load(self, b: WgslBuilder, j: str, var: str, indent: str) -> None:
         """Emit `let var = element j of the row` in the accumulator type (scalar path)."""
         if self.src is None:  # the prologue computes the element; the input is contiguous
-            value = self.code.emit(b, "in", "p", f"(u32(base) + {j})", f"(u32(base) + {j})", indent="  ")
-            b.line(f"  let {var} = {self.acc_type()}({value});")
+            value = self.code.emit(b, "in", "p", f"(u32(base) + {j})", f"(u32(base) + {j})", indent=indent)
+            b.line(f"{indent}let {var} = {self.acc_type()}({value});")
             return
         r = len(self._reduced()[0])
         for line in index_to_coords(j, [f"rs{d}" for d in range(r)], "r"):
-            b.line("  " + line)
+            b.line(indent + line)
         addr = " + ".join(["base"] + [f"i32(r{d}) * params.rt{d}" for d in range(r)])
         raw = load_cast(f"{self.in_name(self.src)}[u32({addr})]", self.in_dtype, 1)
-        b.line(f"  let {var} = {self.acc_type()}({raw});")
+        b.line(f"{indent}let {var} = {self.acc_type()}({raw});")
+
+    @property
+    def unroll(self) -> int:
+        return self.choice.param("unroll", 1)
 
     def _accumulate(self, b: WgslBuilder) -> None:
         """This thread's part of the row into `best` (and `best_i`): serial threads walk all of it."""
         w, wgx = self.kernel_element(), self.choice.workgroup[0]
         start, step = ("0u", "1u") if self.serial else ("lidx", f"{wgx}u")
-        if w == 1:
-            b.line(f"for (var j = {start}; j < params.rlen; j += {step}) {{")
-            self._load(b, "j", "x")
+
+        def scalar(j: str, _copy: int, indent: str) -> None:
+            self._load(b, j, "x", indent)
             if self.is_arg:
-                b.line("  if (better(x, j, best, best_i)) { best = x; best_i = j; }")
+                b.line(f"{indent}if (better(x, {j}, best, best_i)) {{ best = x; best_i = {j}; }}")
             else:
-                b.line("  best = combine(best, x);")
-            b.line("}")
-            return
-        vt = vtype(self.acc_dtype(), w)
-        b.line(f"for (var j = {start}; j < params.rlen / {w}u; j += {step}) {{")
-        if self.src is None:
-            elem, vidx = f"(u32(base) + j * {w}u)", f"(u32(base) / {w}u + j)"
-            b.line(f"  let x = {vt}({self.code.emit(b, 'in', 'p', elem, vidx, indent='  ')});")
-        else:
-            b.line(f"  let x = {vt}({self.in_name(self.src)}[(u32(base) / {w}u) + j]);")
-        for lane in lanes("x", w):
-            b.line(f"  best = combine(best, {lane});")
-        b.line("}")
+                b.line(f"{indent}best = combine(best, x);")
+
+        def vector(j: str, _copy: int, indent: str) -> None:
+            vt = vtype(self.acc_dtype(), w)
+            if self.src is None:
+                elem, vidx = f"(u32(base) + {j} * {w}u)", f"(u32(base) / {w}u + {j})"
+                b.line(f"{indent}let x = {vt}({self.code.emit(b, 'in', 'p', elem, vidx, indent=indent)});")
+            else:
+                b.line(f"{indent}let x = {vt}({self.in_name(self.src)}[(u32(base) / {w}u) + {j}]);")
+            for lane in lanes("x", w):
+                b.line(f"{indent}best = combine(best, {lane});")
+
+        end = "params.rlen" if w == 1 else f"params.rlen / {w}u"
+        strided_loop(b, "j", start, end, step, self.unroll, scalar if w == 1 else vector)
+
+    def loop_iterations(self) -> int:
+        rlen = math.prod(self._reduced()[0])
+        if self.serial:
+            return rlen + 1
+        wgx = self.choice.workgroup[0]
+        return strided_loop_cost(rlen // self.kernel_element(), wgx, self.unroll) + tree_cost(wgx)
 
     def _workgroup_combine(self, b: WgslBuilder) -> None:
         """The workgroup's threads combine their partials; thread 0 goes on with the row's result."""

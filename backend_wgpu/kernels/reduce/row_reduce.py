@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from backend_wgpu.element import WIDTHS, row_vector
 from backend_wgpu.kernels import expr
-from backend_wgpu.kernels.blocks import fold_lanes, infinity, workgroup_reduce
+from backend_wgpu.kernels.blocks import fold_lanes, infinity, workgroup_reduce, workgroup_reduce_cost
 from backend_wgpu.kernels.rows import ContiguousRowKernel
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.dtypes import DType
@@ -48,6 +48,12 @@ class RowReduceKernel(ContiguousRowKernel):
         if kind == "add":
             return [f"acc += {x};"]
         return [f"bad = bad | {expr.isnan(x, f32v(self.kernel_element()))};", f"acc = {kind}(acc, {x});"]
+
+    def loop_iterations(self) -> int:
+        wgx, unroll = self.choice.workgroup[0], self.choice.param("unroll", 4)
+        per_thread = -(-(self._row_len() // self.kernel_element()) // wgx)
+        trees = 1 if KIND[self.core.op] == "add" else 2  # max/min also combine their NaN flags
+        return per_thread // unroll + 1 + unroll + trees * workgroup_reduce_cost(wgx, self.subgroups)
 
     def render(self, b: WgslBuilder) -> None:
         w, wgx = self.kernel_element(), self.choice.workgroup[0]

@@ -11,9 +11,11 @@ epilogue; the input is then contiguous, in the order the prologue computes it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from backend_wgpu.element import WIDTHS, row_vector, why_not_wider
 from backend_wgpu.kernel import Kernel, Meta, Workload
-from backend_wgpu.kernels.blocks import infinity, lanes, tree_fold
+from backend_wgpu.kernels.blocks import infinity, lanes, strided_loop, strided_loop_cost, tree_cost, tree_fold
 from backend_wgpu.kernels.elementwise.fused import core_input
 from backend_wgpu.kernels.rows import outer_dims_meta, strided_row_base, strided_row_load
 from backend_wgpu.wgsl import WgslBuilder, f32v, store_cast, vtype
@@ -69,6 +71,15 @@ class SoftmaxKernel(Kernel):
         rows = self.core.size // max(self.core.shape[-1], 1)
         return Workload.for_workgroups(rows, self.choice.workgroup, self.max_workgroups)
 
+    @property
+    def unroll(self) -> int:
+        return self.choice.param("unroll", 1)
+
+    def loop_iterations(self) -> int:
+        wgx = self.choice.workgroup[0]
+        n = self.in_view.shape[-1] // self.kernel_element()
+        return 2 * strided_loop_cost(n, wgx, self.unroll) + tree_cost(wgx)
+
     def render(self, b: WgslBuilder) -> None:
         w, wgx = self.kernel_element(), self.choice.workgroup[0]
         vt = f32v(w)
@@ -80,20 +91,23 @@ class SoftmaxKernel(Kernel):
         load, count = strided_row_load(self.in_name(self.src) if self.src is not None else "", w)
         self._row_max_and_sum(b, load, count)
         b.line(f"let out_base = row * {count};")
-        b.line(f"for (var j = lidx; j < {count}; j += {wgx}u) {{")
-        b.line(f"  let x = {self._prologue(b, 'q', load)};")
         ct = vtype(self.core.dtype, w)
-        if self.core.op is Op.SOFTMAX:
-            value = f"{ct}(exp(x - {vt}(row_max)) / {vt}(row_sum))"
-        else:
-            value = f"{ct}((x - {vt}(row_max)) - {vt}(log(row_sum)))"  # never x - (m + log s): it rounds
-        if self.code is not None and self.node.id != self.core.id:
-            b.line(f"  let y = {value};")
-            value = self.code.emit(b, "out", "e", f"(out_base + j) * {w}u", "(out_base + j)", acc="y", indent="  ")
-        b.line(f"  out[out_base + j] = {store_cast(value, self.node.dtype, w)};")
-        b.line("}")
 
-    def _row_max_and_sum(self, b: WgslBuilder, load: str, count: str) -> None:
+        def write(j: str, copy: int, indent: str) -> None:
+            b.line(f"{indent}let x = {self._prologue(b, 'q', load, j, indent)};")
+            if self.core.op is Op.SOFTMAX:
+                value = f"{ct}(exp(x - {vt}(row_max)) / {vt}(row_sum))"
+            else:
+                value = f"{ct}((x - {vt}(row_max)) - {vt}(log(row_sum)))"  # never x - (m + log s): it rounds
+            if self.code is not None and self.node.id != self.core.id:
+                b.line(f"{indent}let y = {value};")
+                elem, vidx = f"(out_base + {j}) * {w}u", f"(out_base + {j})"
+                value = self.code.emit(b, "out", "e", elem, vidx, acc="y", indent=indent)
+            b.line(f"{indent}out[out_base + {j}] = {store_cast(value, self.node.dtype, w)};")
+
+        strided_loop(b, "j", "lidx", count, f"{wgx}u", self.unroll, write)
+
+    def _row_max_and_sum(self, b: WgslBuilder, load: Callable[[str], str], count: str) -> None:
         """Pass 1: `row_max` and `row_sum` (of exp(x - row_max)), from each thread's running pair."""
         w, wgx = self.kernel_element(), self.choice.workgroup[0]
         b.workgroup_var(f"sh_m: array<f32, {wgx}>")
@@ -110,11 +124,13 @@ class SoftmaxKernel(Kernel):
         )
         b.line(f"var m = -{infinity(b)};")
         b.line("var s = 0.0;")
-        b.line(f"for (var j = lidx; j < {count}; j += {wgx}u) {{")
-        b.line(f"  let x = {self._prologue(b, 'p', load)};")
-        for lane in lanes("x", w):
-            b.line(f"  {{ let ms = merge(m, s, {lane}, 1.0); m = ms.x; s = ms.y; }}")
-        b.line("}")
+
+        def visit(j: str, copy: int, indent: str) -> None:
+            b.line(f"{indent}let x = {self._prologue(b, 'p', load, j, indent)};")
+            for lane in lanes("x", w):
+                b.line(f"{indent}{{ let ms = merge(m, s, {lane}, 1.0); m = ms.x; s = ms.y; }}")
+
+        strided_loop(b, "j", "lidx", count, f"{wgx}u", self.unroll, visit)
         b.line("sh_m[lidx] = m;")
         b.line("sh_s[lidx] = s;")
         b.line("workgroupBarrier();")
@@ -129,12 +145,14 @@ class SoftmaxKernel(Kernel):
         b.line("let row_max = sh_m[0];")
         b.line("let row_sum = sh_s[0];")
 
-    def _prologue(self, b: WgslBuilder, tag: str, load: str) -> str:
+    def _prologue(self, b: WgslBuilder, tag: str, load: Callable[[str], str], j: str, indent: str) -> str:
         """The row element j in f32 lanes: loaded, or computed by the fused prologue."""
         if self.src is not None:
-            return load
+            return load(j)
         w = self.kernel_element()
         elem, vidx = (
-            (f"(u32(base) + j * {w}u)", f"(u32(base) / {w}u + j)") if w > 1 else ("(u32(base) + j)", "(u32(base) + j)")
+            (f"(u32(base) + {j} * {w}u)", f"(u32(base) / {w}u + {j})")
+            if w > 1
+            else (f"(u32(base) + {j})", f"(u32(base) + {j})")
         )
-        return f"{f32v(w)}({self.code.emit(b, 'in', tag, elem, vidx, indent='  ')})"
+        return f"{f32v(w)}({self.code.emit(b, 'in', tag, elem, vidx, indent=indent)})"

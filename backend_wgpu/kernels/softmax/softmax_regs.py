@@ -8,7 +8,7 @@ registers run the streaming softmax kernel.
 from __future__ import annotations
 
 from backend_wgpu.element import WIDTHS, row_vector, why_not_wider
-from backend_wgpu.kernels.blocks import fold_lanes, infinity, workgroup_reduce
+from backend_wgpu.kernels.blocks import fold_lanes, infinity, workgroup_reduce, workgroup_reduce_cost
 from backend_wgpu.kernels.rows import ContiguousRowKernel
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
@@ -42,6 +42,9 @@ class SoftmaxRegsKernel(ContiguousRowKernel):
 
     def output_type(self) -> str:
         return vtype(self.node.dtype, self.kernel_element(), storage=True)
+
+    def loop_iterations(self) -> int:
+        return 2 * workgroup_reduce_cost(self.choice.workgroup[0], self.subgroups)  # the row is in registers
 
     def render(self, b: WgslBuilder) -> None:
         w = self.kernel_element()
