@@ -15,7 +15,7 @@ import numpy as np
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
-from ir.ops import Conv1dArg, NormArg, Op
+from ir.ops import AttentionArg, Conv1dArg, NormArg, Op, SplitsArg
 from ir.view import View
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -171,6 +171,12 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
             result = np.take_along_axis(args[0], ids, axis=arg)
         elif op is Op.CONV1D:
             result = _conv1d(up(args[0]), up(args[1]), arg)
+        elif op is Op.ATTENTION:
+            result = attention(args, arg)
+        elif op is Op.ATTENTION_SPLITS:
+            result = attention_splits(args, arg)
+        elif op is Op.ATTENTION_COMBINE:
+            result = attention_combine(args[0])
         elif op is Op.INDEX_WRITE:
             result = args[0].copy()
             result[tuple(slice(o, o + n) for o, n in zip(arg, args[1].shape))] = args[1]
@@ -226,6 +232,79 @@ def _conv1d(x: np.ndarray, w: np.ndarray, arg: Conv1dArg) -> np.ndarray:
     cols = np.stack(taps, axis=-1).reshape(n, g, cin_g, lout, k)  # (N, G, Cin/G, Lout, K)
     wg = w.reshape(g, cout // g, cin_g, k)
     return np.einsum("ngclk,gock->ngol", cols, wg).reshape(n, cout, lout)
+
+
+def attention(args: list[np.ndarray], arg: AttentionArg) -> np.ndarray:
+    """softmax(q k^T * scale + mask) v in float64, over q (B, H, Lq, E), k, v (B, Hkv, S, E|Ev).
+
+    A query that sees no key (all masked, or causal with Lq > S) gives NaN, as the composed
+    softmax does; with no keys at all (S == 0) the result is 0, the empty sum.
+    """
+    q, k, v = (a.astype(np.float64) for a in args[:3])
+    k, v = np.repeat(k, arg.group, axis=1), np.repeat(v, arg.group, axis=1)  # kv head h // group
+    s = (q @ np.swapaxes(k, -1, -2)) * arg.scale
+    lq, n = s.shape[-2:]
+    if n == 0:
+        return np.zeros(q.shape[:-1] + v.shape[-1:])
+    seen = np.ones(s.shape, bool)
+    if arg.causal:
+        seen &= np.arange(n)[None, :] <= np.arange(lq)[:, None] + (n - lq)
+    if arg.mask == "bool":
+        seen &= args[3].astype(bool)
+    elif arg.mask == "add":
+        s = s + args[3].astype(np.float64)
+    s = np.where(seen, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def attention_splits(args: list[np.ndarray], arg: SplitsArg) -> np.ndarray:
+    """Per key range of ceil(S / splits): sum(exp(s - m) v), m = the range's max score, sum(exp(s - m)).
+
+    A range with no key, or whose keys are all masked, gives (0, -inf, 0).
+    """
+    a = arg.attention
+    q, k, v = (x.astype(np.float64) for x in args[:3])
+    k, v = np.repeat(k, a.group, axis=1), np.repeat(v, a.group, axis=1)
+    s = (q @ np.swapaxes(k, -1, -2)) * a.scale
+    lq, n = s.shape[-2:]
+    if a.causal:
+        s = np.where(np.arange(n)[None, :] <= np.arange(lq)[:, None] + (n - lq), s, -np.inf)
+    if a.mask == "bool":
+        s = np.where(args[3].astype(bool), s, -np.inf)
+    elif a.mask == "add":
+        s = s + args[3].astype(np.float64)
+    ev = v.shape[-1]
+    out = np.zeros(q.shape[:-1] + (arg.splits, ev + 2))
+    out[..., ev] = -np.inf
+    chunk = -(-n // arg.splits)
+    for i in range(arg.splits):
+        lo, hi = min(i * chunk, n), min((i + 1) * chunk, n)
+        if hi == lo:
+            continue
+        part = s[..., lo:hi]
+        m = part.max(-1, keepdims=True)
+        p = np.where(m == -np.inf, 0.0, np.exp(part - np.where(m == -np.inf, 0.0, m)))
+        out[..., i, :ev] = p @ v[..., lo:hi, :]
+        out[..., i, ev] = m[..., 0]
+        out[..., i, ev + 1] = p.sum(-1)
+    return out
+
+
+def attention_combine(parts: np.ndarray) -> np.ndarray:
+    """The ranges of ATTENTION_SPLITS rescaled to their common max and added: the attention output.
+
+    A row that saw no key (all masked) is NaN, as ATTENTION's; passes.split_attention never
+    splits an attention over no keys (ATTENTION gives 0 there).
+    """
+    p = parts.astype(np.float64)
+    ev = p.shape[-1] - 2
+    m = p[..., ev]
+    top = m.max(-1, keepdims=True)
+    w = np.where(m == -np.inf, 0.0, np.exp(m - top))
+    total = (w * p[..., ev + 1]).sum(-1)[..., None]
+    acc = (w[..., None] * p[..., :ev]).sum(-2)
+    return acc / total
 
 
 def interpret(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -77,6 +77,13 @@ class Op(enum.Enum):
     GATHER = "gather"  # srcs: x, ids (int32, the output's shape); arg: axis; ids clamped to [0, dim)
     CONV1D = "conv1d"  # srcs: x (N, Cin, L), weight (Cout, Cin/groups, K); arg: Conv1dArg
     INDEX_WRITE = "index_write"  # srcs: x, src; arg: per-axis offsets; x with src written at offsets
+    # srcs: q (B, H, Lq, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev)[, mask (B, H, Lq, S)]; arg: AttentionArg
+    ATTENTION = "attention"  # softmax(q k^T * scale + mask) v, out (B, H, Lq, Ev)
+    # flash-decoding (passes.split_attention): the keys cut into `splits` ranges of ceil(S / splits)
+    # srcs as ATTENTION; arg: SplitsArg; out float32 (B, H, Lq, splits, Ev + 2): per range the
+    # unnormalized output sum(exp(s - m) v), then m (the range's max score) and sum(exp(s - m))
+    ATTENTION_SPLITS = "attention_splits"
+    ATTENTION_COMBINE = "attention_combine"  # srcs: the splits; out (B, H, Lq, Ev): the ranges rescaled and added
     # a fused group of the nodes above, from passes.fuse; arg: ir.fusion.FusedArg
     FUSED = "fused"
 
@@ -140,3 +147,31 @@ class Conv1dArg:
     padding: int = 0
     dilation: int = 1
     groups: int = 1
+
+
+@dataclass(frozen=True)
+class AttentionArg:
+    """What an ATTENTION node computes besides its operands: softmax(q k^T * scale + mask) v.
+
+    causal  query i sees keys j <= i + S - Lq only (bottom-right aligned)
+    mask    "none", "bool" (a bool operand: True = attend) or "add" (a float operand added
+            to the scores); the mask operand follows v in srcs, broadcast to (B, H, Lq, S)
+    group   query heads per kv head (grouped-query attention): head h reads kv head h // group
+    """
+
+    scale: float
+    causal: bool = False
+    mask: str = "none"
+    group: int = 1
+
+    def __post_init__(self) -> None:
+        if self.mask not in ("none", "bool", "add"):
+            raise ValueError(f"AttentionArg: mask must be 'none', 'bool' or 'add', got {self.mask!r}")
+
+
+@dataclass(frozen=True)
+class SplitsArg:
+    """An ATTENTION_SPLITS node: the attention it computes a part of, and into how many key ranges."""
+
+    attention: AttentionArg
+    splits: int

@@ -17,13 +17,24 @@ from passes.inplace import inplace
 from passes.plan_memory import plan_memory
 from passes.schedule import schedule
 from passes.select_kernels import select_kernels
+from passes.split_attention import split_attention
 from passes.vectorize import vectorize
 
 Pass = Callable[[Graph, DeviceCaps], Graph]
 
 # fuse comes after select_kernels (legality asks which kernel each reduction/matmul got) and
 # before vectorize, inplace and plan_memory (which then see one node per kernel)
-PIPELINE: list[Pass] = [dce, fold_views, select_kernels, fuse, vectorize, inplace, plan_memory, schedule]
+PIPELINE: list[Pass] = [
+    dce,
+    fold_views,
+    split_attention,
+    select_kernels,
+    fuse,
+    vectorize,
+    inplace,
+    plan_memory,
+    schedule,
+]
 
 
 def default_pipeline(fusion: bool = True) -> list[Pass]:

@@ -9,13 +9,15 @@ chooses. KernelElement width is decided later by passes.vectorize.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from backend_wgpu.kernels import (
     ArangeKernel,
+    AttentionCombineKernel,
     BlockedGemmKernel,
     ConcatKernel,
     Conv1dKernel,
+    DecodeAttentionKernel,
     ElementwiseKernel,
     GatherKernel,
     GemmKernel,
@@ -72,7 +74,57 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
         return KernelChoice(Conv1dKernel.name, workgroup=(64, 1, 1))
     if node.op is Op.INDEX_WRITE:
         return KernelChoice(IndexWriteKernel.name, workgroup=(256, 1, 1))
+    if node.op in (Op.ATTENTION, Op.ATTENTION_SPLITS):
+        plan = decode_attention_plan(graph, node, caps)
+        if plan is not None:
+            return plan.choice
+    if node.op is Op.ATTENTION_COMBINE:
+        return KernelChoice(AttentionCombineKernel.name, workgroup=(64, 1, 1))
     raise NotImplementedError(f"select_kernels: no kernel for op {node.op.value}")
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """How attention_decode runs one attention: its choice, the keys one workgroup holds, the ranges."""
+
+    choice: KernelChoice
+    chunk: int
+    splits: int
+
+
+DECODE_MAX_HEAD_DIM = 256  # one thread per element of a head at worst (scalar loads)
+DECODE_TARGET_WORKGROUPS = 256  # enough (batch, kv head, range) workgroups for a large GPU
+DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their combine
+
+
+def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodePlan | None:
+    """attention_decode for one query row per head, sized to the workgroup memory; None if it cannot run it.
+
+    The range's scores sit in workgroup memory, `chunk` keys per query head, a power of two;
+    the keys are cut into enough ranges to fill the GPU (passes.split_attention makes them).
+    """
+    from backend_wgpu.kernels.attention.decode import THREADS, pow2_at_least
+
+    arg = node.arg.attention if node.op is Op.ATTENTION_SPLITS else node.arg
+    q, k, v = (graph[s] for s in node.srcs[:3])
+    if len(q.shape) != 4 or q.shape[2] != 1 or max(q.shape[3], v.shape[3]) > DECODE_MAX_HEAD_DIM:
+        return None
+    views = [view_of_operand(graph, s)[1] for s in node.srcs]
+    w = DecodeAttentionKernel.widest_element(node, views)
+    lanes = pow2_at_least(-(-q.shape[3] // w))
+    g = arg.group
+    shuffle = caps.subgroups and 1 < lanes <= caps.subgroup_size
+    fixed = 4 * THREADS + 16 * THREADS + (4 * g * THREADS if lanes > 1 and not shuffle else 0)
+    room = (caps.max_workgroup_storage - fixed) // (4 * g)
+    if room < 16 or THREADS > caps.max_invocations:
+        return None
+    chunk = min(1024, 1 << (room.bit_length() - 1))
+    s, units = k.shape[2], q.shape[0] * k.shape[1]
+    fill = min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE))
+    splits = max(1, -(-s // chunk), fill)
+    params = (("heads_per_kv", g), ("chunk", chunk), ("subgroups", caps.subgroups), ("lane_shuffle", shuffle))
+    choice = KernelChoice(DecodeAttentionKernel.name, "", workgroup=(THREADS, 1, 1), params=params)
+    return DecodePlan(choice, chunk, splits)
 
 
 def fused_group_choice() -> KernelChoice:

@@ -5,6 +5,8 @@ the facts) through `kernel_class`; nothing here imports wgpu.
 """
 
 from backend_wgpu.kernel import Kernel
+from backend_wgpu.kernels.attention.decode import DecodeAttentionKernel
+from backend_wgpu.kernels.attention.decode_combine import AttentionCombineKernel
 from backend_wgpu.kernels.conv.conv1d import Conv1dKernel
 from backend_wgpu.kernels.elementwise.elementwise import ElementwiseKernel
 from backend_wgpu.kernels.matmul.gemm_blocked import BlockedGemmKernel
@@ -39,6 +41,8 @@ KERNELS: dict[str, type[Kernel]] = {
         GatherKernel,
         IndexWriteKernel,
         Conv1dKernel,
+        DecodeAttentionKernel,
+        AttentionCombineKernel,
     )
 }
 
