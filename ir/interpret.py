@@ -15,7 +15,7 @@ import numpy as np
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
-from ir.ops import AttentionArg, Conv1dArg, NormArg, Op, SplitsArg
+from ir.ops import AttentionArg, Conv1dArg, NormArg, Op, RopeArg, SplitsArg
 from ir.view import View
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -173,6 +173,8 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
             result = _conv1d(up(args[0]), up(args[1]), arg)
         elif op is Op.ATTENTION:
             result = attention(args, arg)
+        elif op is Op.ROPE:
+            result = rope(args, arg)
         elif op is Op.ATTENTION_SPLITS:
             result = attention_splits(args, arg)
         elif op is Op.ATTENTION_COMBINE:
@@ -256,6 +258,17 @@ def attention(args: list[np.ndarray], arg: AttentionArg) -> np.ndarray:
     s = np.where(seen, s, -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
     return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def rope(args: list[np.ndarray], arg: RopeArg) -> np.ndarray:
+    """Each pair (a, b) of x becomes (a cos - b sin, b cos + a sin), in float32 (the result in x's dtype)."""
+    x, cos, sin = (a.astype(np.float32) for a in args)
+    half = x.shape[-1] // 2
+    a, b = (x[..., 0::2], x[..., 1::2]) if arg.interleaved else (x[..., :half], x[..., half:])
+    first, second = a * cos - b * sin, b * cos + a * sin
+    if arg.interleaved:
+        return np.stack([first, second], axis=-1).reshape(x.shape)
+    return np.concatenate([first, second], axis=-1)
 
 
 def attention_splits(args: list[np.ndarray], arg: SplitsArg) -> np.ndarray:

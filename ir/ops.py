@@ -77,6 +77,8 @@ class Op(enum.Enum):
     GATHER = "gather"  # srcs: x, ids (int32, the output's shape); arg: axis; ids clamped to [0, dim)
     CONV1D = "conv1d"  # srcs: x (N, Cin, L), weight (Cout, Cin/groups, K); arg: Conv1dArg
     INDEX_WRITE = "index_write"  # srcs: x, src; arg: per-axis offsets; x with src written at offsets
+    # rotary position embedding: srcs x (..., d), cos, sin (x.shape[:-1] + (d/2,)); arg: RopeArg
+    ROPE = "rope"
     # srcs: q (B, H, Lq, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev)[, mask (B, H, Lq, S)]; arg: AttentionArg
     ATTENTION = "attention"  # softmax(q k^T * scale + mask) v, out (B, H, Lq, Ev)
     # flash-decoding (passes.split_attention): the keys cut into `splits` ranges of ceil(S / splits)
@@ -175,3 +177,10 @@ class SplitsArg:
 
     attention: AttentionArg
     splits: int
+
+
+@dataclass(frozen=True)
+class RopeArg:
+    """Which elements a ROPE node rotates together: (i, i + d/2) (half, Llama) or (2i, 2i + 1) (interleaved)."""
+
+    interleaved: bool = False

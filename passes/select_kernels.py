@@ -22,9 +22,11 @@ from backend_wgpu.kernels import (
     GatherKernel,
     GemmKernel,
     GemvKernel,
+    GemvMultiKernel,
     IndexWriteKernel,
     NormKernel,
     ReduceKernel,
+    RopeKernel,
     RowReduceKernel,
     SoftmaxKernel,
     SoftmaxRegsKernel,
@@ -78,6 +80,8 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
         plan = decode_attention_plan(graph, node, caps)
         if plan is not None:
             return plan.choice
+    if node.op is Op.ROPE:
+        return KernelChoice(RopeKernel.name, "interleaved" if node.arg.interleaved else "half", workgroup=(256, 1, 1))
     if node.op is Op.ATTENTION_COMBINE:
         return KernelChoice(AttentionCombineKernel.name, workgroup=(64, 1, 1))
     raise NotImplementedError(f"select_kernels: no kernel for op {node.op.value}")
@@ -125,6 +129,12 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     params = (("heads_per_kv", g), ("chunk", chunk), ("subgroups", caps.subgroups), ("lane_shuffle", shuffle))
     choice = KernelChoice(DecodeAttentionKernel.name, "", workgroup=(THREADS, 1, 1), params=params)
     return DecodePlan(choice, chunk, splits)
+
+
+def gemv_group_choice(k: int, caps: DeviceCaps) -> KernelChoice:
+    """gemv_multi for a group of passes.fuse_gemv: a workgroup per output column (or pair), threads along k."""
+    wg = min(_row_workgroup(k, caps) if k < 256 else 256, caps.max_invocations)
+    return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups),))
 
 
 def fused_group_choice() -> KernelChoice:

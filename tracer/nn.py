@@ -5,9 +5,10 @@ same arithmetic the kernel would do, in the same precision):
 
   kernel    layer_norm, rms_norm (kernels/norm/norm.py), gather/index_select/embedding
             (kernels/movement/gather.py), conv1d (kernels/conv/conv1d.py), index_write
-            (kernels/movement/index_write.py), erf (an elementwise op)
+            (kernels/movement/index_write.py), rope (kernels/rope/rope.py), erf (an
+            elementwise op)
   composed  group_norm = layer_norm over (N, groups, -1) + elementwise affine;
-            rope = slices + elementwise + concat; scaled_dot_product_attention =
+            scaled_dot_product_attention =
             matmul + scale + mask + softmax + matmul (grouped-query attention reshapes q
             so the fewer kv heads broadcast as zero-copy views); clamp = maximum +
             minimum; masked_fill = where; linear = matmul + add.
@@ -30,7 +31,7 @@ import numpy as np
 from ir import shapes
 from ir.dtypes import DType, promote
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
-from ir.ops import Conv1dArg, NormArg, Op
+from ir.ops import Conv1dArg, NormArg, Op, RopeArg
 from tracer.factories import arange
 from tracer.tensor import (
     Tensor,
@@ -38,12 +39,10 @@ from tracer.tensor import (
     binary,
     broadcasts_to,
     clamp,
-    concat,
     from_data,
     index_write,
     make,
     masked_fill,
-    stack,
     where,
 )
 
@@ -233,7 +232,7 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
     d (the duplicated table Hugging Face models build) is accepted too. Half form
     (interleaved=False, GPT-NeoX/Llama): pairs are (x[i], x[i + d/2]). Interleaved
     (GPT-J): pairs are (x[2i], x[2i+1]). Each pair (a, b) becomes
-    (a cos - b sin, b cos + a sin).
+    (a cos - b sin, b cos + a sin), computed in float32 and returned in x's dtype.
     """
     x = as_tensor(x, "rope")
     cos, sin = as_tensor(cos, "rope", "cos"), as_tensor(sin, "rope", "sin")
@@ -247,20 +246,12 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
             raise ShapeError(f"rope: {what} shape {t.shape} must end in {half} (or {d}) for x shape {x.shape}")
         if t.shape[-1] == d:  # the duplicated table: keep one angle per pair
             t = t[..., :half] if not interleaved else t[..., ::2]
-        shapes.broadcast_shapes("rope", x.shape[:-1] + (half,), t.shape)
-        pairs.append(t)
-    cos, sin = pairs
-    if interleaved:
-        xr = x.reshape(x.shape[:-1] + (half, 2))
-        a, b = xr[..., 0], xr[..., 1]
-    else:
-        a, b = x[..., :half], x[..., half:]
-    first, second = a * cos - b * sin, b * cos + a * sin
-    if interleaved:
-        out = stack([first, second], axis=-1).reshape(x.shape)
-    else:
-        out = concat([first, second], axis=-1)
-    return out.astype(x.dtype)
+        target = x.shape[:-1] + (half,)
+        if not broadcasts_to(t.shape, target):
+            raise ShapeError(f"rope: {what} shape {t.shape} does not broadcast to {target} for x shape {x.shape}")
+        pairs.append(t.broadcast_to(target))
+    xf = _float(x)
+    return make(Op.ROPE, (xf, *pairs), x.shape, xf.dtype, RopeArg(interleaved)).astype(x.dtype)
 
 
 def _causal_mask(q_len: int, kv_len: int) -> Tensor:

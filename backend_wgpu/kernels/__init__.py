@@ -12,6 +12,7 @@ from backend_wgpu.kernels.elementwise.elementwise import ElementwiseKernel
 from backend_wgpu.kernels.matmul.gemm_blocked import BlockedGemmKernel
 from backend_wgpu.kernels.matmul.gemm_tiled import GemmKernel
 from backend_wgpu.kernels.matmul.gemv import GemvKernel
+from backend_wgpu.kernels.matmul.gemv_multi import GemvMultiKernel
 from backend_wgpu.kernels.matmul.gemv_split import SplitGemvKernel
 from backend_wgpu.kernels.movement.arange import ArangeKernel
 from backend_wgpu.kernels.movement.concat import ConcatKernel
@@ -20,6 +21,7 @@ from backend_wgpu.kernels.movement.index_write import IndexWriteKernel
 from backend_wgpu.kernels.norm.norm import NormKernel
 from backend_wgpu.kernels.reduce.reduce import ReduceKernel
 from backend_wgpu.kernels.reduce.row_reduce import RowReduceKernel
+from backend_wgpu.kernels.rope.rope import RopeKernel
 from backend_wgpu.kernels.softmax.softmax import SoftmaxKernel
 from backend_wgpu.kernels.softmax.softmax_regs import SoftmaxRegsKernel
 
@@ -43,6 +45,8 @@ KERNELS: dict[str, type[Kernel]] = {
         Conv1dKernel,
         DecodeAttentionKernel,
         AttentionCombineKernel,
+        RopeKernel,
+        GemvMultiKernel,
     )
 }
 
