@@ -176,13 +176,36 @@ def _parts(info: _Info, cores: list[int]) -> list[_Part]:
         found = sorted(members & set(cores), key=info.position.__getitem__)
         parts.append(_Part(found, members))
     for part in parts:
-        for m in sorted(part.members, key=info.position.__getitem__):
-            node = info.graph[m]
-            if node.op is Op.INDEX_WRITE:
-                part.writes.append(m)
-            elif m in info.outputs or any(r not in part.members for r in info.readers[m]):
-                part.stored.append(m)
+        _find_results(info, part)
+        # a value read outside is stored: the terms after it that are stored as well leave the
+        # part (one stored value per part), so the first stored value of a chain is the root
+        while len(part.stored) > 1 and part.stored[-1] not in part.cores:
+            part.members -= _downstream_in(info, part.stored[-1], part.members)
+            read = {s for m in part.members for s in info.graph[m].srcs}
+            part.members -= {m for m in part.members if info.graph[m].op is Op.VIEW and m not in read}
+            _find_results(info, part)
     return parts
+
+
+def _find_results(info: _Info, part: _Part) -> None:
+    part.stored, part.writes = [], []
+    for m in sorted(part.members, key=info.position.__getitem__):
+        if info.graph[m].op is Op.INDEX_WRITE:
+            part.writes.append(m)
+        elif m in info.outputs or any(r not in part.members for r in info.readers[m]):
+            part.stored.append(m)
+
+
+def _downstream_in(info: _Info, node_id: int, members: set[int]) -> set[int]:
+    """node_id and the members that read it, directly or not (views included)."""
+    found = {node_id}
+    stack = [node_id]
+    while stack:
+        for r in info.readers[stack.pop()]:
+            if r in members and r not in found:
+                found.add(r)
+                stack.append(r)
+    return found | {m for m in members if info.graph[m].op is Op.VIEW and info.graph[m].srcs[0] in found}
 
 
 # --- one group: parts that share the input ---------------------------------------------------
