@@ -28,7 +28,8 @@ def bench(checkout: Path, suites: list[str], sizes: str, out: Path) -> dict[tupl
     cmd = [sys.executable, "-m", "tracer.cli", "bench", "--sizes", sizes, "--quiet", "--no-torch", "--json", str(out)]
     for s in suites:
         cmd += ["--suite", s]
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    # the checkout first; keep the rest (the device machine finds wgpu through PYTHONPATH)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")]))}
     subprocess.run(cmd, cwd=checkout, env=env, check=True, stdout=subprocess.DEVNULL)
     records = json.loads(out.read_text())["records"]
     return {(r["suite"], r["case"], r["shape"], r["dtype"]): r["ours_ms"] for r in records if "error" not in r}

@@ -5,7 +5,7 @@
 # weights stored as float16 to fit the transfer limit: wgjit and torch both run them in float32.)
 # Three processes, one per part (MiniLM, the 12-layer decoder, the ~1B decoder), each under its
 # own time limit, so a part cut short still leaves the others' figures. About 3 minutes in all;
-# at most 7 (the limits below). The merged table comes last; OUTDIR gets e2e.json, e2e.md, logs.
+# at most 7.2 (the limits below). The merged table comes last; OUTDIR gets e2e.json, e2e.md, logs.
 set -u
 out=${1:?usage: run_e2e_h200.sh OUTDIR}
 mkdir -p "$out"
@@ -18,8 +18,8 @@ part() {  # name, seconds
   echo "   exit $? after ${SECONDS}s; last lines:" >&2
   tail -n 4 "$out/e2e_$1.log" >&2
 }
-part minilm 170
+part minilm 150
 part 12L 110
-part 1B 140
+part 1B 170
 python3 -m benchmarks.e2e.table "$out"/e2e_minilm.json "$out"/e2e_12L.json "$out"/e2e_1B.json \
   --md "$out/e2e.md" --json "$out/e2e.json"

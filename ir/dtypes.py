@@ -34,6 +34,11 @@ class DType(enum.Enum):
         return self in (DType.int32, DType.uint32)
 
     @property
+    def family(self) -> str:
+        """ "float", "int" or "bool": the kinds of operand an op's WGSL is written for (ir/optable)."""
+        return "float" if self.is_float else "int" if self.is_int else "bool"
+
+    @property
     def wgsl(self) -> str:
         """The scalar type used for arithmetic in WGSL."""
         return _WGSL[self]

@@ -1,9 +1,14 @@
-"""Op kinds: one enum plus category sets, and the frozen args that some ops carry."""
+"""Op kinds: the Op enum, the category sets derived from the op table, and the args some ops carry.
+
+Everything about an op lives in its record, `op.opdef` (ir/optable); this module names the ops.
+"""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from ir.optable import OPDEFS, Kind, OpDef
 
 
 class Op(enum.Enum):
@@ -20,8 +25,11 @@ class Op(enum.Enum):
     # unary elementwise
     NEG = "neg"
     ABS = "abs"
+    SIGN = "sign"
     EXP = "exp"
+    EXPM1 = "expm1"
     LOG = "log"
+    LOG1P = "log1p"
     SQRT = "sqrt"
     RSQRT = "rsqrt"
     RECIPROCAL = "reciprocal"
@@ -89,35 +97,44 @@ class Op(enum.Enum):
     # a fused group of the nodes above, from passes.fuse; arg: ir.fusion.FusedArg
     FUSED = "fused"
 
+    @property
+    def opdef(self) -> OpDef:
+        """Everything known about this op: its record in the op table (ir/optable)."""
+        return OPDEFS[self.value]
 
-UNARY = frozenset(
-    {
-        Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIPROCAL, Op.SQUARE, Op.SIN,
-        Op.COS, Op.TANH, Op.SIGMOID, Op.RELU, Op.GELU, Op.GELU_TANH, Op.SILU, Op.FLOOR,
-        Op.CEIL, Op.NOT, Op.CAST, Op.COPY, Op.ERF,
-    }
-)  # fmt: skip
-BINARY = frozenset(
-    {
-        Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.POW, Op.MAXIMUM, Op.MINIMUM,
-        Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE, Op.AND, Op.OR,
-    }
-)  # fmt: skip
-COMPARISON = frozenset({Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE})
-TERNARY = frozenset({Op.WHERE})
-ELEMENTWISE = UNARY | BINARY | TERNARY
-REDUCE = frozenset({Op.SUM, Op.MAX, Op.MIN, Op.ARGMAX, Op.ARGMIN})
-ROW = frozenset({Op.SOFTMAX, Op.LOG_SOFTMAX})
-NORM = frozenset({Op.LAYER_NORM, Op.RMS_NORM})
-MOVEMENT = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
-LEAF = frozenset({Op.INPUT, Op.ARANGE})
+
+def _check_table() -> None:
+    """Every Op has a record and every record an Op: a new op is one record plus its member above."""
+    members = {op.value for op in Op}
+    missing, extra = sorted(members - OPDEFS.keys()), sorted(OPDEFS.keys() - members)
+    if missing or extra:
+        raise ImportError(
+            f"ir.ops: Op members without a record in ir/optable: {missing}; records without an Op: {extra}"
+        )
+
+
+_check_table()
+
+
+def _ops(kind: Kind, arity: int | None = None) -> frozenset[Op]:
+    return frozenset(op for op in Op if op.opdef.kind is kind and (arity is None or op.opdef.arity == arity))
+
+
+# the category sets, derived from the records
+UNARY = _ops(Kind.ELEMENTWISE, 1)
+BINARY = _ops(Kind.ELEMENTWISE, 2)
+TERNARY = _ops(Kind.ELEMENTWISE, 3)
+ELEMENTWISE = _ops(Kind.ELEMENTWISE)
+COMPARISON = frozenset(op for op in ELEMENTWISE if op.opdef.dtypes.result == "bool")  # bool results of any operands
+REDUCE = _ops(Kind.REDUCE)
+ROW = _ops(Kind.ROW)
+NORM = _ops(Kind.NORM)
+MOVEMENT = _ops(Kind.MOVEMENT)
+LEAF = _ops(Kind.LEAF)
 # ops that do not dispatch a kernel: they name memory another node owns
-NO_KERNEL = MOVEMENT | {Op.VIEW, Op.INPUT}
-# unary ops defined only on floats (the tracer casts ints to float32 first, as numpy does)
-FLOAT_ONLY = frozenset(
-    {Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIPROCAL, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID,
-     Op.GELU, Op.GELU_TANH, Op.SILU, Op.DIV, Op.SOFTMAX, Op.LOG_SOFTMAX, Op.ERF}
-)  # fmt: skip
+NO_KERNEL = frozenset(op for op in Op if not op.opdef.kernel)
+# ops defined only on floats (the tracer casts ints to float32 first, as numpy does)
+FLOAT_ONLY = frozenset(op for op in Op if op.opdef.float_only)
 
 
 @dataclass(frozen=True)

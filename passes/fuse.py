@@ -21,7 +21,9 @@ node N joins the group G of its readers when all of these hold:
      C's kernel must render) or all downstream of it (the epilogue); never both;
   5. G then still fits the device: its leaves plus its output need at most
      caps.max_storage_buffers_per_stage storage bindings; and no leaf is read both by the
-     prologue or core and by the epilogue (the two are read at different widths).
+     prologue or core and by the epilogue (the two are read at different widths);
+  6. G then holds at most MAX_GROUP_TERMS computing nodes: a driver's compile time grows
+     faster than the shader (see MAX_GROUP_TERMS), so a long chain becomes several kernels.
 Otherwise N starts a group of its own, as its root.
 
 The recompute-or-store rule: nothing is recomputed by two kernels. A value is stored
@@ -61,6 +63,13 @@ from passes.select_kernels import fused_group_choice
 def fusion_enabled() -> bool:
     """WGJIT_FUSION=0 turns fusion off (to compare fused and unfused runs)."""
     return os.environ.get("WGJIT_FUSION", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+# Drivers compile a shader in time that grows faster than its length. lavapipe with its shader
+# cache off, a chain of `sin`: 16 terms 0.8 s, 32 2.1 s, 64 3.7 s, 128 11.8 s, 256 56 s (tanh:
+# 32 1.6 s, 64 4.0 s, 128 10.5 s). Up to 64 terms the cost per term stays flat; past it a long
+# chain pays quadratically (2,000 terms took minutes), so groups stop there.
+MAX_GROUP_TERMS = 64
 
 
 @dataclass
@@ -170,6 +179,8 @@ def _join(
         if site == "in" and not kernel_class(graph[group.core].kernel.name).takes_prologue:
             return None
     members = group.members | {node.id} | views
+    if sum(graph[m].op is not Op.VIEW for m in members) > MAX_GROUP_TERMS:
+        return None
     core = node.id if is_core else group.core
     prologue = group.prologue | ({node.id} | views if site == "in" else set())
     in_leaves, out_leaves = _leaves(graph, members, core, prologue, position)

@@ -1317,6 +1317,7 @@ OPS: dict[str, OpSpec] = {
         # elementwise unary
         OpSpec("neg", d_unary(_NUM), "-{0}", _unary(np.negative, floats=False), "always"),
         OpSpec("abs", d_unary(_NUM), "abs({0})", _unary(np.abs, floats=False), "always"),
+        OpSpec("sign", d_unary(_NUM), "{0}.sign()", _unary(np.sign, floats=False), "always"),
         OpSpec("square", d_unary(_NUM), "{0}.square()", _unary(np.square, floats=False), eps=1e-6),
         OpSpec(
             "relu",
@@ -1326,7 +1327,9 @@ OPS: dict[str, OpSpec] = {
             "always",
         ),
         OpSpec("exp", d_unary(_NUM), "{0}.exp()", _unary(np.exp, mag=lambda a: np.exp(a) * np.abs(a))),
+        OpSpec("expm1", d_unary(_NUM), "{0}.expm1()", _unary(np.expm1, mag=lambda a: np.exp(a) * np.abs(a))),
         OpSpec("log", d_unary(_NUM), "{0}.log()", _unary(np.log, mag=lambda a: np.ones_like(a))),
+        OpSpec("log1p", d_unary(_NUM), "{0}.log1p()", _unary(np.log1p)),
         OpSpec("sqrt", d_unary(_NUM), "tr.sqrt({0})", _unary(np.sqrt)),
         OpSpec("rsqrt", d_unary(_NUM), "{0}.rsqrt()", _unary(lambda a: 1 / np.sqrt(a))),
         OpSpec("reciprocal", d_unary(_NUM), "{0}.reciprocal()", _unary(lambda a: 1 / a)),

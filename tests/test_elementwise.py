@@ -27,8 +27,11 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
 UNARY = {
     "neg": (lambda x: -x, np.negative, (-5, 5), 0, 0),
     "abs": (tr.abs, np.abs, (-5, 5), 0, 0),
+    "sign": (tr.sign, np.sign, (-5, 5), 0, 0),
     "exp": (tr.exp, np.exp, (-10, 10), 2e-6, 1e-6),
+    "expm1": (tr.expm1, np.expm1, (-10, 10), 2e-6, 1e-6),
     "log": (tr.log, np.log, (0.01, 100), 2e-6, 2e-6),
+    "log1p": (tr.log1p, np.log1p, (-0.99, 10), 2e-6, 1e-6),
     "sqrt": (tr.sqrt, np.sqrt, (0, 100), 2e-6, 1e-6),
     "rsqrt": (tr.rsqrt, lambda x: 1 / np.sqrt(x), (0.01, 100), 2e-6, 1e-6),
     "reciprocal": (tr.reciprocal, lambda x: 1 / x, (0.1, 10), 2e-6, 1e-6),

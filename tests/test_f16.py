@@ -184,6 +184,18 @@ def test_softmax_and_reductions_f16(n: int, rng: np.random.Generator) -> None:
     np.testing.assert_array_equal(t.argmax(-1).numpy(), x.argmax(-1))
 
 
+@pytest.mark.parametrize("n", [100, 4097])
+def test_f16_mean_sums_in_f32(n: int, rng: np.random.Generator) -> None:
+    """A float16 total of 100 x 1000 is inf; the mean is not (issue 16.4)."""
+    x = np.full((3, n), 1000, np.float16)
+    x[1] = rng.uniform(60000, 65000, n).astype(np.float16)
+    y = tr.tensor(x).mean(-1)
+    assert y.dtype is tr.float16
+    check(y, x.astype(np.float64).mean(-1), "accumulate")
+    check(tr.tensor(x).mean(), x.astype(np.float64).mean(), "accumulate")
+    assert float(tr.tensor(np.full(100, 1000, np.float16)).mean()) == 1000.0
+
+
 def test_gather_conv_and_index_write_f16(rng: np.random.Generator) -> None:
     table = f16(rng, (20, 8))
     ids = rng.integers(0, 20, size=(2, 3))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tracer as tr
+from backend_wgpu import get_device
 
 pytestmark = pytest.mark.gpu
 
@@ -18,7 +19,7 @@ SPECIAL = np.array([NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0, 2.5, -3.5, 1e-30, 3e38
 OTHER = np.array([1.0, INF, INF, -0.0, 2.0, NAN, INF, 0.0, -INF, 1e30, 3e38], np.float32)
 
 
-def check(got: np.ndarray, want: np.ndarray) -> None:
+def check(got: np.ndarray, want: np.ndarray, rtol: float = 2e-6) -> None:
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape and got.dtype == want.dtype, (got.dtype, want.dtype, got.shape, want.shape)
     if want.dtype.kind == "f":
@@ -29,7 +30,7 @@ def check(got: np.ndarray, want: np.ndarray) -> None:
         signed_inf = [np.where(np.isinf(v), np.sign(v), 0) for v in (got, want)]
         assert np.array_equal(*signed_inf), f"infinities differ\n{got}\n{want}"
         fin = np.isfinite(want)
-        np.testing.assert_allclose(got[fin].astype(np.float64), want[fin].astype(np.float64), rtol=2e-6, atol=1e-30)
+        np.testing.assert_allclose(got[fin].astype(np.float64), want[fin].astype(np.float64), rtol=rtol, atol=1e-30)
     else:
         np.testing.assert_array_equal(got, want)
 
@@ -107,6 +108,48 @@ UNARY: list[tuple[str, Callable, Callable]] = [
 def test_unary_nan_inf_as_numpy(name: str, op: Callable, ref: Callable) -> None:
     with np.errstate(all="ignore"):
         check(op(tr.tensor(SPECIAL)).numpy(), ref(SPECIAL).astype(np.float32))
+
+
+# unary ops against numpy where they need care, on float32 and float16: the values near 0 where
+# log1p and expm1 must keep x's precision (log(1 + x) and exp(x) - 1 lose it), the poles and
+# limits, large values, +-0 (whose sign must be numpy's too), NaN and infinities
+EDGES: list[tuple[str, Callable, Callable, list[float]]] = [
+    (
+        "log1p",
+        lambda x: x.log1p(),
+        np.log1p,
+        [1e-10, -1e-10, 1e-30, -1e-30, 3e-5, -3e-5, 1e-3, -0.4999, 0.9999, 1.0, -0.5, -0.9999, -1.0, -1.5]
+        + [10.0, 1e10, 3e38, 0.0, -0.0, NAN, INF, -INF],
+    ),
+    (
+        "expm1",
+        lambda x: x.expm1(),
+        np.expm1,
+        [1e-10, -1e-10, 1e-30, -1e-30, 3e-5, -3e-5, 1e-3, 0.4999, -0.4999, 0.5, -0.5, 1.0, -1.0, 10.0, -10.0]
+        + [20.0, -20.0, 88.0, 89.0, -100.0, 0.0, -0.0, NAN, INF, -INF],
+    ),
+    (
+        "sign",
+        lambda x: x.sign(),
+        np.sign,
+        [0.0, -0.0, 1e-30, -1e-30, 1e-40, -1e-40, 2.5, -3.5, 3e38, -3e38, NAN, INF, -INF],
+    ),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize(("name", "op", "ref", "values"), EDGES, ids=[e[0] for e in EDGES])
+def test_unary_edges_as_numpy(name: str, op: Callable, ref: Callable, values: list[float], dtype: str) -> None:
+    if dtype == "float16" and not get_device().caps.shader_f16:
+        pytest.skip(f"the adapter ({get_device().caps.name}) lacks shader-f16")
+    with np.errstate(all="ignore"):
+        x = np.array(values, np.float32).astype(dtype)  # float16: tiny values become 0 or subnormals
+        want = ref(x)
+    got = op(tr.tensor(x)).numpy()
+    # float16 is computed in float32 and rounded once: one float16 ulp
+    check(got, want, rtol=2e-6 if dtype == "float32" else 9.8e-4)
+    zero = want == 0
+    assert np.array_equal(np.signbit(got[zero]), np.signbit(want[zero])), f"signs of zero: {got[zero]} vs {want[zero]}"
 
 
 ROWS = np.array(

@@ -99,6 +99,19 @@ def test_softmax_widths(n: int, width: int, rng: np.random.Generator) -> None:
     assert_close(ls, np.log(_softmax(x, -1).astype(np.float64)), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("n", [4, 300, 40000])  # registers (two widths), and the streaming kernel
+@pytest.mark.parametrize("scale", [1e4, 1e7, 1e8])
+def test_log_softmax_keeps_its_precision_at_large_logits(n: int, scale: float, rng: np.random.Generator) -> None:
+    """(x - max) - log(sum): m + log(s) first would round the answer away (a row of 1e8 gave 0)."""
+    x = np.full((3, n), scale, np.float32)
+    x[1] += rng.standard_normal(n).astype(np.float32)  # distinct values: still representable at 1e4
+    x[2, ::3] -= 2.0
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.max(-1, keepdims=True)) - np.log(np.exp(x64 - x64.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    for y in (tr.tensor(x).log_softmax(), tr.tensor(x.T.copy()).T.log_softmax()):  # contiguous and strided rows
+        assert_close(y.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_softmax_any_axis(axis: int, rng: np.random.Generator) -> None:
     x = rng.standard_normal((4, 6, 5)).astype(np.float32)

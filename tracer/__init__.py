@@ -16,6 +16,7 @@ from ir.errors import (
     ShapeError,
     WgjitError,
 )
+from ir.ops import Op as _Op
 from tracer import nn
 from tracer.factories import (
     arange,
@@ -47,21 +48,10 @@ def _unary(name: str):  # noqa: ANN202
     return fn
 
 
-abs = _unary("abs")  # noqa: A001
-exp = _unary("exp")
-log = _unary("log")
-sqrt = _unary("sqrt")
-rsqrt = _unary("rsqrt")
-reciprocal = _unary("reciprocal")
-square = _unary("square")
-sin = _unary("sin")
-cos = _unary("cos")
-tanh = _unary("tanh")
-sigmoid = _unary("sigmoid")
-relu = _unary("relu")
+# tr.exp(x), tr.silu(x), ...: one function per plain unary op of the op table (ir/optable)
+_TABLE_UNARY = [op.value for op in _Op if op.opdef.method]
+globals().update({name: _unary(name) for name in _TABLE_UNARY})
 gelu = _unary("gelu")
-silu = _unary("silu")
-erf = _unary("erf")
 floor = _unary("floor")
 ceil = _unary("ceil")
 sum = _unary("sum")  # noqa: A001
@@ -110,13 +100,14 @@ def record():  # noqa: ANN201
 
 __all__ = [
     "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "JitError", "KernelCompileError", "ShapeError",
-    "Tensor", "WgjitError", "abs", "arange", "argmax", "argmin", "astype", "bool", "bool_",
-    "broadcast_to", "ceil", "compile", "concat", "cos", "exp", "expand", "explain", "flatten", "float16",
-    "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log", "log_softmax", "matmul", "max",
+    "Tensor", "WgjitError", "arange", "argmax", "argmin", "astype", "bool", "bool_",
+    "broadcast_to", "ceil", "compile", "concat", "expand", "explain", "flatten", "float16",
+    "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log_softmax", "matmul", "max",
     "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
-    "reciprocal", "record", "relu", "reset_device", "reshape", "rsqrt", "sigmoid", "silu", "sin", "softmax", "sqrt", "square",
-    "squeeze", "stack", "sum", "tanh", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
+    "record", "reset_device", "reshape", "softmax",
+    "squeeze", "stack", "sum", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
     # transformer inference (tracer/nn.py, tracer/weights.py)
-    "clamp", "erf", "gather", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
+    "clamp", "gather", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
 ]  # fmt: skip
+__all__ += _TABLE_UNARY  # abs, exp, log, sqrt, sin, tanh, silu, erf, ... (the op table's plain unary ops)

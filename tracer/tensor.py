@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import operator
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from ir import shapes
 from ir.dtypes import DType, promote, scalar_dtype, to_dtype
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.graph import Graph
-from ir.ops import FLOAT_ONLY, MOVEMENT, Op
+from ir.ops import MOVEMENT, Op
 from tracer.graph_builder import build_graph
 from tracer.host import CONSTANTS, lazy_from_data
 from tracer.indexing import resolve_index
@@ -216,52 +216,12 @@ class Tensor:
     def __abs__(self) -> Tensor:
         return unary(Op.ABS, self)
 
-    def abs(self) -> Tensor:
-        return unary(Op.ABS, self)
-
-    def exp(self) -> Tensor:
-        return unary(Op.EXP, self)
-
-    def log(self) -> Tensor:
-        return unary(Op.LOG, self)
-
-    def sqrt(self) -> Tensor:
-        return unary(Op.SQRT, self)
-
-    def rsqrt(self) -> Tensor:
-        return unary(Op.RSQRT, self)
-
-    def reciprocal(self) -> Tensor:
-        return unary(Op.RECIPROCAL, self)
-
-    def square(self) -> Tensor:
-        return unary(Op.SQUARE, self)
-
-    def sin(self) -> Tensor:
-        return unary(Op.SIN, self)
-
-    def cos(self) -> Tensor:
-        return unary(Op.COS, self)
-
-    def tanh(self) -> Tensor:
-        return unary(Op.TANH, self)
-
-    def sigmoid(self) -> Tensor:
-        return unary(Op.SIGMOID, self)
-
-    def relu(self) -> Tensor:
-        return unary(Op.RELU, self)
+    # x.exp(), x.silu(), ...: the plain unary ops are made from the op table (end of this module)
 
     def gelu(self, approximate: str = "none") -> Tensor:
         if approximate not in ("none", "tanh"):
             raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
         return unary(Op.GELU if approximate == "none" else Op.GELU_TANH, self)
-
-    def silu(self) -> Tensor:
-        return unary(Op.SILU, self)
-
-    def erf(self) -> Tensor:
-        return unary(Op.ERF, self)
 
     def clamp(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
         return clamp(self, min, max)
@@ -291,11 +251,13 @@ class Tensor:
         return reduce(Op.SUM, x, axis, keepdims)
 
     def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        x = self if self.dtype.is_float else self.astype(DType.float32)
+        # the total is float32 whatever the input: a float16 total overflows at 65504 (numpy too sums in f32)
+        x = self if self.dtype is DType.float32 else self.astype(DType.float32)
         axes = shapes.normalize_axes("mean", axis, self.shape)
         n = math.prod(self.shape[a] for a in axes)
         total = reduce(Op.SUM, x, axis, keepdims)
-        return total * (1.0 / n) if n else total * float("nan")
+        out = total * (1.0 / n) if n else total * float("nan")
+        return out.astype(DType.float16) if self.dtype is DType.float16 else out
 
     def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
         return reduce(Op.MAX, self, axis, keepdims)
@@ -485,30 +447,25 @@ def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 
 def unary(op: Op, x: Tensor) -> Tensor:
+    """`op` of x, computed in the dtype its record's rule says (ints become float32 for float-only ops)."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op.value}: expected a Tensor, got {type(x).__name__}")
-    if op in FLOAT_ONLY and not x.dtype.is_float:
-        x = x.astype(DType.float32)
-    if op in (Op.NEG, Op.ABS, Op.SQUARE, Op.RELU) and x.dtype is DType.bool:
-        raise DTypeError(f"{op.value}: not defined for bool tensors; use ~ or astype()")
-    return make(op, (x,), x.shape, x.dtype)
+    rule = op.opdef.dtypes
+    x = x.astype(rule.compute_dtype(op.value, x.dtype, f"{x.dtype.value} {x.shape}"))
+    return make(op, (x,), x.shape, rule.result_dtype(x.dtype))
 
 
 def binary(op: Op, a: Any, b: Any) -> Tensor:
+    """`op` of a and b: promoted as numpy does, then to the dtype its record's rule says, and broadcast."""
     name = op.value
     a, b = as_tensors(name, a, b)
-    dt = promote(a.dtype, b.dtype, name)
-    if op in (Op.AND, Op.OR) and dt is not DType.bool:
-        raise DTypeError(f"{name}: logical ops need bool tensors, got {a.dtype.value} and {b.dtype.value}")
-    if op in FLOAT_ONLY and not dt.is_float:
-        dt = DType.float32
-    if dt is DType.bool and op in (Op.ADD, Op.SUB, Op.MUL, Op.FLOORDIV, Op.MOD, Op.POW):
-        raise DTypeError(f"{name}: arithmetic on bool tensors; cast with astype() first")
+    rule = op.opdef.dtypes
+    operands = f"{a.dtype.value} {a.shape} and {b.dtype.value} {b.shape}"
+    dt = rule.compute_dtype(name, promote(a.dtype, b.dtype, name), operands)
     shape = shapes.broadcast_shapes(name, a.shape, b.shape)
     a = broadcast_to(a.astype(dt), shape)
     b = broadcast_to(b.astype(dt), shape)
-    out = DType.bool if op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE) else dt
-    return make(op, (a, b), shape, out)
+    return make(op, (a, b), shape, rule.result_dtype(dt))
 
 
 def where(cond: Any, a: Any, b: Any) -> Tensor:
@@ -746,3 +703,20 @@ def rebind(t: Tensor, lazy: Lazy) -> None:
     old.handles = weakref.WeakSet([h for h in old.handles if h is not t])
     t._lazy = lazy
     lazy.handles.add(t)
+
+
+def _unary_method(op: Op) -> Callable[[Tensor], Tensor]:
+    def method(self: Tensor) -> Tensor:
+        return unary(op, self)
+
+    method.__name__, method.__qualname__ = op.value, f"Tensor.{op.value}"
+    method.__doc__ = f"x.{op.value}(): {op.opdef.doc}."
+    return method
+
+
+# the plain unary ops of the op table (ir/optable, `method=True`): x.exp(), x.silu(), ...
+for _op in Op:
+    if _op.opdef.method:
+        if hasattr(Tensor, _op.value):
+            raise TypeError(f"op table: {_op.value} asks for a generated method, but Tensor.{_op.value} is written")
+        setattr(Tensor, _op.value, _unary_method(_op))

@@ -10,8 +10,9 @@ read in the cheapest way its view allows, at the width of the site that reads it
   strided - scalar element, any strides
 Coordinates come from the linear element index split by the leaf's own shape: leaves of
 one group may differ in shape when plain reshapes sit between its terms, and leaves of
-one shape share one split (a "domain"). Each term becomes one `let` with a comment naming
-the node it computes, so a fused kernel's WGSL reads as the list of nodes it holds.
+one shape share one split (a "domain"). Each term becomes one `let`, named by its position
+in the group, with a comment naming the node it computes, so a fused kernel's WGSL reads as
+the list of nodes it holds while identical groups share one text (comments aside).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ class FusedCode:
         self.kernel = kernel
         self.arg = arg
         self.widths = widths  # site -> lanes per evaluation
+        # WGSL names values by their term's position, never its node id: identical groups of
+        # different graphs are then one WGSL text, so one pipeline (the id stays in a comment)
+        self.position = {t.id: j for j, t in enumerate(arg.terms)}
         self.modes: dict[int, str] = {}
         self.lanes: dict[int, int] = {}
         self.domain: dict[int, int] = {}
@@ -125,7 +129,7 @@ class FusedCode:
             if t.op in (Op.VIEW, Op.COPY):  # a plain reshape or copy passes its value through
                 values[t.id] = (args[0], t.dtype)
                 continue
-            name = f"{tag}t{t.id}"
+            name = f"{tag}t{self.position[t.id]}"
             b.line(
                 f"{indent}let {name} = {self._expression(b, t, args, [values[s][1] for s in t.srcs], width)};  // %{t.id} {t.op.value}"
             )

@@ -86,7 +86,7 @@ class SoftmaxKernel(Kernel):
         if self.core.op is Op.SOFTMAX:
             value = f"{ct}(exp(x - {vt}(row_max)) / {vt}(row_sum))"
         else:
-            value = f"{ct}(x - {vt}(row_max) - {vt}(log(row_sum)))"
+            value = f"{ct}((x - {vt}(row_max)) - {vt}(log(row_sum)))"  # never x - (m + log s): it rounds
         if self.code is not None and self.node.id != self.core.id:
             b.line(f"  let y = {value};")
             value = self.code.emit(b, "out", "e", f"(out_base + j) * {w}u", "(out_base + j)", acc="y", indent="  ")

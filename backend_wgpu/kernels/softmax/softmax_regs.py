@@ -73,8 +73,9 @@ class SoftmaxRegsKernel(ContiguousRowKernel):
             b.line("let scale = 1.0 / s;")
             value = "v{r} * " + f"{vt}(scale)"
         else:
-            b.line("let shift = m + log(s);")
-            value = "v{r} - " + f"{vt}(shift)"
+            # (x - m) - log s: folding m + log s first would round the answer away at large x
+            b.line("let log_s = log(s);")
+            value = "(v{r} - " + f"{vt}(m)) - {vt}(log_s)"
         for r in range(per):
             b.line(f"if (lidx + {r * wgx}u < params.cnt) {{")
             self.store(b, f"out_base + lidx + {r * wgx}u", f"({value.format(r=r)})", w, indent="  ")
