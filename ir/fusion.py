@@ -12,8 +12,9 @@ index_writes after them; their kernel, gemv_multi, reads such groups itself). Te
 are its prologue (evaluated per element of the core's input); the others its epilogue
 (evaluated per element of its output). Without a core, every term is evaluated per
 output element. A VIEW term is a reshape that keeps the linear element order, so it
-passes its source's value through unchanged; broadcasts, transposes and slices never
-appear inside a group (they are read from memory by the leaves).
+passes its source's value through unchanged; transposes and slices never appear inside a
+group (they are read from memory by the leaves), broadcasts only where a side write of
+passes.fuse_gemv spreads a value along them.
 
 The ids of the nodes a group holds are `FusedArg.holds`, and passes.fuse also records
 them in the node's KernelChoice.params as ("group", holds) for tools.
@@ -35,6 +36,13 @@ CORE_OPS = REDUCE | ROW | frozenset({Op.MATMUL})
 def linear_identity(view: View, source_size: int) -> bool:
     """Does this view show its source's elements in the same linear order (a plain reshape)?"""
     return view.offset == 0 and view.size == source_size and view.is_contiguous
+
+
+def linear_broadcast(view: View, source_size: int) -> bool:
+    """Is this view its source in linear order with broadcast axes (stride 0) added?"""
+    kept = [(d, st) for d, st in zip(view.shape, view.strides) if st != 0 or d == 1]
+    inner = View(tuple(d for d, _ in kept), tuple(st for _, st in kept), view.offset)
+    return linear_identity(inner, source_size)
 
 
 @dataclass(frozen=True)
@@ -140,7 +148,7 @@ def check_fused(node: Node, source_shapes: dict[int, tuple[int, ...]]) -> str | 
         if t.op in CORE_OPS:
             cores += 1
         elif t.op is Op.VIEW:
-            if not isinstance(t.arg, View) or not linear_identity(t.arg, _size(shapes[t.srcs[0]])):
+            if not isinstance(t.arg, View) or not linear_broadcast(t.arg, _size(shapes[t.srcs[0]])):
                 return f"view term %{t.id} does not keep the linear element order"
         elif t.op in ELEMENTWISE and any(shapes[s] != t.shape for s in t.srcs):
             return f"term %{t.id} ({t.op.value}): operand shapes {[shapes[s] for s in t.srcs]} differ from {t.shape}"

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 import networkx as nx
 
 from ir.caps import DeviceCaps
-from ir.fusion import FusedArg, linear_identity
+from ir.fusion import FusedArg, linear_broadcast, linear_identity
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import ELEMENTWISE, Op
@@ -97,6 +97,27 @@ class _Info:
             return owner.id if linear_identity(node.arg, owner.size) else None
         return None
 
+    def spread_member(self, src: int, members: set[int]) -> int | None:
+        """The member an operand reads through a broadcast of its linear order (a side write spreads it)."""
+        node = self.graph[src]
+        if node.op is Op.VIEW and node.srcs[0] in members:
+            owner = self.graph[node.srcs[0]]
+            return owner.id if linear_broadcast(node.arg, owner.size) else None
+        return None
+
+    def is_write(self, node_id: int, members: set[int]) -> bool:
+        """A member that writes another buffer: an index_write of a member, or where(cond, member spread, x)."""
+        node = self.graph[node_id]
+        if node.op is Op.INDEX_WRITE:
+            return True
+        if node.op is not Op.WHERE or self.graph[node.srcs[1]].op is not Op.VIEW:
+            return False
+        view = self.graph[node.srcs[1]]
+        owner = self.graph[view.srcs[0]]
+        return (
+            owner.id in members and not linear_identity(view.arg, owner.size) and linear_broadcast(view.arg, owner.size)
+        )
+
 
 def _is_core(graph: Graph, node: Node) -> bool:
     if node.op is not Op.MATMUL or node.kernel is None or node.size == 0 or not node.dtype.is_float:
@@ -115,14 +136,18 @@ class _Part:
     cores: list[int]
     members: set[int]  # cores and epilogue terms
     stored: list[int] = field(default_factory=list)  # members read outside the group (or outputs)
-    writes: list[int] = field(default_factory=list)  # index_write members: side writes
+    writes: list[int] = field(default_factory=list)  # members that write another buffer: side writes
 
 
 def _joinable(info: _Info, node: Node, members: set[int], downstream: set[int]) -> bool:
     """May `node`, a reader of a member, join the epilogue? Its other operands must not depend on the group."""
     if node.kernel is None or node.size == 0:
         return False
-    if node.op in ELEMENTWISE:
+    if node.op is Op.WHERE and info.member_of(node.srcs[1], members) is None:
+        if info.spread_member(node.srcs[1], members) is None:
+            return False
+        member_operands: tuple[int, ...] | range = (1,)  # where(cond, member spread along axes, x): a write
+    elif node.op in ELEMENTWISE:
         member_operands = range(len(node.srcs))
     elif node.op is Op.ROPE:
         member_operands = (0,)
@@ -132,11 +157,13 @@ def _joinable(info: _Info, node: Node, members: set[int], downstream: set[int]) 
         return False
     for i, s in enumerate(node.srcs):
         inside = info.member_of(s, members)
+        if inside is None and node.op is Op.WHERE and i == 1:
+            inside = info.spread_member(s, members)
         if i in member_operands and inside is not None:
             continue
         owner = info.graph[s].srcs[0] if info.graph[s].op is Op.VIEW else s
         if owner in downstream or owner in members or s in downstream:
-            return False  # depends on the group (or reads a member through a broadcast, a slice...)
+            return False  # depends on the group (or reads a member through a transpose, a slice...)
     return True
 
 
@@ -146,7 +173,7 @@ def _grow(info: _Info, core: int, cores: set[int], downstream: set[int]) -> set[
     queue = [core]
     while queue:
         m = queue.pop()
-        if info.graph[m].op is Op.INDEX_WRITE:
+        if info.is_write(m, members | cores):
             continue  # a side write ends its branch
         for r in info.readers[m]:
             node = info.graph[r]
@@ -156,8 +183,9 @@ def _grow(info: _Info, core: int, cores: set[int], downstream: set[int]) -> set[
             queue.append(r)
             for s in node.srcs:
                 inside = info.member_of(s, members | cores)
-                if inside is not None and info.graph[s].op is Op.VIEW:
-                    members.add(s)  # the plain reshapes it reads members through are terms too
+                spread = inside is None and info.spread_member(s, members | cores) is not None
+                if (inside is not None or spread) and info.graph[s].op is Op.VIEW:
+                    members.add(s)  # the views it reads members through are terms too
                 if inside in cores and inside not in members:
                     members.add(inside)
                     queue.append(inside)
@@ -190,7 +218,7 @@ def _parts(info: _Info, cores: list[int]) -> list[_Part]:
 def _find_results(info: _Info, part: _Part) -> None:
     part.stored, part.writes = [], []
     for m in sorted(part.members, key=info.position.__getitem__):
-        if info.graph[m].op is Op.INDEX_WRITE:
+        if info.is_write(m, part.members):
             part.writes.append(m)
         elif m in info.outputs or any(r not in part.members for r in info.readers[m]):
             part.stored.append(m)
@@ -217,6 +245,7 @@ class _Group:
     members: set[int]  # every node the group's kernel computes (norm, views, matmuls, epilogues)
     writes: list[int]
     position: int  # where the group's kernel runs: its last member's place
+    in_place: set[int] = field(default_factory=set)  # the side writes that overwrite their buffer
 
 
 def _plan(graph: Graph, info: _Info, cores: list[int], caps: DeviceCaps) -> _Group | None:
@@ -228,21 +257,20 @@ def _plan(graph: Graph, info: _Info, cores: list[int], caps: DeviceCaps) -> _Gro
     chosen = [rooted[0], *side]
     while True:
         group = _assemble(graph, info, chosen)
-        bad = _illegal_write(info, group)
-        if bad is None and all(info.position[r] > group.position for r in info.readers[group.root]):
+        late = [w for w in group.writes if any(info.position[r] <= group.position for r in info.readers[w])]
+        if not late and all(info.position[r] > group.position for r in info.readers[group.root]):
             break
-        if bad is None:  # the root is read before the group's last member: run without the latest side part
-            if len(chosen) == 1:
-                return None
-            chosen.remove(max(chosen[1:], key=lambda p: max(info.position[m] for m in p.members)))
-        else:
-            chosen = [p for p in chosen if bad not in p.writes]
-            if not chosen or not chosen[0].stored:
-                return None
+        if len(chosen) == 1:  # the root is read before the group's last member runs
+            return None
+        # a value is read before the group would run: leave out the side part that runs last
+        drop = next((p for p in chosen[1:] if set(p.writes) & set(late)), None)
+        chosen.remove(drop or max(chosen[1:], key=lambda p: max(info.position[m] for m in p.members)))
+    group.in_place = {w for w in group.writes if _overwritable(info, group, w)}
     n_cores = sum(len(p.cores) for p in chosen)
     saves = n_cores > 1 or group.writes or any(graph[m].op in (Op.ROPE, Op.RMS_NORM) for m in group.members)
     leaves = {s for m in group.members for s in graph[m].srcs if s not in group.members}
-    if not saves or len(leaves) + 1 > caps.max_storage_buffers_per_stage:
+    bindings = len(leaves) + 1 + len(group.writes) - len(group.in_place)
+    if not saves or bindings > caps.max_storage_buffers_per_stage:
         return None
     return group
 
@@ -266,33 +294,33 @@ def _norm_prologue(graph: Graph, info: _Info, cores: list[int]) -> int | None:
     return owner.id if sorted(info.readers[owner.id]) == sorted(cores) else None
 
 
-def _illegal_write(info: _Info, group: _Group) -> int | None:
-    """The first side write the group may not make in place, else None.
+def _overwritable(info: _Info, group: _Group, w: int) -> bool:
+    """May side write w overwrite its buffer (else it writes a copy, the buffer read through its view)?
 
-    Its buffer must be the whole buffer of its own dtype, no graph output, an input the
-    graph may overwrite or a value it computed, read by nothing else once the group runs;
-    whatever reads the written value must run after the group.
+    The buffer must be whole, of w's dtype, no graph output, an input the graph may overwrite
+    or a value it computed, and read by nothing else once the group runs.
     """
     graph = info.graph
-    for w in group.writes:
-        node = graph[w]
-        base, view = view_of_operand(graph, node.srcs[0])
-        ok = view.is_identity and base.dtype == node.dtype and base.size == node.size
-        ok = ok and base.id not in info.outputs and base.id not in group.members
-        ok = ok and (base.op is not Op.INPUT or base.arg.donatable)
-        others = [r for r in info.readers[base.id] if r != w]
-        ok = ok and all(r not in group.members and info.position[r] < group.position for r in others)
-        ok = ok and all(info.position[r] > group.position for r in info.readers[w])
-        if not ok:
-            return w
-    return None
+    node = graph[w]
+    target = node.srcs[0] if node.op is Op.INDEX_WRITE else node.srcs[2]
+    base, view = view_of_operand(graph, target)
+    if not view.is_identity or base.dtype != node.dtype or base.size != node.size:
+        return False
+    if base.id in info.outputs or base.id in group.members or (base.op is Op.INPUT and not base.arg.donatable):
+        return False
+    others = [r for r in info.readers[base.id] if r != w]
+    return all(r not in group.members and info.position[r] < group.position for r in others)
 
 
 # --- the rewrite ------------------------------------------------------------------------------
 
 
 def _rewrite(graph: Graph, groups: list[_Group], caps: DeviceCaps) -> Graph:
-    """Each group's FUSED node (and its side writes) where its last member was; members leave."""
+    """Each group's side writes, then its FUSED node, where its last member was; members leave.
+
+    The side writes come first so that a copy's buffer is live while the group's kernel
+    writes it; what reads them comes after the group (_plan checked).
+    """
     runs_at = {g.position: g for g in groups}
     removed = set().union(*(g.members for g in groups))
     group_of_output = {o: g for g in groups for o in (g.root, *g.writes)}
@@ -315,27 +343,30 @@ def _rewrite(graph: Graph, groups: list[_Group], caps: DeviceCaps) -> Graph:
 
 
 def _group_nodes(graph: Graph, group: _Group, caps: DeviceCaps) -> list[Node]:
-    """The group's FUSED node, then one FUSED node per side write, done by the first."""
+    """One FUSED node per side write, done by the group's FUSED node, which comes last."""
     position = {nid: i for i, nid in enumerate(graph.nodes)}
     order = sorted(group.members - {group.root}, key=position.__getitem__) + [group.root]
     arg = _fused_arg(graph, order)
     core = next(t for t in arg.terms if t.op is Op.MATMUL)
     choice = gemv_group_choice(graph[core.srcs[0]].shape[-1], caps)
     root = graph[group.root]
-    out = [
-        Node(root.id, Op.FUSED, arg.leaves, root.shape, root.dtype, arg, label=root.label,
-             kernel=replace(choice, params=choice.params + (("group", arg.holds),)))
-    ]  # fmt: skip
+    out: list[Node] = []
     for w in group.writes:
         needed = _upstream(graph, w, group.members)
         sub = _fused_arg(graph, [m for m in order if m in needed and m != w] + [w])
         node = graph[w]
+        target = node.srcs[0] if node.op is Op.INDEX_WRITE else node.srcs[2]
         params = (("done_by", root.id), ("group", sub.holds))
         out.append(
             Node(w, Op.FUSED, sub.leaves, node.shape, node.dtype, sub, label=node.label,
                  kernel=KernelChoice(choice.name, "done_by", workgroup=choice.workgroup, params=params),
-                 inplace=sub.leaves.index(node.srcs[0]))
+                 inplace=sub.leaves.index(target) if w in group.in_place else None)
         )  # fmt: skip
+    params = choice.params + (("group", arg.holds),)
+    out.append(
+        Node(root.id, Op.FUSED, arg.leaves, root.shape, root.dtype, arg, label=root.label,
+             kernel=replace(choice, params=params))
+    )  # fmt: skip
     return out
 
 

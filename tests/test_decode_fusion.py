@@ -126,8 +126,15 @@ def test_interleaved_rope(monkeypatch):
     assert [d.kernel for d in fused] == ["gemv_multi"]
 
 
-def test_a_cache_read_after_the_write_is_not_written_in_place(monkeypatch):
-    """The old cache is read after the write (through another tensor): the write is a copy of its own."""
+def side_write_modes(build: Build) -> list[str]:
+    """ "in place" or "copy" for each side-write node of the fused program of `build()`."""
+    graph = tr.compile(*build()).graph
+    done = [n for n in graph if n.kernel is not None and n.kernel.param("done_by") is not None]
+    return ["in place" if n.inplace is not None else "copy" for n in done]
+
+
+def test_a_cache_read_after_the_write_is_written_as_a_copy(monkeypatch):
+    """The old cache is read after the write (through another tensor): the group writes a new buffer."""
     w = attention_inputs(32, 2, 1, 8, 6, "float32", False)
 
     def build() -> tuple[tr.Tensor, ...]:
@@ -140,8 +147,57 @@ def test_a_cache_read_after_the_write_is_not_written_in_place(monkeypatch):
         return q, t["ck"], old * 2.0
 
     fused, _ = check(monkeypatch, build)
-    kernels = [d.kernel for d in fused]
-    assert "gemv_multi" in kernels and "index_write" in kernels
+    assert [d.kernel for d in fused] == ["gemv_multi", "elementwise"]
+    assert side_write_modes(build) == ["copy"]
+    assert side_write_modes(qkv_step(w, 2, 1, 8, 3)) == ["in place", "in place"]
+
+
+def where_step(w: dict, heads: int, kv_heads: int, hd: int, ctx: int, pos: int) -> Build:
+    """The `@tr.jit` decode step's cache update: where(one-hot of pos, k spread along ctx, cache)."""
+
+    def build() -> tuple[tr.Tensor, ...]:
+        t = {n: tr.tensor(a) for n, a in w.items()}
+        at = (tr.arange(ctx) == tr.tensor(np.array([pos], np.int32))).reshape(1, 1, ctx, 1)
+        h = tr.nn.rms_norm(t["x"], t["norm"], 1e-5)
+
+        def heads_of(y: tr.Tensor, n: int) -> tr.Tensor:
+            return y.reshape(1, 1, n, hd).permute(0, 2, 1, 3)
+
+        q = tr.nn.rope(heads_of(tr.nn.linear(h, t["q"]), heads), t["cos"], t["sin"])
+        k = tr.nn.rope(heads_of(tr.nn.linear(h, t["k"]), kv_heads), t["cos"], t["sin"])
+        v = heads_of(tr.nn.linear(h, t["v"]), kv_heads)
+        return q, tr.where(at, k, t["ck"]), tr.where(at, v, t["cv"])
+
+    return build
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_one_hot_cache_updates_are_side_writes(monkeypatch, dtype):
+    w = attention_inputs(32, 4, 2, 8, 7, dtype, False)
+    build = where_step(w, 4, 2, 8, 7, 4)
+    fused, unfused = check(monkeypatch, build, tol=3e-3 if dtype == "float16" else 1e-4)
+    assert [d.kernel for d in fused] == ["arange", "elementwise", "gemv_multi"]  # the one-hot, then the rest
+    assert side_write_modes(build) == ["in place", "in place"]
+
+
+def test_one_hot_cache_update_of_a_cache_read_later_is_a_copy(monkeypatch):
+    """The old k cache is read after the update: its side write fills a new buffer (the copy form)."""
+    w = attention_inputs(32, 4, 2, 8, 7, "float32", False)
+    ctx, pos = 7, 6
+
+    def build() -> tuple[tr.Tensor, ...]:
+        t = {n: tr.tensor(a) for n, a in w.items()}
+        old = t["ck"][:, :, 2:]
+        at = (tr.arange(ctx) == tr.tensor(np.array([pos], np.int32))).reshape(1, 1, ctx, 1)
+        h = tr.nn.rms_norm(t["x"], t["norm"], 1e-5)
+        q = tr.nn.linear(h, t["q"]).reshape(1, 1, 4, 8).permute(0, 2, 1, 3)
+        k = tr.nn.linear(h, t["k"]).reshape(1, 1, 2, 8).permute(0, 2, 1, 3)
+        v = tr.nn.linear(h, t["v"]).reshape(1, 1, 2, 8).permute(0, 2, 1, 3)
+        return q.exp(), tr.where(at, k, t["ck"]), tr.where(at, v, t["cv"]), old * 2.0
+
+    fused, _ = check(monkeypatch, build)
+    assert [d.kernel for d in fused] == ["arange", "elementwise", "gemv_multi", "elementwise"]
+    assert side_write_modes(build) == ["copy", "in place"]
 
 
 def test_swiglu_is_one_dispatch(monkeypatch):

@@ -26,13 +26,14 @@ from backend_wgpu.element import WIDTHS, k_contiguous, vector_readable
 from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
 from backend_wgpu.kernels import expr
 from backend_wgpu.kernels.elementwise.fused import FusedCode
+from backend_wgpu.kernels.matmul import side_writes
 from backend_wgpu.wgsl import WgslBuilder, f32v, load_cast, store_cast, vtype
 from ir.dtypes import DType
 from ir.fusion import FusedArg
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
-from ir.view import View, contiguous_strides
+from ir.view import View
 
 
 @dataclass
@@ -80,16 +81,13 @@ class Layout:
         return {self.a_leaf, *self.b_leaves} | ({self.w_leaf} if self.w_leaf is not None else set())
 
     def epilogue_leaves(self) -> set[int]:
-        """Leaves the epilogue terms read (the buffers side writes overwrite excluded)."""
+        """Leaves the epilogue terms read (side writes read theirs in side_writes.py)."""
         found = set()
         for part in self.parts:
             for t in part.terms:
-                srcs = t.srcs[1:] if t.op is Op.INDEX_WRITE else t.srcs
-                found |= {self.arg.leaf_index(s) for s in srcs if not self.arg.is_term(s)}
+                if t.op not in (Op.INDEX_WRITE, Op.WHERE) or self.arg.is_term(t.srcs[0]):
+                    found |= {self.arg.leaf_index(s) for s in t.srcs if not self.arg.is_term(s)}
         return found
-
-    def write_targets(self) -> list[int]:
-        return [self.arg.leaf_index(t.srcs[0]) for p in self.parts for t in p.terms if t.op is Op.INDEX_WRITE]
 
 
 def _parts(arg: FusedArg, cores: list[Node], prologue: frozenset[int]) -> list[Part]:
@@ -127,6 +125,15 @@ def _parts(arg: FusedArg, cores: list[Node], prologue: frozenset[int]) -> list[P
     return parts
 
 
+def _writes(arg: FusedArg, t: Node) -> bool:
+    """Does term t write another buffer (an index_write, or a where that spreads a term along axes)?"""
+    if t.op is Op.INDEX_WRITE:
+        return True
+    return (
+        t.op is Op.WHERE and arg.is_term(t.srcs[1]) and arg.term(t.srcs[1]).op is Op.VIEW and not arg.is_term(t.srcs[2])
+    )
+
+
 class GemvMultiKernel(Kernel):
     name = "gemv_multi"
 
@@ -147,22 +154,24 @@ class GemvMultiKernel(Kernel):
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
         if node.kernel.param("done_by") is not None:
-            return f"written by %{node.kernel.param('done_by')}'s kernel (an in-place write of its group)"
+            return f"written by %{node.kernel.param('done_by')}'s kernel (a side write of its group)"
         lay = Layout.of(node.arg)
         what = [f"{len(lay.cores)} matmuls of one row sharing it"]
         if lay.norm:
             what.append("rms_norm folded in")
         if any(p.pair for p in lay.parts):
             what.append("rope pairs per workgroup")
-        writes = len(lay.write_targets())
+        writes = [t for p in lay.parts for t in p.terms if _writes(node.arg, t)]
         if writes:
-            what.append(f"{writes} in-place writes")
+            what.append(f"{len(writes)} side writes")
         return ", ".join(what)
 
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         super().__init__(node, graph, max_workgroups)
         self.lay = Layout.of(node.arg)
-        self.targets = set(self.lay.write_targets())
+        self.writes = side_writes.side_writes(node, graph, [t for p in self.lay.parts for t in p.terms])
+        self.targets = {w.target for w in self.writes if w.copy is None}
+        self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
 
     # --- bindings and uniform ---------------------------------------------------------
     def variant_key(self) -> str:
@@ -183,6 +192,18 @@ class GemvMultiKernel(Kernel):
             return True
         in_arena = any(self.operands[t].slot in self.arena_slots for t in self.targets)
         return super().writable_operand(i) or (in_arena and self.operands[i].slot in self.arena_slots)
+
+    def register_bindings(self, b: WgslBuilder) -> None:
+        for i in range(len(self.operands)):
+            if not self.reads_output(i):
+                b.storage(f"in{i}", self.operand_type(i), read_only=not self.writable_operand(i))
+        side_writes.register(b, self, self.writes)
+        b.storage("out", self.output_type(), read_only=False)
+        b.uniform_meta([(n, t) for n, t, _ in self.metadata()])
+
+    def binding_slots(self) -> list[int | None]:
+        slots: list[int | None] = [o.slot for i, o in enumerate(self.operands) if not self.reads_output(i)]
+        return slots + list(self.copy_slots) + [self.node.slot, None]
 
     def _k(self) -> int:
         return self.lay.norm.shape[-1] if self.lay.norm else self.operands[self.lay.a_leaf].view.shape[-1]
@@ -212,33 +233,19 @@ class GemvMultiKernel(Kernel):
             view = self.operands[i].view
             meta += [(f"l{i}_off", "u32", view.offset)] + [(f"l{i}_s{d}", "i32", s) for d, s in enumerate(view.strides)]
         for t in self._terms():
-            shape = self._shape_of(t)
-            meta += [(f"t{t.id}_n{d}", "u32", n) for d, n in enumerate(shape)]
-            if t.op is Op.INDEX_WRITE:
-                meta += [(f"t{t.id}_lo{d}", "u32", o) for d, o in enumerate(t.arg)]
-                meta += [(f"t{t.id}_os{d}", "u32", s) for d, s in enumerate(contiguous_strides(t.shape))]
-        return meta
+            meta += [(f"t{t.id}_n{d}", "u32", n) for d, n in enumerate(t.shape)]
+        return meta + side_writes.metadata(self, self.writes)
 
     def _terms(self) -> list[Node]:
-        """Epilogue terms whose element coordinates the code needs (rope, index_write and leaf readers)."""
+        """Epilogue terms whose element coordinates the code needs (rope and readers of leaves)."""
         out = []
+        written = {w.term.id for w in self.writes}
         for part in self.lay.parts:
             for t in part.terms:
                 reads_leaf = any(not self.node.arg.is_term(s) for s in t.srcs)
-                if t.op in (Op.ROPE, Op.INDEX_WRITE) or reads_leaf:
+                if t.id not in written and (t.op is Op.ROPE or reads_leaf):
                     out.append(t)
         return out
-
-    def _shape_of(self, t: Node) -> tuple[int, ...]:
-        """The shape a term's element index is split by: its own, or an index_write's source's."""
-        if t.op is Op.INDEX_WRITE:
-            src = t.srcs[1]
-            return (
-                self.node.arg.term(src).shape
-                if self.node.arg.is_term(src)
-                else self.operands[self.node.arg.leaf_index(src)].view.shape
-            )
-        return t.shape
 
     def calculate_dispatch(self) -> Workload:
         units = sum(p.units for p in self.lay.parts)
@@ -249,6 +256,8 @@ class GemvMultiKernel(Kernel):
         self._describe(b)
         wg = self.choice.workgroup[0]
         b.workgroup_var(f"red: array<vec4<f32>, {wg}>")
+        if any(not w.box for w in self.writes):
+            b.workgroup_var(f"wv: array<f32, {2 * len(self.writes)}>")
         if self.choice.param("subgroups", False):
             b.builtin("@builtin(subgroup_invocation_id) sg_lane: u32")
             b.builtin("@builtin(subgroup_size) sg_size: u32")
@@ -263,6 +272,8 @@ class GemvMultiKernel(Kernel):
             for line in body.body:
                 b.line("  " + line)
         b.line("}")
+        for w in self.writes:  # every workgroup copies its share of the buffers written as copies
+            side_writes.copy_share(b, self, w, f"params.u{len(self.lay.parts) - 1}")
 
     def _describe(self, b: WgslBuilder) -> None:
         arg = self.node.arg
@@ -296,6 +307,11 @@ class GemvMultiKernel(Kernel):
         for line in inner.body:
             b.line("  " + line)
         b.line("}")
+        spread = [w for w in self.writes if not w.box and any(t.id == w.term.id for t in part.terms)]
+        if spread:
+            b.line("workgroupBarrier();  // thread 0's values in wv")
+            for w in spread:
+                side_writes.by_all(b, self, w, elements)
 
     def _b_load(self, core: int, base: str, kk: str) -> str:
         """One KernelElement of the B of global core index `core` at k-step kk (f32 lanes)."""
@@ -393,7 +409,7 @@ class GemvMultiKernel(Kernel):
         return f"{vtype(dtype, 1)}({f32_value})"
 
     def _coords(self, b: WgslBuilder, t: Node, j: int, e: str) -> list[str]:
-        shape = self._shape_of(t)
+        shape = t.shape
         prefix = f"t{t.id}_{j}_c"
         for line in index_to_coords(e, [f"t{t.id}_n{d}" for d in range(len(shape))], prefix):
             b.line(line)
@@ -424,12 +440,9 @@ class GemvMultiKernel(Kernel):
         if t.op is Op.ROPE:
             self._rope(b, t, j, e, values)
             return
-        if t.op is Op.INDEX_WRITE:
-            coords = self._coords(b, t, j, e)
-            target = " + ".join(f"({c} + params.t{t.id}_lo{d}) * params.t{t.id}_os{d}" for d, c in enumerate(coords))
-            value, _ = values[(t.srcs[1], j)]
-            i = arg.leaf_index(t.srcs[0])
-            b.line(f"in{i}[{target or '0u'}] = {store_cast(f'{vtype(t.dtype, 1)}({value})', t.dtype, 1)};")
+        write = next((w for w in self.writes if w.term.id == t.id), None)
+        if write is not None:
+            side_writes.by_thread0(b, self, write, j, e, values[(write.value, j)][0])
             return
         coords: list[str] | None = None
         args, dtypes = [], []
