@@ -249,3 +249,41 @@ def test_interpreter_agrees_on_the_fused_graph():
     assert sum(n.op is Op.FUSED for n in fused) == 3  # the group and its two side writes
     for got, want in zip(interpret(fused, inputs), interpret(built.graph, inputs), strict=True):
         assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+# --- the decoder of examples/llama.py ---------------------------------------------------------
+
+
+def _decoder_logits(monkeypatch: pytest.MonkeyPatch, fusion: bool, jit: bool) -> tuple[np.ndarray, int]:
+    """Logits of five decode steps of a tiny random Llama (and the dispatches of one step)."""
+    from benchmarks.e2e.decoder import config
+    from examples import llama as L
+
+    monkeypatch.setenv("WGJIT_FUSION", "1" if fusion else "0")
+    cfg = config("tiny")
+    model = L.Llama(cfg, L.check_weights(L.random_weights(cfg, seed=0), cfg, "random"), cfg.max_positions)
+    logits = []
+    if jit:
+        cache = model.empty_cache().tensors()
+        for pos, tok in enumerate([3, 17, 5, 9, 11]):
+            out = model.step_jit(tr.tensor(np.array([[tok]], np.int32)), tr.tensor(np.array([pos], np.int32)), *cache)
+            cache = out[2:]
+            logits.append(out[0].numpy())
+        step = model.step(tr.tensor(np.array([[1]], np.int32)), tr.tensor(np.array([0], np.int32)), *cache)
+        count = len(tr.compile(*step).dispatches)
+    else:
+        kv = model.empty_cache()
+        for pos, tok in enumerate([3, 17, 5, 9, 11]):
+            logits.append(model.step_lazy(tr.tensor(np.array([[tok]], np.int32)), pos, kv)[0].numpy())
+        lg, nxt = model.step_lazy(tr.tensor(np.array([[1]], np.int32)), 5, kv)
+        count = len(tr.compile(lg, nxt, *kv.tensors()).dispatches)
+    monkeypatch.delenv("WGJIT_FUSION")
+    return np.array(logits), count
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["jit step", "lazy step"])
+def test_decoder_steps_match_the_unfused_graph(monkeypatch, jit):
+    fused, n_fused = _decoder_logits(monkeypatch, True, jit)
+    unfused, n_unfused = _decoder_logits(monkeypatch, False, jit)
+    assert_close(fused, unfused, rtol=1e-4, atol=1e-5)
+    assert n_fused < n_unfused
