@@ -94,6 +94,8 @@ class Op(enum.Enum):
     # unnormalized output sum(exp(s - m) v), then m (the range's max score) and sum(exp(s - m))
     ATTENTION_SPLITS = "attention_splits"
     ATTENTION_COMBINE = "attention_combine"  # srcs: the splits; out (B, H, Lq, Ev): the ranges rescaled and added
+    # one id per row of logits (..., V), drawn on the GPU: srcs logits, seed, step (uint32 scalars); arg: SampleArg
+    SAMPLE = "sample"
     # a fused group of the nodes above, from passes.fuse; arg: ir.fusion.FusedArg
     FUSED = "fused"
 
@@ -201,3 +203,12 @@ class RopeArg:
     """Which elements a ROPE node rotates together: (i, i + d/2) (half, Llama) or (2i, 2i + 1) (interleaved)."""
 
     interleaved: bool = False
+
+
+@dataclass(frozen=True)
+class SampleArg:
+    """How a SAMPLE node draws: temperature (0: the first largest logit), then top-k (0: all), then top-p (1: all)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0

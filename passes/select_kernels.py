@@ -28,6 +28,7 @@ from backend_wgpu.kernels import (
     ReduceKernel,
     RopeKernel,
     RowReduceKernel,
+    SampleKernel,
     SoftmaxKernel,
     SoftmaxRegsKernel,
     SplitGemvKernel,
@@ -82,6 +83,8 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
             return plan.choice
     if node.op is Op.ROPE:
         return KernelChoice(RopeKernel.name, "interleaved" if node.arg.interleaved else "half", workgroup=(256, 1, 1))
+    if node.op is Op.SAMPLE:
+        return KernelChoice(SampleKernel.name, workgroup=(SAMPLE_THREADS, 1, 1))
     if node.op is Op.ATTENTION_COMBINE:
         return KernelChoice(AttentionCombineKernel.name, workgroup=(64, 1, 1))
     raise NotImplementedError(f"select_kernels: no kernel for op {node.op.value}")
@@ -164,6 +167,7 @@ def _select_reduce(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
 
 
 ROW_REDUCE_UNROLL = 4
+SAMPLE_THREADS = 128  # threads per row of logits (backend_wgpu/kernels/sample/sample.py sizes its arrays by it)
 SOFTMAX_MAX_PER_THREAD = 8  # vec4 registers per thread for a row held in registers
 
 

@@ -33,6 +33,7 @@ from tracer.factories import (
 from tracer.jit import jit
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.realize import reset_device
+from tracer.sampling import sample
 from tracer.tensor import Tensor, compile, concat, matmul, maximum, minimum, realize, stack, where
 from tracer.weights import load_safetensors
 
@@ -104,7 +105,7 @@ __all__ = [
     "broadcast_to", "ceil", "compile", "concat", "expand", "explain", "flatten", "float16",
     "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log_softmax", "matmul", "max",
     "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
-    "record", "reset_device", "reshape", "softmax",
+    "record", "reset_device", "reshape", "sample", "softmax",
     "squeeze", "stack", "sum", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
     # transformer inference (tracer/nn.py, tracer/weights.py)

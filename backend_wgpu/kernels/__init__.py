@@ -22,6 +22,7 @@ from backend_wgpu.kernels.norm.norm import NormKernel
 from backend_wgpu.kernels.reduce.reduce import ReduceKernel
 from backend_wgpu.kernels.reduce.row_reduce import RowReduceKernel
 from backend_wgpu.kernels.rope.rope import RopeKernel
+from backend_wgpu.kernels.sample.sample import SampleKernel
 from backend_wgpu.kernels.softmax.softmax import SoftmaxKernel
 from backend_wgpu.kernels.softmax.softmax_regs import SoftmaxRegsKernel
 
@@ -47,6 +48,7 @@ KERNELS: dict[str, type[Kernel]] = {
         AttentionCombineKernel,
         RopeKernel,
         GemvMultiKernel,
+        SampleKernel,
     )
 }
 
