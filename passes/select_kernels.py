@@ -100,7 +100,7 @@ class DecodePlan:
 
 
 DECODE_MAX_HEAD_DIM = 256  # one thread per element of a head at worst (scalar loads)
-DECODE_TARGET_WORKGROUPS = 256  # enough (batch, kv head, range) workgroups for a large GPU
+DECODE_TARGET_WORKGROUPS = 512  # (batch, kv head, range) workgroups: a few per multiprocessor of a large GPU
 DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their combine
 
 

@@ -151,3 +151,18 @@ def test_split_matches_the_interpreter():
     ]
     (got,) = interpret(graph, hosts)
     assert_close(got, reference(q, k, v), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("e,s,ranges", [(16, 333, "many"), (32, 333, "many"), (32, 900, "few")])
+def test_lane_sums_by_subgroup_shuffles(e, s, ranges, monkeypatch):
+    """Where the adapter's subgroups hold a key's lanes (lavapipe's are 8 wide), shuffles sum them and
+    each thread keeps four keys' loads in flight ("few" ranges: long ones, several passes each)."""
+    from passes import select_kernels as sk
+
+    if ranges == "few":
+        monkeypatch.setattr(sk, "DECODE_TARGET_WORKGROUPS", 1)
+    q, k, v = inputs(1, 8, 2, s, e, e)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    got, program = run_with_caps(y, subgroups=True, subgroup_size=8)
+    assert "subgroupShuffleXor" in program.sources[program.dispatches[0].key]
+    assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)

@@ -29,6 +29,7 @@ from ir.ops import AttentionArg, Op
 from ir.view import View
 
 THREADS = 256  # per workgroup
+UNROLL = 4  # keys (and value rows) each thread loads per pass
 
 
 def pow2_at_least(n: int) -> int:
@@ -134,29 +135,39 @@ class DecodeAttentionKernel(Kernel):
             b.line(f"{var} = red[0];")
         b.line("workgroupBarrier();  // red is reused")
 
-    def _lane_sum(self, b: WgslBuilder, lanes: int, indent: str) -> None:
-        """Sum d0..d{g-1} over the `lanes` threads of each key (lane 0 of the key gets the sums)."""
-        g = self.g
+    def _lane_sum(self, b: WgslBuilder, lanes: int, names: list[str], indent: str) -> None:
+        """Sum each of `names` over the `lanes` threads of its key (lane 0 of the key gets the sums)."""
         if lanes == 1:
             return
         if self.choice.param("lane_shuffle", False):
-            for h in range(g):
+            for name in names:
                 m = lanes // 2
                 while m:
-                    b.line(f"{indent}d{h} += subgroupShuffleXor(d{h}, {m}u);")
+                    b.line(f"{indent}{name} += subgroupShuffleXor({name}, {m}u);")
                     m //= 2
             return
-        for h in range(g):
-            b.line(f"{indent}lane_red[{h * THREADS}u + lidx] = d{h};")
+        for i, name in enumerate(names):
+            b.line(f"{indent}lane_red[{i * THREADS}u + lidx] = {name};")
         b.line(f"{indent}workgroupBarrier();")
         b.line(f"{indent}for (var half = {lanes // 2}u; half > 0u; half = half >> 1u) {{")
-        adds = " ".join(f"lane_red[{h * THREADS}u + lidx] += lane_red[{h * THREADS}u + lidx + half];" for h in range(g))
+        adds = " ".join(
+            f"lane_red[{i * THREADS}u + lidx] += lane_red[{i * THREADS}u + lidx + half];" for i in range(len(names))
+        )
         b.line(f"{indent}  if (lane < half) {{ {adds} }}")
         b.line(f"{indent}  workgroupBarrier();")
         b.line(f"{indent}}}")
-        for h in range(g):
-            b.line(f"{indent}d{h} = lane_red[{h * THREADS}u + lidx];")
+        for i, name in enumerate(names):
+            b.line(f"{indent}{name} = lane_red[{i * THREADS}u + lidx];")
         b.line(f"{indent}workgroupBarrier();  // lane_red is reused by the next keys")
+
+    @property
+    def unroll(self) -> int:
+        """Keys each thread loads per pass: several loads in flight; one where lane sums go through memory."""
+        return (
+            UNROLL
+            if self.choice.param("lane_shuffle", False) or self._lanes(self.operands[0].view.shape[3]) == 1
+            else 1
+        )
 
     def render(self, b: WgslBuilder) -> None:
         arg = attention_arg(self.node)
@@ -171,7 +182,7 @@ class DecodeAttentionKernel(Kernel):
         b.workgroup_var(f"red: array<f32, {THREADS}>")
         b.workgroup_var(f"out_red: array<{vt}, {THREADS}>")
         if lanes > 1 and not self.choice.param("lane_shuffle", False):
-            b.workgroup_var(f"lane_red: array<f32, {g * THREADS}>")
+            b.workgroup_var(f"lane_red: array<f32, {g * self.unroll * THREADS}>")
         inf = infinity(b)
         b.line("let split = wg % params.splits;")
         b.line("let hk = (wg / params.splits) % params.hkv;")
@@ -192,20 +203,27 @@ class DecodeAttentionKernel(Kernel):
             head = f"hk * {g}u + {h}u"
             b.line(f"  q{h} = {vt}(in0[{self._addr('q', head, '0u', 'lane')}]) * params.scale;")
         b.line("}")
-        b.line(f"for (var j0 = 0u; j0 < n; j0 += {THREADS // lanes}u) {{")
-        b.line("  let j = j0 + key_row;")
-        b.line(f"  var kv = {vt}(0.0);")
-        b.line(f"  if (j < n && lane_on) {{ kv = {vt}(in1[{self._addr('k', 'hk', 'start + j', 'lane')}]); }}")
-        for h in range(g):
-            b.line(f"  var d{h} = {f'dot(q{h}, kv)' if w > 1 else f'q{h} * kv'};")
-        self._lane_sum(b, lanes, "  ")
-        b.line("  if (lane == 0u && j < n) {")
-        for h in range(g):
-            b.line(f"    var s{h} = d{h};")
-            self._mask(b, arg, f"s{h}", f"hk * {g}u + {h}u", "start + j", inf, "    ")
-            b.line(f"    scores[{h * chunk}u + j] = s{h};")
-            b.line(f"    m{h} = max(m{h}, s{h});")
-        b.line("  }")
+        per_pass, unroll = THREADS // lanes, self.unroll
+        b.line(f"for (var first = 0u; first < n; first += {per_pass * unroll}u) {{")
+        for u in range(unroll):  # every load of the pass first, then the arithmetic
+            b.line(f"  let j{u} = first + {u * per_pass}u + key_row;")
+            b.line(f"  var kv{u} = {vt}(0.0);")
+            key = self._addr("k", "hk", f"start + j{u}", "lane")
+            b.line(f"  if (j{u} < n && lane_on) {{ kv{u} = {vt}(in1[{key}]); }}")
+        names = []
+        for u in range(unroll):
+            for h in range(g):
+                b.line(f"  var d{h}_{u} = {f'dot(q{h}, kv{u})' if w > 1 else f'q{h} * kv{u}'};")
+                names.append(f"d{h}_{u}")
+        self._lane_sum(b, lanes, names, "  ")
+        for u in range(unroll):
+            b.line(f"  if (lane == 0u && j{u} < n) {{")
+            for h in range(g):
+                b.line(f"    var s{h} = d{h}_{u};")
+                self._mask(b, arg, f"s{h}", f"hk * {g}u + {h}u", f"start + j{u}", inf, "    ")
+                b.line(f"    scores[{h * chunk}u + j{u}] = s{h};")
+                b.line(f"    m{h} = max(m{h}, s{h});")
+            b.line("  }")
         b.line("}")
         b.line("workgroupBarrier();")
         # 2. max and sum of exp per head
@@ -229,10 +247,16 @@ class DecodeAttentionKernel(Kernel):
         for h in range(g):
             b.line(f"var o{h} = {vt}(0.0);")
         b.line(f"if (vlane * {w}u < params.ev) {{")
-        b.line(f"  for (var j = vrow; j < n; j += {rows}u) {{")
-        b.line(f"    let vv = {vt}(in2[{self._addr('v', 'hk', 'start + j', 'vlane')}]);")
-        for h in range(g):
-            b.line(f"    o{h} = fma({vt}(scores[{h * chunk}u + j]), vv, o{h});")
+        b.line(f"  for (var first = vrow; first < n; first += {rows * UNROLL}u) {{")
+        for u in range(UNROLL):
+            b.line(f"    let j{u} = first + {u * rows}u;")
+            b.line(f"    var vv{u} = {vt}(0.0);")
+            b.line(f"    if (j{u} < n) {{ vv{u} = {vt}(in2[{self._addr('v', 'hk', f'start + j{u}', 'vlane')}]); }}")
+        for u in range(UNROLL):
+            b.line(f"    if (j{u} < n) {{")
+            for h in range(g):
+                b.line(f"      o{h} = fma({vt}(scores[{h * chunk}u + j{u}]), vv{u}, o{h});")
+            b.line("    }")
         b.line("  }")
         b.line("}")
         for h in range(g):
