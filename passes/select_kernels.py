@@ -121,15 +121,23 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     lanes = pow2_at_least(-(-q.shape[3] // w))
     g = arg.group
     shuffle = caps.subgroups and 1 < lanes <= caps.subgroup_size
-    fixed = 4 * THREADS + 16 * THREADS + (4 * g * THREADS if lanes > 1 and not shuffle else 0)
-    room = (caps.max_workgroup_storage - fixed) // (4 * g)
-    if room < 16 or THREADS > caps.max_invocations:
+    if THREADS > caps.max_invocations:
+        return None
+    # keys per thread per pass (loads in flight): 4 where the lane sums fit (subgroup shuffles, or
+    # workgroup memory for 4 keys' sums of every head beside a range of 256 keys), else 1
+    for unroll in (4, 1):
+        tree = 4 * g * unroll * THREADS if lanes > 1 and not shuffle else 0
+        room = (caps.max_workgroup_storage - 4 * THREADS - 16 * THREADS - tree) // (4 * g)
+        if room >= (256 if unroll > 1 else 16):
+            break
+    else:
         return None
     chunk = min(1024, 1 << (room.bit_length() - 1))
     s, units = k.shape[2], q.shape[0] * k.shape[1]
     fill = min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE))
     splits = max(1, -(-s // chunk), fill)
     params = (("heads_per_kv", g), ("chunk", chunk), ("subgroups", caps.subgroups), ("lane_shuffle", shuffle))
+    params += (("unroll", unroll),)
     choice = KernelChoice(DecodeAttentionKernel.name, "", workgroup=(THREADS, 1, 1), params=params)
     return DecodePlan(choice, chunk, splits)
 

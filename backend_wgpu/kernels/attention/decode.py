@@ -162,12 +162,8 @@ class DecodeAttentionKernel(Kernel):
 
     @property
     def unroll(self) -> int:
-        """Keys each thread loads per pass: several loads in flight; one where lane sums go through memory."""
-        return (
-            UNROLL
-            if self.choice.param("lane_shuffle", False) or self._lanes(self.operands[0].view.shape[3]) == 1
-            else 1
-        )
+        """Keys each thread loads per pass (several loads in flight), from select_kernels' plan."""
+        return self.choice.param("unroll", 1)
 
     def render(self, b: WgslBuilder) -> None:
         arg = attention_arg(self.node)
