@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 import tracer as tr
 from backend_wgpu import get_device
@@ -18,6 +19,8 @@ from ir.interpret import interpret
 from ir.ops import Op
 from passes import run_pipeline
 from tests.helpers import assert_close
+from tests.strategies import decode_programs
+from tests.test_fuzz import check_program
 from tracer.graph_builder import build_graph
 
 pytestmark = pytest.mark.gpu
@@ -287,3 +290,14 @@ def test_decoder_steps_match_the_unfused_graph(monkeypatch, jit):
     unfused, n_unfused = _decoder_logits(monkeypatch, False, jit)
     assert_close(fused, unfused, rtol=1e-4, atol=1e-5)
     assert n_fused < n_unfused
+
+
+# --- the fuzzer's decode fragments ------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(decode_programs(f16=get_device().caps.shader_f16))
+def test_random_decode_fragments(program):
+    """tests/strategies.py's decode fragments through the fuzzer's three oracles (numpy, ir.interpret on
+    the traced graph, ir.interpret after every pass)."""
+    check_program(program)
