@@ -131,7 +131,8 @@ class Device:
             backend=str(info.get("backend_type", "")),
             shader_f16="shader-f16" in wanted,
             subgroups="subgroup" in wanted,
-            subgroup_size=int(info.get("subgroup_min_size", 0) or 0),
+            # the smallest subgroup the adapter may run; wgpu-py 0.32 spells the key "stackgroup_min_size"
+            subgroup_size=int(info.get("subgroup_min_size") or info.get("stackgroup_min_size") or 0),
             timestamps="timestamp-query" in wanted,
             max_storage_binding=int(dl["max-storage-buffer-binding-size"]),
             max_storage_buffers_per_stage=int(dl["max-storage-buffers-per-shader-stage"]),
