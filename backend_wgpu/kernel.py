@@ -84,6 +84,12 @@ class Kernel:
         return 1
 
     @classmethod
+    def widest_group(cls, node: Node, views: list[View]) -> int | None:
+        """For a FUSED node the kernel runs in its own way: its widest KernelElement, given its
+        leaves' views; None (the default) lets passes.vectorize apply the fused-group rule."""
+        return None
+
+    @classmethod
     def inplace_operands(cls, node: Node) -> tuple[int, ...]:
         """The operands whose buffer the output may overwrite (passes.inplace checks liveness and views)."""
         return ()

@@ -3,7 +3,8 @@
 Reads a Hugging Face checkpoint folder (config.json, model.safetensors or a sharded
 model.safetensors.index.json, tokenizer.json when present), prefills the prompt, then
 decodes one token at a time with a KV cache; greedy, or seeded sampling with temperature,
-top-k and top-p. The model code is in examples/llama.py.
+top-k and top-p drawn on the GPU (tr.sample: one id read back per token). The model code is in
+examples/llama.py.
 
     python examples/generate.py --model DIR --prompt "The capital of France is" --max-new-tokens 32
     python examples/generate.py --model DIR --prompt-ids 1,17,923 --max-new-tokens 8 --temperature 0 --json out.json
@@ -53,7 +54,11 @@ class Sampling:
 
 
 def sample(logits: np.ndarray, s: Sampling, rng: np.random.Generator) -> int:
-    """One id from a row of logits on the host: temperature, then top-k, then top-p (nucleus)."""
+    """One id from a row of logits on the host: temperature, then top-k, then top-p (nucleus).
+
+    generate() draws on the GPU instead (next_token, tr.sample); this host version stays for
+    comparison: the same distribution, its own stream of numbers.
+    """
     if s.temperature == 0:
         return int(np.argmax(logits))
     z = logits.astype(np.float64) / s.temperature
@@ -68,12 +73,13 @@ def sample(logits: np.ndarray, s: Sampling, rng: np.random.Generator) -> int:
     return int(order[min(int(np.searchsorted(np.cumsum(p), rng.random(), side="right")), len(order) - 1)])
 
 
-def next_token(logits: tr.Tensor, argmax: tr.Tensor, s: Sampling, rng: np.random.Generator) -> int:
-    """The one place that picks the next id: greedy reads back the GPU's argmax (4 bytes),
-    sampling reads the logits row and samples on the host (GPU sampling replaces this later)."""
+def next_token(logits: tr.Tensor, argmax: tr.Tensor, s: Sampling, step: int) -> int:
+    """The one place that picks the next id, reading back 4 bytes: greedy takes the GPU's argmax,
+    sampling draws on the GPU (tr.sample: the `step`-th draw of this generation's seed)."""
     if s.temperature == 0:
         return int(argmax.numpy().reshape(-1)[0])
-    return sample(logits.numpy().reshape(-1), s, rng)
+    drawn = tr.sample(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed, step=step)
+    return int(drawn.numpy().reshape(-1)[0])
 
 
 # --- generation ----------------------------------------------------------------------------------
@@ -141,7 +147,6 @@ class Generator:
         if max_new_tokens < 0:
             raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
         model = self.model(self.context_for(len(prompt_ids), max_new_tokens))
-        rng = np.random.default_rng(sampling.seed)
         t0 = time.perf_counter()
         ids = tr.tensor(np.array([prompt_ids], np.int32))
         prefill = model.prefill_jit if self.mode == "jit" else model.prefill
@@ -150,7 +155,7 @@ class Generator:
         prompt_logits = logits.numpy()[0] if want_prompt_logits else None
         last = logits[:, -1] if want_prompt_logits else logits
         out: list[int] = []
-        token = next_token(last, first, sampling, rng) if max_new_tokens else None
+        token = next_token(last, first, sampling, 0) if max_new_tokens else None
         t1 = time.perf_counter()
         while token is not None:
             out.append(token)
@@ -159,20 +164,18 @@ class Generator:
             eos = stop_at_eos and token in self.cfg.eos_ids
             if eos or len(out) == max_new_tokens:
                 return Result(out, prompt_logits, t1 - t0, time.perf_counter() - t1, eos)
-            token, cache = self._step(model, token, cache, sampling, rng)
+            token, cache = self._step(model, token, cache, sampling, len(out))
         return Result(out, prompt_logits, t1 - t0, 0.0)
 
-    def _step(
-        self, model: Llama, token: int, cache: KVCache, sampling: Sampling, rng: np.random.Generator
-    ) -> tuple[int, KVCache]:
-        """Decode one token at position cache.length; returns the next id and the cache."""
+    def _step(self, model: Llama, token: int, cache: KVCache, sampling: Sampling, step: int) -> tuple[int, KVCache]:
+        """Decode one token at position cache.length; returns the next id (the `step`-th draw) and the cache."""
         ids = tr.tensor(np.array([[token]], np.int32))
         pos = cache.length
         if self.mode == "lazy":
             logits, argmax = model.step_lazy(ids, pos, cache)
-            return next_token(logits, argmax, sampling, rng), cache
+            return next_token(logits, argmax, sampling, step), cache
         logits, argmax, *tensors = model.step_jit(ids, tr.tensor(np.array([pos], np.int32)), *cache.tensors())
-        return next_token(logits, argmax, sampling, rng), KVCache.from_tensors(tensors, pos + 1)
+        return next_token(logits, argmax, sampling, step), KVCache.from_tensors(tensors, pos + 1)
 
 
 def _tokenizer(path: Path) -> object | None:

@@ -6,12 +6,15 @@ stripped); the last term is the group's result and has the FUSED node's own id. 
 FUSED node's srcs are the group's "leaves": the values from outside the group that the
 terms read (buffers, or VIEWs of buffers). A term's srcs name leaves or earlier terms.
 
-At most one term is a "core": a reduction, softmax or matmul. Terms upstream of the core
+At most one term is a "core": a reduction, softmax or matmul (passes.fuse_gemv's groups
+hold several matmuls that share their input, with a norm before and rope and in-place
+index_writes after them; their kernel, gemv_multi, reads such groups itself). Terms upstream of the core
 are its prologue (evaluated per element of the core's input); the others its epilogue
 (evaluated per element of its output). Without a core, every term is evaluated per
 output element. A VIEW term is a reshape that keeps the linear element order, so it
-passes its source's value through unchanged; broadcasts, transposes and slices never
-appear inside a group (they are read from memory by the leaves).
+passes its source's value through unchanged; transposes and slices never appear inside a
+group (they are read from memory by the leaves), broadcasts only where a side write of
+passes.fuse_gemv spreads a value along them.
 
 The ids of the nodes a group holds are `FusedArg.holds`, and passes.fuse also records
 them in the node's KernelChoice.params as ("group", holds) for tools.
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ir.node import Node
-from ir.ops import REDUCE, ROW, Op
+from ir.ops import ELEMENTWISE, REDUCE, ROW, Op
 from ir.view import View
 
 CORE_OPS = REDUCE | ROW | frozenset({Op.MATMUL})
@@ -33,6 +36,13 @@ CORE_OPS = REDUCE | ROW | frozenset({Op.MATMUL})
 def linear_identity(view: View, source_size: int) -> bool:
     """Does this view show its source's elements in the same linear order (a plain reshape)?"""
     return view.offset == 0 and view.size == source_size and view.is_contiguous
+
+
+def linear_broadcast(view: View, source_size: int) -> bool:
+    """Is this view its source in linear order with broadcast axes (stride 0) added?"""
+    kept = [(d, st) for d, st in zip(view.shape, view.strides) if st != 0 or d == 1]
+    inner = View(tuple(d for d, _ in kept), tuple(st for _, st in kept), view.offset)
+    return linear_identity(inner, source_size)
 
 
 @dataclass(frozen=True)
@@ -138,13 +148,14 @@ def check_fused(node: Node, source_shapes: dict[int, tuple[int, ...]]) -> str | 
         if t.op in CORE_OPS:
             cores += 1
         elif t.op is Op.VIEW:
-            if not isinstance(t.arg, View) or not linear_identity(t.arg, _size(shapes[t.srcs[0]])):
+            if not isinstance(t.arg, View) or not linear_broadcast(t.arg, _size(shapes[t.srcs[0]])):
                 return f"view term %{t.id} does not keep the linear element order"
-        elif any(shapes[s] != t.shape for s in t.srcs):
+        elif t.op in ELEMENTWISE and any(shapes[s] != t.shape for s in t.srcs):
             return f"term %{t.id} ({t.op.value}): operand shapes {[shapes[s] for s in t.srcs]} differ from {t.shape}"
         shapes[t.id] = t.shape
-    if cores > 1:
-        return f"{cores} core terms in one group"
+    matmuls = [t for t in arg.terms if t.op is Op.MATMUL]
+    if cores > 1 and not (len(matmuls) == cores and len({t.srcs[0] for t in matmuls}) == 1):
+        return f"{cores} core terms in one group (only matmuls sharing their input may be several)"
     return None
 
 

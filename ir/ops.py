@@ -95,8 +95,17 @@ class Op(enum.Enum):
     GATHER = "gather"  # srcs: x, ids (int32, the output's shape); arg: axis; ids clamped to [0, dim)
     CONV1D = "conv1d"  # srcs: x (N, Cin, L), weight (Cout, Cin/groups, K); arg: Conv1dArg
     INDEX_WRITE = "index_write"  # srcs: x, src; arg: per-axis offsets; x with src written at offsets
+    # rotary position embedding: srcs x (..., d), cos, sin (x.shape[:-1] + (d/2,)); arg: RopeArg
+    ROPE = "rope"
     # srcs: q (B, H, Lq, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev)[, mask (B, H, Lq, S)]; arg: AttentionArg
-    ATTENTION = "attention"  # softmax(q k^T * scale + mask) v, out (..., Lq, Ev) with B * H rows of Lq
+    ATTENTION = "attention"  # softmax(q k^T * scale + mask) v, out (B, H, Lq, Ev)
+    # flash-decoding (passes.split_attention): the keys cut into `splits` ranges of ceil(S / splits)
+    # srcs as ATTENTION; arg: SplitsArg; out float32 (B, H, Lq, splits, Ev + 2): per range the
+    # unnormalized output sum(exp(s - m) v), then m (the range's max score) and sum(exp(s - m))
+    ATTENTION_SPLITS = "attention_splits"
+    ATTENTION_COMBINE = "attention_combine"  # srcs: the splits; out (B, H, Lq, Ev): the ranges rescaled and added
+    # one id per row of logits (..., V), drawn on the GPU: srcs logits, seed, step (uint32 scalars); arg: SampleArg
+    SAMPLE = "sample"
     # a fused group of the nodes above, from passes.fuse; arg: ir.fusion.FusedArg
     FUSED = "fused"
 
@@ -215,3 +224,27 @@ class AttentionArg:
                 return index if present else None
             index += present
         raise ValueError(f"AttentionArg.operand: no operand named {what!r}")
+
+
+@dataclass(frozen=True)
+class SplitsArg:
+    """An ATTENTION_SPLITS node: the attention it computes a part of, and into how many key ranges."""
+
+    attention: AttentionArg
+    splits: int
+
+
+@dataclass(frozen=True)
+class RopeArg:
+    """Which elements a ROPE node rotates together: (i, i + d/2) (half, Llama) or (2i, 2i + 1) (interleaved)."""
+
+    interleaved: bool = False
+
+
+@dataclass(frozen=True)
+class SampleArg:
+    """How a SAMPLE node draws: temperature (0: the first largest logit), then top-k (0: all), then top-p (1: all)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0

@@ -45,7 +45,9 @@ def inplace(graph: Graph, caps: DeviceCaps) -> Graph:
 
     nodes: list[Node] = []
     for node in graph:
-        choice = _pick_operand(graph, node, position, last_read, owner_of, outputs)
+        # a side write of passes.fuse_gemv comes with its operand: its group's kernel writes it in place
+        preset = node.inplace
+        choice = preset if preset is not None else _pick_operand(graph, node, position, last_read, owner_of, outputs)
         if choice is not None:
             target = buffer_owner(graph, node.srcs[choice], owner_of)
             owner_of[node.id] = target

@@ -14,26 +14,30 @@ from passes.dce import dce
 from passes.fold_views import fold_views
 from passes.fuse import fuse
 from passes.fuse_attention import fuse_attention
+from passes.fuse_gemv import fuse_gemv
 from passes.inplace import inplace
 from passes.plan_memory import plan_memory
 from passes.schedule import schedule
 from passes.select_kernels import select_kernels
+from passes.split_attention import split_attention
 from passes.split_k import split_k
 from passes.vectorize import vectorize
 
 Pass = Callable[[Graph, DeviceCaps], Graph]
 
-# fuse_attention reads the views fold_views made; split_k cuts GEMMs whose k a thread could not walk
-# within lavapipe's loop budget; fuse comes after select_kernels (legality asks which kernel each
+# fuse_attention reads the views fold_views made; split_k cuts GEMMs whose k a thread could not
+# walk within lavapipe's loop budget; split_attention comes before select_kernels (which picks the
+# kernels of both halves); fuse_gemv and fuse come after it (legality asks which kernel each
 # reduction/matmul got) and before vectorize, inplace and plan_memory (which then see one node per kernel)
 PIPELINE: list[Pass] = [
-    dce, fold_views, fuse_attention, split_k, select_kernels, fuse, vectorize, inplace, plan_memory, schedule,
+    dce, fold_views, fuse_attention, split_k, split_attention, select_kernels, fuse_gemv, fuse, vectorize, inplace,
+    plan_memory, schedule,
 ]  # fmt: skip
 
 
 def default_pipeline(fusion: bool = True) -> list[Pass]:
-    """PIPELINE, or PIPELINE without fuse (WGJIT_FUSION=0 instead keeps fuse as a no-op stage)."""
-    return list(PIPELINE) if fusion else [p for p in PIPELINE if p is not fuse]
+    """PIPELINE, or PIPELINE without fuse_gemv and fuse (WGJIT_FUSION=0 keeps them as no-op stages)."""
+    return list(PIPELINE) if fusion else [p for p in PIPELINE if p not in (fuse, fuse_gemv)]
 
 
 class PassFailure(WgjitError, RuntimeError):

@@ -9,23 +9,28 @@ chooses. KernelElement width is decided later by passes.vectorize.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from backend_wgpu.element import vector_readable
 from backend_wgpu.kernels import (
     ArangeKernel,
+    AttentionCombineKernel,
     BlockedGemmKernel,
     ConcatKernel,
     Conv1dKernel,
+    DecodeAttentionKernel,
     ElementwiseKernel,
     FlashAttentionKernel,
     GatherKernel,
     GemmKernel,
     GemvKernel,
+    GemvMultiKernel,
     IndexWriteKernel,
     NormKernel,
     ReduceKernel,
+    RopeKernel,
     RowReduceKernel,
+    SampleKernel,
     ScanKernel,
     SoftmaxKernel,
     SoftmaxRegsKernel,
@@ -81,9 +86,79 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if node.op in SCAN:  # short rows one thread each, in numpy's order; long ones a workgroup each
         serial = (node.shape[-1] if node.shape else 1) <= ScanKernel.serial_max
         return KernelChoice(ScanKernel.name, "serial" if serial else "blocks", workgroup=(64 if serial else 256, 1, 1))
+    if node.op in (Op.ATTENTION, Op.ATTENTION_SPLITS):
+        plan = decode_attention_plan(graph, node, caps)
+        if plan is not None:
+            return plan.choice
     if node.op is Op.ATTENTION:
         return attention_choice(graph, node, caps)
+    if node.op is Op.ROPE:
+        return KernelChoice(RopeKernel.name, "interleaved" if node.arg.interleaved else "half", workgroup=(256, 1, 1))
+    if node.op is Op.SAMPLE:
+        return KernelChoice(SampleKernel.name, workgroup=(SAMPLE_THREADS, 1, 1))
+    if node.op is Op.ATTENTION_COMBINE:
+        return KernelChoice(AttentionCombineKernel.name, workgroup=(64, 1, 1))
     raise NotImplementedError(f"select_kernels: no kernel for op {node.op.value}")
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """How attention_decode runs one attention: its choice, the keys one workgroup holds, the ranges."""
+
+    choice: KernelChoice
+    chunk: int
+    splits: int
+
+
+DECODE_MAX_HEAD_DIM = 256  # one thread per element of a head at worst (scalar loads)
+DECODE_TARGET_WORKGROUPS = 512  # (batch, kv head, range) workgroups: a few per multiprocessor of a large GPU
+DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their combine
+
+
+def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodePlan | None:
+    """attention_decode for one query row per head, sized to the workgroup memory; None if it cannot run it.
+
+    The range's scores sit in workgroup memory, `chunk` keys per query head, a power of two;
+    the keys are cut into enough ranges to fill the GPU (passes.split_attention makes them).
+    """
+    from backend_wgpu.kernels.attention.decode import THREADS, pow2_at_least
+
+    arg = node.arg.attention if node.op is Op.ATTENTION_SPLITS else node.arg
+    if arg.hide or arg.fill or arg.scale_by:  # attention written by hand (fuse_attention): the flash kernel's
+        return None
+    q, k, v = (graph[s] for s in node.srcs[:3])
+    if len(q.shape) != 4 or q.shape[2] != 1 or max(q.shape[3], v.shape[3]) > DECODE_MAX_HEAD_DIM:
+        return None
+    views = [view_of_operand(graph, s)[1] for s in node.srcs]
+    w = DecodeAttentionKernel.widest_element(node, views)
+    lanes = pow2_at_least(-(-q.shape[3] // w))
+    g = arg.group
+    shuffle = caps.subgroups and 1 < lanes <= caps.subgroup_size
+    if THREADS > caps.max_invocations:
+        return None
+    # keys per thread per pass (loads in flight): 4 where the lane sums fit (subgroup shuffles, or
+    # workgroup memory for 4 keys' sums of every head beside a range of 256 keys), else 1
+    for unroll in (4, 1):
+        tree = 4 * g * unroll * THREADS if lanes > 1 and not shuffle else 0
+        room = (caps.max_workgroup_storage - 4 * THREADS - 16 * THREADS - tree) // (4 * g)
+        if room >= (256 if unroll > 1 else 16):
+            break
+    else:
+        return None
+    chunk = min(1024, 1 << (room.bit_length() - 1))
+    s, units = k.shape[2], q.shape[0] * k.shape[1]
+    fill = min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE))
+    splits = max(1, -(-s // chunk), fill)
+    params = (("heads_per_kv", g), ("chunk", chunk), ("subgroups", caps.subgroups), ("lane_shuffle", shuffle))
+    params += (("unroll", unroll),)
+    choice = KernelChoice(DecodeAttentionKernel.name, "", workgroup=(THREADS, 1, 1), params=params)
+    return DecodePlan(choice, chunk, splits)
+
+
+def gemv_group_choice(k: int, caps: DeviceCaps) -> KernelChoice:
+    """gemv_multi for a group of passes.fuse_gemv: a workgroup per output column (or pair), threads along k."""
+    wg = min(_row_workgroup(k, caps) if k < 256 else 256, caps.max_invocations)
+    return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups),))
 
 
 def fused_group_choice() -> KernelChoice:
@@ -125,6 +200,7 @@ def _select_reduce(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
 
 
 ROW_REDUCE_UNROLL = 4
+SAMPLE_THREADS = 128  # threads per row of logits (backend_wgpu/kernels/sample/sample.py sizes its arrays by it)
 SOFTMAX_MAX_PER_THREAD = 8  # vec4 registers per thread for a row held in registers
 
 

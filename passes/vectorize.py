@@ -36,7 +36,9 @@ def _widest(graph: Graph, node: Node) -> int:
     if node.size == 0:
         return 1
     if node.op is Op.FUSED:
-        return _widest_fused(graph, node)
+        views = [view_of_operand(graph, s)[1] for s in node.srcs]
+        own = kernel_class(node.kernel.name).widest_group(node, views)
+        return own if own is not None else _widest_fused(graph, node)
     return kernel_class(node.kernel.name).widest_element(node, [view_of_operand(graph, s)[1] for s in node.srcs])
 
 

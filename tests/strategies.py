@@ -1584,6 +1584,61 @@ def _attention(
     return Result((p @ vf).astype(dt), False, (np.nan_to_num(np.abs(p)) @ np.abs(vf)) * spread)
 
 
+# --- decode-step fragments (passes/fuse_gemv.py's groups, kernels/matmul/gemv_multi.py) ---------
+
+
+def d_decode_block(b: Builder) -> Call | None:
+    """A macro, not an op: it adds the steps of a decode layer's fragment itself (ordinary ops) and
+    returns None. A row (1, K) (after an rms_norm or not) times two or three weights, then either
+    SwiGLU (silu(gate) * up) or attention's first half: heads, rope on q and k, the one-hot cache
+    update where(cond, k or v, cache), and attention over the updated caches."""
+    dt = b.dtype(FLOATS)
+    k = b.draw(st.sampled_from([4, 6, 8, 13, 16, 32]))
+    x = b.fresh(b.draw(st.sampled_from([(1, k), (1, 1, k)])), dt)
+    if b.draw(st.booleans()):
+        x = b.add("rms_norm", (x, b.fresh((k,), F32)), (("w", True), ("b", False), ("eps", 1e-5))) or x
+
+    def linear(n: int) -> Ref | None:
+        args: tuple[Arg, ...] = (x, b.fresh((n, k), dt))
+        bias = b.draw(st.integers(0, 3)) == 0
+        return b.add("linear", args + ((b.fresh((n,), dt),) if bias else ()), (("bias", bias),))
+
+    if b.draw(st.booleans()):  # the MLP: gate and up share the row
+        n = b.draw(st.sampled_from([2, 3, 8]))
+        gate, up = linear(n), linear(n)
+        act = gate and b.add("silu", (gate,))
+        if act is not None and up is not None:
+            b.add("mul", (act, up))
+        return None
+    heads, hd, ctx = (
+        b.draw(st.sampled_from([1, 2, 4])),
+        b.draw(st.sampled_from([2, 4, 8])),
+        b.draw(st.sampled_from([3, 4])),
+    )
+    kv_heads = b.draw(st.sampled_from([1, heads]))
+    interleaved = b.draw(st.booleans())
+    angles = b.fresh((1, hd // 2), F32)
+    cos, sin = b.add("cos", (angles,)), b.add("sin", (angles,))
+    cond = b.fresh((1, 1, ctx, 1), BOOL)
+
+    def heads_of(y: Ref | None, n: int) -> Ref | None:
+        y = y and b.add("reshape", (y,), (("shape", (1, 1, n, hd)),))
+        return y and b.add("permute", (y,), (("order", (0, 2, 1, 3)),))
+
+    q, kk, v = heads_of(linear(heads * hd), heads), heads_of(linear(kv_heads * hd), kv_heads), None
+    v = heads_of(linear(kv_heads * hd), kv_heads)
+    if None in (q, kk, v, cos, sin):
+        return None
+    q = b.add("rope", (q, cos, sin), (("interleaved", interleaved),))
+    kk = b.add("rope", (kk, cos, sin), (("interleaved", interleaved),))
+    caches = [b.fresh((1, kv_heads, ctx, hd), dt) for _ in range(2)]
+    new_k = kk and b.add("where", (cond, kk, caches[0]))
+    new_v = b.add("where", (cond, v, caches[1]))
+    if q is not None and new_k is not None and new_v is not None:
+        b.add("sdpa", (q, new_k, new_v), (("mask", False), ("causal", False), ("scale", None)))
+    return None
+
+
 # --- the op table -------------------------------------------------------------------------
 
 
@@ -1938,6 +1993,8 @@ OPS: dict[str, OpSpec] = {
             _attention,
         ),
         OpSpec("rope", d_rope, "tr.nn.rope({0}, {1}, {2}, interleaved={interleaved})", _rope),
+        # a macro that adds the steps of a decode-layer fragment (d_decode_block); never a step itself
+        OpSpec("decode_block", d_decode_block, "", lambda: None),
     ]
 }
 
@@ -2049,6 +2106,8 @@ def entry_expected(data: Any, dtype: str) -> np.ndarray | None:
                 return None
             out.append(stored)
     return np.array(out, dtype=target).reshape(np.shape(data))
+
+
 # --- long rows: past lavapipe's loop budget (issue 16.1) ------------------------------------------
 
 LONG_ROW = 1 << 24  # one workgroup of 256 threads walking it took 65,536 iterations each: one too many
@@ -2080,3 +2139,17 @@ def long_rows(draw: Callable[[st.SearchStrategy], Any], f16: bool = True) -> Pro
         b.add(op, (x,), params, any_size=True)
     last = len(b.values) - 1
     return Program(b.inputs, b.steps, (last,), (), "together")
+
+
+@st.composite
+def decode_programs(draw: Callable[[st.SearchStrategy], Any], f16: bool = True) -> Program:
+    """A decode-layer fragment (d_decode_block), a few random ops after it, some of its values read back."""
+    b = Builder(draw, draw(st.integers(0, 2**32 - 1)), f16, draw(st.sampled_from(["dyadic", "normal"])))
+    d_decode_block(b)
+    if not b.values:
+        b.fresh((1, 4), F32)
+    for _ in range(draw(st.integers(0, 2))):
+        b.apply(OPS[draw(st.sampled_from(DRAWN))])
+    last = len(b.values) - 1
+    extra = draw(st.lists(st.integers(0, last), max_size=2, unique=True))
+    return Program(b.inputs, b.steps, tuple(dict.fromkeys([last, *extra])), (), "together")

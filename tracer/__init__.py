@@ -40,6 +40,7 @@ from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.numeric import clip, nan_to_num
 from tracer.realize import reset_device
 from tracer.reductions import all, any, cumprod, cumsum, logsumexp, std, var
+from tracer.sampling import sample
 from tracer.shaping import (
     array_split,
     chunk,
@@ -128,7 +129,7 @@ __all__ = [
     "broadcast_to", "ceil", "round", "trunc", "compile", "concat", "expand", "explain", "flatten", "float16",
     "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log_softmax", "matmul", "max",
     "hypot", "logaddexp", "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
-    "record", "reset_device", "reshape", "softmax",
+    "record", "reset_device", "reshape", "sample", "softmax",
     "squeeze", "stack", "sum", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
     # transformer inference (tracer/nn.py, tracer/weights.py)

@@ -157,6 +157,8 @@ def tril(x: Any, k: int = 0) -> Tensor:
 def triu(x: Any, k: int = 0) -> Tensor:
     """x with the elements below diagonal k set to 0 (over its last two axes), as np.triu."""
     return _triangle("triu", x, k, lower=False)
+
+
 def _arange_bound(name: str, v: Any) -> int | float:
     if isinstance(v, np.generic):
         v = v.item()

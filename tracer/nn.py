@@ -5,14 +5,13 @@ same arithmetic the kernel would do, in the same precision):
 
   kernel    layer_norm, rms_norm (kernels/norm/norm.py), gather/index_select/embedding
             (kernels/movement/gather.py), conv1d (kernels/conv/conv1d.py), index_write
-            (kernels/movement/index_write.py), erf (an elementwise op),
-            scaled_dot_product_attention (Op.ATTENTION, kernels/attention/flash.py: one
-            dispatch; grouped-query attention reads kv head h // group, masks through
-            stride-0 views, never copies)
+            (kernels/movement/index_write.py), rope (Op.ROPE, kernels/rope/rope.py), erf (an
+            elementwise op), scaled_dot_product_attention (Op.ATTENTION, kernels/attention/flash.py
+            or, for one query row over a long cache, kernels/attention/decode.py: one dispatch;
+            grouped-query attention reads kv head h // group, masks through stride-0 views, never copies)
   composed  group_norm = layer_norm over (N, groups, -1) + elementwise affine;
-            rope = slices + elementwise + concat; attention with head dims past 512 =
-            matmul + scale + mask + softmax + matmul; clamp = maximum + minimum;
-            masked_fill = where; linear = matmul + add.
+            attention with head dims past 512 = matmul + scale + mask + softmax + matmul;
+            clamp = maximum + minimum; masked_fill = where; linear = matmul + add.
 
 Ids (index_select, embedding, gather) are int32 (uint32 is accepted). Valid ids are
 0 <= id < dim. When the ids are host data known at trace time (a list, a numpy array,
@@ -32,7 +31,7 @@ import numpy as np
 from ir import shapes
 from ir.dtypes import DType, promote
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
-from ir.ops import AttentionArg, Conv1dArg, NormArg, Op
+from ir.ops import AttentionArg, Conv1dArg, NormArg, Op, RopeArg
 from tracer.factories import arange
 from tracer.mutation import index_write
 from tracer.tensor import (
@@ -41,11 +40,9 @@ from tracer.tensor import (
     binary,
     broadcasts_to,
     clamp,
-    concat,
     from_data,
     make,
     masked_fill,
-    stack,
     where,
 )
 
@@ -239,7 +236,7 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
     d (the duplicated table Hugging Face models build) is accepted too. Half form
     (interleaved=False, GPT-NeoX/Llama): pairs are (x[i], x[i + d/2]). Interleaved
     (GPT-J): pairs are (x[2i], x[2i+1]). Each pair (a, b) becomes
-    (a cos - b sin, b cos + a sin).
+    (a cos - b sin, b cos + a sin), computed in float32 and returned in x's dtype.
     """
     x = as_tensor(x, "rope")
     cos, sin = as_tensor(cos, "rope", "cos"), as_tensor(sin, "rope", "sin")
@@ -253,20 +250,12 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
             raise ShapeError(f"rope: {what} shape {t.shape} must end in {half} (or {d}) for x shape {x.shape}")
         if t.shape[-1] == d:  # the duplicated table: keep one angle per pair
             t = t[..., :half] if not interleaved else t[..., ::2]
-        shapes.broadcast_shapes("rope", x.shape[:-1] + (half,), t.shape)
-        pairs.append(t)
-    cos, sin = pairs
-    if interleaved:
-        xr = x.reshape(x.shape[:-1] + (half, 2))
-        a, b = xr[..., 0], xr[..., 1]
-    else:
-        a, b = x[..., :half], x[..., half:]
-    first, second = a * cos - b * sin, b * cos + a * sin
-    if interleaved:
-        out = stack([first, second], axis=-1).reshape(x.shape)
-    else:
-        out = concat([first, second], axis=-1)
-    return out.astype(x.dtype)
+        target = x.shape[:-1] + (half,)
+        if not broadcasts_to(t.shape, target):
+            raise ShapeError(f"rope: {what} shape {t.shape} does not broadcast to {target} for x shape {x.shape}")
+        pairs.append(t.broadcast_to(target))
+    xf = _float(x)
+    return make(Op.ROPE, (xf, *pairs), x.shape, xf.dtype, RopeArg(interleaved)).astype(x.dtype)
 
 
 def _causal_mask(q_len: int, kv_len: int) -> Tensor:

@@ -5,12 +5,15 @@ the facts) through `kernel_class`; nothing here imports wgpu.
 """
 
 from backend_wgpu.kernel import Kernel
+from backend_wgpu.kernels.attention.decode import DecodeAttentionKernel
+from backend_wgpu.kernels.attention.decode_combine import AttentionCombineKernel
 from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 from backend_wgpu.kernels.conv.conv1d import Conv1dKernel
 from backend_wgpu.kernels.elementwise.elementwise import ElementwiseKernel
 from backend_wgpu.kernels.matmul.gemm_blocked import BlockedGemmKernel
 from backend_wgpu.kernels.matmul.gemm_tiled import GemmKernel
 from backend_wgpu.kernels.matmul.gemv import GemvKernel
+from backend_wgpu.kernels.matmul.gemv_multi import GemvMultiKernel
 from backend_wgpu.kernels.matmul.gemv_split import SplitGemvKernel
 from backend_wgpu.kernels.movement.arange import ArangeKernel
 from backend_wgpu.kernels.movement.concat import ConcatKernel
@@ -19,6 +22,8 @@ from backend_wgpu.kernels.movement.index_write import IndexWriteKernel
 from backend_wgpu.kernels.norm.norm import NormKernel
 from backend_wgpu.kernels.reduce.reduce import ReduceKernel
 from backend_wgpu.kernels.reduce.row_reduce import RowReduceKernel
+from backend_wgpu.kernels.rope.rope import RopeKernel
+from backend_wgpu.kernels.sample.sample import SampleKernel
 from backend_wgpu.kernels.scan.scan import ScanKernel
 from backend_wgpu.kernels.softmax.softmax import SoftmaxKernel
 from backend_wgpu.kernels.softmax.softmax_regs import SoftmaxRegsKernel
@@ -43,6 +48,11 @@ KERNELS: dict[str, type[Kernel]] = {
         Conv1dKernel,
         ScanKernel,
         FlashAttentionKernel,
+        DecodeAttentionKernel,
+        AttentionCombineKernel,
+        RopeKernel,
+        GemvMultiKernel,
+        SampleKernel,
     )
 }
 

@@ -13,8 +13,9 @@ expressions of backend_wgpu/kernels/expr.py, and the plain unary methods of trac
   binary.py      elementwise arithmetic: + - * / // % ** maximum minimum
   logic.py       comparisons, and/or/not, where
   accumulate.py  reductions, softmax, norms, matmul, conv1d
-  attention.py   attention (softmax(q k^T * scale + mask) v, one op)
   data.py        inputs, arange, movement, views, concat, gather, index_write, fused
+  transformer.py rope, attention, and flash-decoding's key ranges and their combine
+  sampling.py    one id per row of logits: temperature, top-k, top-p, a counter-based generator
 
 This package imports no wgpu and nothing else of ir but dtypes, errors and view: its WGSL is
 plain text. The records are keyed by name, the value of their ir.ops.Op member.
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ir.optable import accumulate, attention, binary, data, logic, unary
+from ir.optable import accumulate, binary, data, logic, sampling, transformer, unary
 from ir.optable.record import Dtypes, Kind, OpDef, Wgsl
 
 
@@ -40,6 +41,6 @@ def _records(*modules: ModuleType) -> dict[str, OpDef]:
     return table
 
 
-OPDEFS: dict[str, OpDef] = _records(data, unary, binary, logic, accumulate, attention)
+OPDEFS: dict[str, OpDef] = _records(data, unary, binary, logic, accumulate, transformer, sampling)
 
 __all__ = ["OPDEFS", "Dtypes", "Kind", "OpDef", "Wgsl"]

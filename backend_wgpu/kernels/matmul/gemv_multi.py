@@ -1,0 +1,476 @@
+"""gemv_multi: the GEMV group of passes.fuse_gemv, one row times several weights in one kernel.
+
+The group (an ir.fusion.FusedArg) holds matmuls of one row that share their input A
+(1 x K), each with its own B (K x N, contiguous along k: x @ W.T), optionally an
+rms_norm before them and an epilogue after them. The epilogue splits into parts, each
+one or more matmuls and the terms that read them; a part ends in the group's stored
+result (the root) or in side writes (in-place index_writes into another buffer).
+
+A workgroup computes one unit of one part: one output element, or the two elements a
+rope rotates together (i and i + d/2, or 2i and 2i + 1), for every matmul of the part
+(SwiGLU's gate and up at the same column). Its threads stride along k, reading A once
+for all of the unit's dot products (and, with the norm, squaring it into the row's
+sum of squares and scaling it by the norm weight); one workgroup sum gives every dot
+product, and the norm's 1 / rms then scales them (rms_norm(x) @ B = (x * w) @ B / rms).
+Thread 0 evaluates the part's terms at the unit's elements, stores the root and makes
+the side writes. B is read through one method per operand (`_b_load`), so another
+weight format can reuse the prologue and epilogue. Math in f32; each term's value is
+rounded to its dtype as the unfused graph would store it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from backend_wgpu.element import WIDTHS, k_contiguous, vector_readable
+from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
+from backend_wgpu.kernels import expr
+from backend_wgpu.kernels.elementwise.fused import FusedCode
+from backend_wgpu.kernels.matmul import side_writes
+from backend_wgpu.wgsl import WgslBuilder, f32v, load_cast, store_cast, vtype
+from ir.dtypes import DType
+from ir.fusion import FusedArg
+from ir.graph import Graph
+from ir.node import Node
+from ir.ops import Op
+from ir.view import View
+
+
+@dataclass
+class Part:
+    """Matmuls whose epilogue terms connect them, and how a workgroup's unit of elements is made."""
+
+    cores: list[Node]
+    terms: list[Node] = field(default_factory=list)  # epilogue terms, in order
+    pair: tuple[bool, int] | None = None  # (interleaved, d) of its rope: units are the pairs it rotates
+
+    @property
+    def size(self) -> int:
+        return self.cores[0].size
+
+    @property
+    def units(self) -> int:
+        return self.size // 2 if self.pair else self.size
+
+
+@dataclass
+class Layout:
+    """The roles of a group's terms and leaves."""
+
+    arg: FusedArg
+    cores: list[Node]
+    norm: Node | None
+    parts: list[Part]
+    a_leaf: int  # operand index of the row (the norm's input when there is a norm)
+    w_leaf: int | None  # operand index of the norm weight
+    b_leaves: list[int]  # operand index of each core's B
+
+    @staticmethod
+    def of(arg: FusedArg) -> Layout:
+        cores = [t for t in arg.terms if t.op is Op.MATMUL]
+        prologue = arg.prologue
+        norm = next((t for t in arg.terms if t.id in prologue and t.op is Op.RMS_NORM), None)
+        a_src = norm.srcs[0] if norm else cores[0].srcs[0]
+        w_leaf = arg.leaf_index(norm.srcs[1]) if norm and norm.arg.weight else None
+        parts = _parts(arg, cores, prologue)
+        return Layout(
+            arg, cores, norm, parts, arg.leaf_index(a_src), w_leaf, [arg.leaf_index(c.srcs[1]) for c in cores]
+        )
+
+    def loop_leaves(self) -> set[int]:
+        return {self.a_leaf, *self.b_leaves} | ({self.w_leaf} if self.w_leaf is not None else set())
+
+    def epilogue_leaves(self) -> set[int]:
+        """Leaves the epilogue terms read (side writes read theirs in side_writes.py)."""
+        found = set()
+        for part in self.parts:
+            for t in part.terms:
+                if t.op not in (Op.INDEX_WRITE, Op.WHERE) or self.arg.is_term(t.srcs[0]):
+                    found |= {self.arg.leaf_index(s) for s in t.srcs if not self.arg.is_term(s)}
+        return found
+
+
+def _parts(arg: FusedArg, cores: list[Node], prologue: frozenset[int]) -> list[Part]:
+    """Connected parts of the epilogue, in the order of their first matmul."""
+    part_of: dict[int, Part] = {}
+    parts: list[Part] = []
+    for t in arg.terms:
+        if t.id in prologue:
+            continue
+        if t.op is Op.MATMUL:
+            part = Part([t])
+            parts.append(part)
+            part_of[t.id] = part
+            continue
+        joined = [part_of[s] for s in t.srcs if s in part_of]
+        part = joined[0]
+        for other in joined[1:]:
+            if other is not part:
+                part.cores += other.cores
+                part.terms += other.terms
+                parts.remove(other)
+                for k, v in part_of.items():
+                    if v is other:
+                        part_of[k] = part
+        part.terms.append(t)
+        part_of[t.id] = part
+        if t.op is Op.ROPE:
+            pair = (t.arg.interleaved, t.shape[-1])
+            assert part.pair in (None, pair), "gemv_multi: one part rotates one way"
+            part.pair = pair
+    for part in parts:
+        order = {t.id: i for i, t in enumerate(arg.terms)}
+        part.cores.sort(key=lambda c: order[c.id])
+        part.terms.sort(key=lambda t: order[t.id])
+    return parts
+
+
+def _writes(arg: FusedArg, t: Node) -> bool:
+    """Does term t write another buffer (an index_write, or a where that spreads a term along axes)?"""
+    if t.op is Op.INDEX_WRITE:
+        return True
+    return (
+        t.op is Op.WHERE and arg.is_term(t.srcs[1]) and arg.term(t.srcs[1]).op is Op.VIEW and not arg.is_term(t.srcs[2])
+    )
+
+
+class GemvMultiKernel(Kernel):
+    name = "gemv_multi"
+
+    @classmethod
+    def widest_group(cls, node: Node, views: list[View]) -> int:
+        """The k loop's KernelElement: the row, the norm weight and every B read along k at it."""
+        lay = Layout.of(node.arg)
+        k = lay.norm.shape[-1] if lay.norm else views[lay.a_leaf].shape[-1]
+        if lay.loop_leaves() & lay.epilogue_leaves():
+            return 1  # a leaf read in the loop and by the epilogue is bound once, as scalars
+        for w in WIDTHS:
+            row = [views[lay.a_leaf]] + ([views[lay.w_leaf]] if lay.w_leaf is not None else [])
+            if k % w == 0 and all(vector_readable(v, w) for v in row):
+                if all(k_contiguous(views[i], w) for i in lay.b_leaves):
+                    return w
+        return 1
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        if node.kernel.param("done_by") is not None:
+            return f"written by %{node.kernel.param('done_by')}'s kernel (a side write of its group)"
+        lay = Layout.of(node.arg)
+        what = [f"{len(lay.cores)} matmuls of one row sharing it"]
+        if lay.norm:
+            what.append("rms_norm folded in")
+        if any(p.pair for p in lay.parts):
+            what.append("rope pairs per workgroup")
+        writes = [t for p in lay.parts for t in p.terms if _writes(node.arg, t)]
+        if writes:
+            what.append(f"{len(writes)} side writes")
+        return ", ".join(what)
+
+    def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
+        super().__init__(node, graph, max_workgroups)
+        self.lay = Layout.of(node.arg)
+        self.writes = side_writes.side_writes(node, graph, [t for p in self.lay.parts for t in p.terms])
+        self.targets = {w.target for w in self.writes if w.copy is None}
+        self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
+
+    # --- bindings and uniform ---------------------------------------------------------
+    def variant_key(self) -> str:
+        parts = ";".join(
+            f"{len(p.cores)}{'p' if p.pair else ''}{'i' if p.pair and p.pair[0] else ''}" for p in self.lay.parts
+        )
+        return f"{self.node.arg.short_key()}:{parts}:{'n' if self.lay.norm else ''}"
+
+    def operand_type(self, i: int) -> str:
+        w = self.kernel_element() if i in self.lay.loop_leaves() else 1
+        return vtype(self.operands[i].dtype, w, storage=True)
+
+    def output_type(self) -> str:
+        return vtype(self.node.dtype, 1, storage=True)
+
+    def writable_operand(self, i: int) -> bool:
+        if i in self.targets:
+            return True
+        in_arena = any(self.operands[t].slot in self.arena_slots for t in self.targets)
+        return super().writable_operand(i) or (in_arena and self.operands[i].slot in self.arena_slots)
+
+    def register_bindings(self, b: WgslBuilder) -> None:
+        for i in range(len(self.operands)):
+            if not self.reads_output(i):
+                b.storage(f"in{i}", self.operand_type(i), read_only=not self.writable_operand(i))
+        side_writes.register(b, self, self.writes)
+        b.storage("out", self.output_type(), read_only=False)
+        b.uniform_meta([(n, t) for n, t, _ in self.metadata()])
+
+    def binding_slots(self) -> list[int | None]:
+        slots: list[int | None] = [o.slot for i, o in enumerate(self.operands) if not self.reads_output(i)]
+        return slots + list(self.copy_slots) + [self.node.slot, None]
+
+    def _k(self) -> int:
+        return self.lay.norm.shape[-1] if self.lay.norm else self.operands[self.lay.a_leaf].view.shape[-1]
+
+    def metadata(self) -> Meta:
+        lay, w = self.lay, self.kernel_element()
+        a = self.operands[lay.a_leaf].view
+        meta: Meta = [("kw", "u32", self._k() // w), ("a_off", "u32", a.offset), ("a_sk", "i32", a.strides[-1])]
+        if lay.norm:
+            meta += [("k", "u32", self._k()), ("eps", "f32", lay.norm.arg.eps)]
+            if lay.w_leaf is not None:
+                meta += [("nw_off", "u32", self.operands[lay.w_leaf].view.offset)]
+        for c, i in enumerate(lay.b_leaves):
+            b = self.operands[i].view
+            meta += [
+                (f"b{c}_off", "u32", b.offset),
+                (f"b{c}_sk", "i32", b.strides[-2]),
+                (f"b{c}_sn", "i32", b.strides[-1]),
+            ]
+        end = 0
+        for p, part in enumerate(lay.parts):
+            end += part.units
+            meta.append((f"u{p}", "u32", end))
+            if part.pair:
+                meta.append((f"half{p}", "u32", part.pair[1] // 2))
+        for i in sorted(lay.epilogue_leaves()):
+            view = self.operands[i].view
+            meta += [(f"l{i}_off", "u32", view.offset)] + [(f"l{i}_s{d}", "i32", s) for d, s in enumerate(view.strides)]
+        for t in self._terms():
+            meta += [(f"t{t.id}_n{d}", "u32", n) for d, n in enumerate(t.shape)]
+        return meta + side_writes.metadata(self, self.writes)
+
+    def _terms(self) -> list[Node]:
+        """Epilogue terms whose element coordinates the code needs (rope and readers of leaves)."""
+        out = []
+        written = {w.term.id for w in self.writes}
+        for part in self.lay.parts:
+            for t in part.terms:
+                reads_leaf = any(not self.node.arg.is_term(s) for s in t.srcs)
+                if t.id not in written and (t.op is Op.ROPE or reads_leaf):
+                    out.append(t)
+        return out
+
+    def calculate_dispatch(self) -> Workload:
+        units = sum(p.units for p in self.lay.parts)
+        return Workload.for_workgroups(units, self.choice.workgroup, self.max_workgroups)
+
+    # --- code -----------------------------------------------------------------------
+    def render(self, b: WgslBuilder) -> None:
+        self._describe(b)
+        wg = self.choice.workgroup[0]
+        b.workgroup_var(f"red: array<vec4<f32>, {wg}>")
+        if any(not w.box for w in self.writes):
+            b.workgroup_var(f"wv: array<f32, {2 * len(self.writes)}>")
+        if self.choice.param("subgroups", False):
+            b.builtin("@builtin(subgroup_invocation_id) sg_lane: u32")
+            b.builtin("@builtin(subgroup_size) sg_size: u32")
+        b.line(f"if (wg >= params.u{len(self.lay.parts) - 1}) {{ return; }}")
+        for p, part in enumerate(self.lay.parts):
+            first = "0u" if p == 0 else f"params.u{p - 1}"
+            b.line(f"{'if' if p == 0 else '} else if'} (wg < params.u{p}) {{")
+            body = WgslBuilder()
+            self._part(body, p, part, first)
+            for name, code in body.helpers.items():
+                b.helper(name, code)
+            for line in body.body:
+                b.line("  " + line)
+        b.line("}")
+        for w in self.writes:  # every workgroup copies its share of the buffers written as copies
+            side_writes.copy_share(b, self, w, f"params.u{len(self.lay.parts) - 1}")
+
+    def _describe(self, b: WgslBuilder) -> None:
+        arg = self.node.arg
+        b.line("// prologue: " + ", ".join(f"%{t.id} {t.op.value}" for t in arg.terms if t.id in arg.prologue))
+        for p, part in enumerate(self.lay.parts):
+            held = [f"%{t.id} {t.op.value}" for t in part.cores + part.terms]
+            b.line(f"// part {p}: " + ", ".join(held))
+
+    def _elements(self, b: WgslBuilder, p: int, part: Part, first: str) -> list[str]:
+        """Emit the unit's element indices; returns their names."""
+        b.line(f"let u = wg - {first};")
+        if part.pair is None:
+            b.line("let e0 = u;")
+            return ["e0"]
+        if part.pair[0]:  # interleaved: (2i, 2i + 1)
+            b.line("let e0 = 2u * u;")
+        else:  # half: (i, i + d/2) within each row of d
+            b.line(f"let e0 = (u / params.half{p}) * 2u * params.half{p} + u % params.half{p};")
+        b.line(f"let e1 = e0 + {'1u' if part.pair[0] else f'params.half{p}'};")
+        return ["e0", "e1"]
+
+    def _part(self, b: WgslBuilder, p: int, part: Part, first: str) -> None:
+        elements = self._elements(b, p, part, first)
+        lanes = [(c, j) for c in range(len(part.cores)) for j in range(len(elements))]
+        sums = self._k_loop(b, part, elements, lanes)
+        b.line("if (lidx == 0u) {")
+        inner = WgslBuilder()
+        self._epilogue(inner, p, part, elements, lanes, sums)
+        for name, code in inner.helpers.items():
+            b.helper(name, code)
+        for line in inner.body:
+            b.line("  " + line)
+        b.line("}")
+        spread = [w for w in self.writes if not w.box and any(t.id == w.term.id for t in part.terms)]
+        if spread:
+            b.line("workgroupBarrier();  // thread 0's values in wv")
+            for w in spread:
+                side_writes.by_all(b, self, w, elements)
+
+    def _b_load(self, core: int, base: str, kk: str) -> str:
+        """One KernelElement of the B of global core index `core` at k-step kk (f32 lanes)."""
+        w, i = self.kernel_element(), self.lay.b_leaves[core]
+        if w == 1:
+            return f"f32(in{i}[u32({base} + i32({kk}) * params.b{core}_sk)])"
+        return f"{f32v(w)}(in{i}[{base} + {kk}])"
+
+    def _k_loop(self, b: WgslBuilder, part: Part, elements: list[str], lanes: list[tuple[int, int]]) -> list[str]:
+        """Every dot product of the unit (and the row's sum of squares), summed over the workgroup."""
+        lay, w, wgx = self.lay, self.kernel_element(), self.choice.workgroup[0]
+        vt = f32v(w)
+        globals_ = [lay.cores.index(c) for c in part.cores]
+        for n, (c, j) in enumerate(lanes):
+            g = globals_[c]
+            col = f"i32(params.b{g}_off) + i32({elements[j]}) * params.b{g}_sn"
+            b.line(f"let bb{n} = {f'u32({col}) / {w}u' if w > 1 else col};")
+            b.line(f"var acc{n} = {vt}(0.0);")
+        if lay.norm:
+            b.line(f"var sq = {vt}(0.0);")
+        b.line(f"for (var kk = lidx; kk < params.kw; kk += {wgx}u) {{")
+        ia = lay.a_leaf
+        raw = (
+            f"in{ia}[params.a_off / {w}u + kk]" if w > 1 else f"in{ia}[u32(i32(params.a_off) + i32(kk) * params.a_sk)]"
+        )
+        b.line(f"  let xa = {vt}({raw});")
+        a = "xa"
+        if lay.norm:
+            b.line("  sq = fma(xa, xa, sq);")
+            if lay.w_leaf is not None:
+                wl = f"in{lay.w_leaf}[params.nw_off / {w}u + kk]" if w > 1 else f"in{lay.w_leaf}[params.nw_off + kk]"
+                b.line(f"  let a = xa * {vt}({wl});")
+                a = "a"
+        for n, (c, _) in enumerate(lanes):
+            b.line(f"  acc{n} = fma({a}, {self._b_load(globals_[c], f'bb{n}', 'kk')}, acc{n});")
+        b.line("}")
+        values = [f"dot(acc{n}, {vt}(1.0))" if w > 1 else f"acc{n}" for n in range(len(lanes))]
+        if lay.norm:
+            values.append(f"dot(sq, {vt}(1.0))" if w > 1 else "sq")
+        names = []
+        for pack in range(0, len(values), 4):
+            chunk = values[pack : pack + 4] + ["0.0"] * (4 - len(values[pack : pack + 4]))
+            name = f"sum{pack // 4}"
+            b.line(f"var {name} = vec4<f32>({', '.join(chunk)});")
+            self._workgroup_sum(b, name)
+            names += [f"{name}.{'xyzw'[i]}" for i in range(min(4, len(values) - pack))]
+        return names
+
+    def _workgroup_sum(self, b: WgslBuilder, var: str) -> None:
+        wg = self.choice.workgroup[0]
+        if self.choice.param("subgroups", False):
+            b.line(f"{var} = subgroupAdd({var});")
+            b.line(f"if (sg_lane == 0u) {{ red[lidx / sg_size] = {var}; }}")
+            b.line("workgroupBarrier();")
+            b.line(f"{var} = red[0];")
+            b.line(f"for (var i = 1u; i < ({wg}u + sg_size - 1u) / sg_size; i++) {{ {var} += red[i]; }}")
+        else:
+            b.line(f"red[lidx] = {var};")
+            b.line("workgroupBarrier();")
+            b.line(f"for (var half = {wg // 2}u; half > 0u; half = half >> 1u) {{")
+            b.line("  if (lidx < half) { red[lidx] += red[lidx + half]; }")
+            b.line("  workgroupBarrier();")
+            b.line("}")
+            b.line(f"{var} = red[0];")
+        b.line("workgroupBarrier();  // red is reused")
+
+    # --- the epilogue (thread 0) --------------------------------------------------------
+    def _epilogue(
+        self, b: WgslBuilder, p: int, part: Part, elements: list[str], lanes: list[tuple[int, int]], sums: list[str]
+    ) -> None:
+        values: dict[tuple[int, int], tuple[str, DType]] = {}
+        if self.lay.norm:
+            b.line(f"let rstd = inverseSqrt({sums[-1]} / f32(params.k) + params.eps);")
+        for n, (c, j) in enumerate(lanes):
+            core = part.cores[c]
+            acc = f"{sums[n]} * rstd" if self.lay.norm else sums[n]
+            name = f"c{n}"
+            b.line(f"let {name} = {self._rounded(b, acc, core.dtype)};")
+            values[(core.id, j)] = (name, core.dtype)
+        for t in part.terms:
+            for j, e in enumerate(elements):
+                self._term(b, t, j, e, elements, values)
+        root = self.node.arg.root
+        if any(t.id == root.id for t in part.terms) or any(c.id == root.id for c in part.cores):
+            for j, e in enumerate(elements):
+                value, _ = values[(root.id, j)]
+                b.line(f"out[{e}] = {store_cast(f'{vtype(root.dtype, 1)}({value})', root.dtype, 1)};")
+
+    def _rounded(self, b: WgslBuilder, f32_value: str, dtype: DType) -> str:
+        """An f32 value as a `dtype` value, float16 rounded as a store would (expr.f16_rounded)."""
+        if dtype is DType.float16:
+            for name, code in expr.f16_round_helper("f32").items():
+                b.helper(name, code)
+            return f"f16({expr.f16_rounded(f'f32({f32_value})', 'f32')})"
+        return f"{vtype(dtype, 1)}({f32_value})"
+
+    def _coords(self, b: WgslBuilder, t: Node, j: int, e: str) -> list[str]:
+        shape = t.shape
+        prefix = f"t{t.id}_{j}_c"
+        for line in index_to_coords(e, [f"t{t.id}_n{d}" for d in range(len(shape))], prefix):
+            b.line(line)
+        return [f"{prefix}{d}" for d in range(len(shape))]
+
+    def _leaf(self, b: WgslBuilder, s: int, coords: list[str], tag: str) -> tuple[str, DType]:
+        i = self.node.arg.leaf_index(s)
+        terms = [f"i32(params.l{i}_off)"] + [f"i32({c}) * params.l{i}_s{d}" for d, c in enumerate(coords)]
+        name = f"lv{i}_{tag}"
+        dt = self.operands[i].dtype
+        address = " + ".join(terms)
+        b.line(f"let {name} = {load_cast(f'in{i}[u32({address})]', dt, 1)};")
+        return name, dt
+
+    def _term(
+        self,
+        b: WgslBuilder,
+        t: Node,
+        j: int,
+        e: str,
+        elements: list[str],
+        values: dict[tuple[int, int], tuple[str, DType]],
+    ) -> None:
+        arg = self.node.arg
+        if t.op is Op.VIEW:
+            values[(t.id, j)] = values[(t.srcs[0], j)]
+            return
+        if t.op is Op.ROPE:
+            self._rope(b, t, j, e, values)
+            return
+        write = next((w for w in self.writes if w.term.id == t.id), None)
+        if write is not None:
+            side_writes.by_thread0(b, self, write, j, e, values[(write.value, j)][0])
+            return
+        coords: list[str] | None = None
+        args, dtypes = [], []
+        for s in t.srcs:
+            if arg.is_term(s):
+                name, dt = values[(s, j)]
+            else:
+                coords = coords or self._coords(b, t, j, e)
+                name, dt = self._leaf(b, s, coords, f"{t.id}_{j}_{len(args)}")
+            args.append(name)
+            dtypes.append(dt)
+        name = f"v{t.id}_{j}"
+        b.line(f"let {name} = {FusedCode._expression(b, t, args, dtypes, 1)};  // %{t.id} {t.op.value}")
+        values[(t.id, j)] = (name, t.dtype)
+
+    def _rope(self, b: WgslBuilder, t: Node, j: int, e: str, values: dict[tuple[int, int], tuple[str, DType]]) -> None:
+        """Element j of the pair: x[j] cos - x[other] sin (the first), x[j] cos + x[other] sin (the second)."""
+        coords = self._coords(b, t, j, e)
+        last = len(coords) - 1
+        angle = f"{coords[last]} / 2u" if t.arg.interleaved else f"{coords[last]} % (params.t{t.id}_n{last} / 2u)"
+        b.line(f"let ang{t.id}_{j} = {angle};")
+        at = coords[:last] + [f"ang{t.id}_{j}"]
+        cos, _ = self._leaf(b, t.srcs[1], at, f"cos{t.id}_{j}")
+        sin, _ = self._leaf(b, t.srcs[2], at, f"sin{t.id}_{j}")
+        mine, _ = values[(t.srcs[0], j)]
+        other, _ = values[(t.srcs[0], 1 - j)]
+        sign = "-" if j == 0 else "+"
+        y = f"f32({mine}) * f32({cos}) {sign} f32({other}) * f32({sin})"
+        name = f"v{t.id}_{j}"
+        b.line(f"let {name} = {self._rounded(b, y, t.dtype)};  // %{t.id} rope")
+        values[(t.id, j)] = (name, t.dtype)

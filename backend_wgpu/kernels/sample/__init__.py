@@ -1,0 +1,1 @@
+"""Sampling one id per row of logits (sample.py)."""

@@ -1,0 +1,267 @@
+"""H200 figures for issue 13's decode kernels (run on the GPU machine; prints a table last, < 3 min).
+
+    python -m benchmarks.device.decode [--quick] [--json OUT]
+
+1. attention_decode (one query row per head over a KV cache, flash-decoding) at cache
+   lengths 512..8192, f32 and f16 caches, two head layouts: checked against float64 numpy,
+   then timed (GPU timestamps around the pass) and set against the bandwidth of reading K
+   and V once: bytes(K) + bytes(V) over its time, and that over the read bandwidth torch
+   reaches summing one large buffer in the same process (the target is at least 0.8x);
+   torch's SDPA on the same decode shapes beside it.
+2. The `@tr.jit` decode step of examples/llama.py at the 12-layer and ~1B configurations
+   (benchmarks/e2e/decoder.py): dispatches per step and per layer, and GPU time per token,
+   with fusion (the passes of issue 13) and with WGJIT_FUSION=0, checked against each other,
+   and torch eager's GPU time per token (CUDA events, TF32 off) in the same process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import tracer as tr  # noqa: E402
+from backend_wgpu import get_device  # noqa: E402
+from benchmarks.timing import ProgramTimer, time_program  # noqa: E402
+from ir.ops import AttentionArg, Op  # noqa: E402
+from tracer.graph_builder import build_graph  # noqa: E402
+from tracer.realize import device_buffer, program_for  # noqa: E402
+from tracer.tensor import make  # noqa: E402
+
+LENGTHS = (512, 1024, 2048, 4096, 8192)
+LAYOUTS = ((32, 8, 128), (32, 8, 64))  # (heads, kv heads, head dim): Llama-3-8B-like, the ~1B config
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def load_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return torch
+
+
+def torch_ms(torch: Any, fn: Any, repeat: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeat)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events)
+
+
+def program_of(*tensors: tr.Tensor) -> tuple[Any, list[Any]]:
+    """The program computing these pending tensors, and its input buffers."""
+    built = build_graph([t._lazy for t in tensors])
+    return program_for(built.graph), [device_buffer(lz) for lz in built.inputs]
+
+
+def gpu_ms(timer: ProgramTimer, program: Any, buffers: list[Any], repeat: int) -> float:
+    t = time_program(program, buffers, timer, 3, repeat)
+    return statistics.median(t.gpu_ms) if t.gpu_ms else statistics.median(t.wall_ms)
+
+
+# --- 1. the attention kernel ---------------------------------------------------------------------
+
+
+def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    g = q.shape[1] // k.shape[1]
+    q64 = q.astype(np.float64).reshape(k.shape[1], g, q.shape[-1])  # (Hkv, g, E)
+    s = np.einsum("hge,hse->hgs", q64, k[0].astype(np.float64)) / math.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("hgs,hse->hge", p, v[0].astype(np.float64)).reshape(q.shape)
+
+
+def attention_case(timer: ProgramTimer, torch: Any, layout: tuple[int, int, int], s: int, dtype: str) -> dict:
+    h, hkv, e = layout
+    rng = np.random.default_rng(s)
+    q = rng.standard_normal((1, h, 1, e)).astype(dtype)
+    k = rng.standard_normal((1, hkv, s, e)).astype(dtype)
+    v = rng.standard_normal((1, hkv, s, e)).astype(dtype)
+    tq, tk, tv = tr.tensor(q), tr.tensor(k), tr.tensor(v)
+    tr.realize(tq, tk, tv)
+    y = make(
+        Op.ATTENTION, (tq, tk, tv), (1, h, 1, e), tq.dtype, AttentionArg(1.0 / math.sqrt(e), False, "none", h // hkv)
+    )
+    program, buffers = program_of(y)
+    kernels = [d.kernel for d in program.dispatches]
+    got = np.frombuffer(get_device().read(program.run(buffers)[0]), dtype=q.dtype).reshape(q.shape)
+    err = float(np.abs(got.astype(np.float64) - attention_reference(q, k, v)).max())
+    ms = gpu_ms(timer, program, buffers, 30)
+    nbytes = k.nbytes + v.nbytes
+    row = {
+        "layout": f"{h}/{hkv}x{e}", "dtype": dtype, "S": s, "kernels": "+".join(kernels), "max_err": err,
+        "us": ms * 1e3, "GBps": nbytes / (ms * 1e-3) / 1e9,
+    }  # fmt: skip
+    if torch is not None:
+        f = torch.nn.functional.scaled_dot_product_attention
+        tdt = {"float32": torch.float32, "float16": torch.float16}[dtype]
+        qt, kt, vt = (torch.from_numpy(a).to("cuda", tdt) for a in (q, k, v))
+        try:
+            row["torch_us"] = torch_ms(torch, lambda: f(qt, kt, vt, enable_gqa=True)) * 1e3
+        except TypeError:  # torch before 2.5
+            kr, vr = kt.repeat_interleave(h // hkv, 1), vt.repeat_interleave(h // hkv, 1)
+            row["torch_us"] = torch_ms(torch, lambda: f(qt, kr, vr)) * 1e3
+    return row
+
+
+def read_bandwidth(torch: Any) -> float | None:
+    """GB/s torch reaches reading 1 GiB once (a sum): the reference the kernel's bandwidth is set against."""
+    if torch is None:
+        return None
+    x = torch.ones(1 << 28, device="cuda")
+    ms = torch_ms(torch, lambda: x.sum(), repeat=10)
+    return (1 << 30) / (ms * 1e-3) / 1e9
+
+
+# --- 2. the decode step ----------------------------------------------------------------------------
+
+
+def decode_case(timer: ProgramTimer, torch: Any, name: str, prompt: int = 128) -> dict:
+    from benchmarks.e2e.decoder import config
+    from examples import llama as L
+
+    cfg = config(name)
+    t0 = time.perf_counter()
+    weights = L.random_weights(cfg, seed=0)
+    model = L.Llama(cfg, L.check_weights(weights, cfg, f"random {name}"), cfg.max_positions)
+    tr.realize(*model.w.values())
+    log(f"  {name}: weights ready in {time.perf_counter() - t0:.1f} s")
+    ids = tr.tensor(np.random.default_rng(1).integers(0, cfg.vocab, (1, prompt)).astype(np.int32))
+    cache = list(model.prefill_jit(ids, *model.empty_cache().tensors())[2:])
+    tok, pos = tr.tensor(np.array([[7]], np.int32)), tr.tensor(np.array([prompt], np.int32))
+    row: dict[str, Any] = {"config": name, "layers": cfg.layers}
+    logits = {}
+    for fusion in ("1", "0"):
+        os.environ["WGJIT_FUSION"] = fusion
+        out = model.step(tok, pos, *cache)  # the jit step's graph, pending
+        program, buffers = program_of(*out)
+        logits[fusion] = np.frombuffer(get_device().read(program.run(buffers)[0]), np.float32)
+        tag = "fused" if fusion == "1" else "unfused"
+        row[f"dispatches_{tag}"] = len(program.dispatches)
+        row[f"ms_{tag}"] = gpu_ms(timer, program, buffers, 10)
+        del out, program, buffers
+    os.environ.pop("WGJIT_FUSION")
+    scale = max(1.0, float(np.abs(logits["0"]).max()))
+    row["rel_err"] = float(np.abs(logits["1"] - logits["0"]).max()) / scale
+    row["per_layer"] = dispatches_per_layer(cfg)
+    if torch is not None:
+        from benchmarks.e2e.torch_llama import TorchLlama
+
+        theirs = TorchLlama(torch, cfg, weights, cfg.max_positions, "cuda")
+        tcache = theirs.cache()
+        theirs.prefill(torch.tensor(np.asarray(ids.numpy()), device="cuda"), tcache)
+        tid = torch.tensor([[7]], device="cuda")
+        row["torch_eager_ms"] = torch_ms(torch, lambda: theirs.step(tid, prompt, tcache), repeat=10)
+        del theirs, tcache
+    del weights, model, cache
+    gc.collect()
+    if torch is not None:
+        torch.cuda.empty_cache()
+    return row
+
+
+def dispatches_per_layer(cfg: Any) -> int:
+    """Dispatches one more layer adds to the fused jit step (shallow copies of cfg, zero weights)."""
+    from dataclasses import replace
+
+    from examples import llama as L
+
+    counts = []
+    for layers in (1, 2):
+        small = replace(cfg, layers=layers, windows=(None,) * layers)
+        w = {name: tr.zeros(shape) for name, shape in small.tensor_shapes().items()}
+        tr.realize(*w.values())
+        model = L.Llama(small, w, small.max_positions)
+        cache = model.empty_cache().tensors()
+        out = model.step(tr.tensor(np.array([[1]], np.int32)), tr.tensor(np.array([3], np.int32)), *cache)
+        counts.append(len(program_of(*out)[0].dispatches))
+    return counts[1] - counts[0]
+
+
+# --- the table -------------------------------------------------------------------------------------
+
+
+def table(attn: list[dict], peak: float | None, steps: list[dict]) -> str:
+    lines = ["", "attention_decode: K+V read once (target >= 0.8x of torch's read bandwidth"
+             + (f", {peak:.0f} GB/s here)" if peak else ")")]  # fmt: skip
+    lines.append(
+        f"{'layout':>9} {'dtype':>7} {'S':>5} {'us':>8} {'GB/s':>7} {'x read':>6} {'torch us':>8} {'err':>8}  kernels"
+    )
+    for r in attn:
+        x = f"{r['GBps'] / peak:.2f}" if peak else "-"
+        t = f"{r['torch_us']:.1f}" if "torch_us" in r else "-"
+        lines.append(
+            f"{r['layout']:>9} {r['dtype']:>7} {r['S']:>5} {r['us']:>8.1f} {r['GBps']:>7.0f} {x:>6} {t:>8} "
+            f"{r['max_err']:>8.1e}  {r['kernels']}"
+        )
+    lines += ["", "decode step (@tr.jit, one token after a 128-token prefill): dispatches and GPU ms per token"]
+    lines.append(
+        f"{'config':>6} {'disp fused':>10} {'/layer':>6} {'disp off':>8} {'ms fused':>8} {'ms off':>7} {'torch eager':>11} {'rel err':>8}"
+    )
+    for r in steps:
+        per = r["per_layer"]
+        t = f"{r['torch_eager_ms']:.3f}" if "torch_eager_ms" in r else "-"
+        lines.append(
+            f"{r['config']:>6} {r['dispatches_fused']:>10} {per:>6} {r['dispatches_unfused']:>8} "
+            f"{r['ms_fused']:>8.3f} {r['ms_unfused']:>7.3f} {t:>11} {r['rel_err']:>8.1e}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="two cache lengths and the 12-layer config only")
+    ap.add_argument(
+        "--smoke", action="store_true", help="tiny shapes (lavapipe: runs every code path, times nothing real)"
+    )
+    ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    device = get_device()
+    log(f"device: {device.caps.name} ({device.caps.backend})")
+    timer = ProgramTimer(device)
+    torch = load_torch()
+    peak = read_bandwidth(torch)
+    lengths = (64, 300) if args.smoke else LENGTHS[:2] if args.quick else LENGTHS
+    layouts = ((4, 2, 16),) if args.smoke else LAYOUTS
+    configs = ("tiny",) if args.smoke else ("12L",) if args.quick else ("12L", "1B")
+    attn = []
+    for layout in layouts:
+        for dtype in ("float32", "float16"):
+            for s in lengths:
+                attn.append(attention_case(timer, torch, layout, s, dtype))
+                log(f"  attention {attn[-1]['layout']} {dtype} S={s}: {attn[-1]['us']:.1f} us")
+    steps = [decode_case(timer, torch, name, prompt=8 if args.smoke else 128) for name in configs]
+    if args.json:
+        args.json.write_text(json.dumps({"attention": attn, "read_GBps": peak, "decode": steps}, indent=1))
+    log(f"total {time.perf_counter() - t0:.0f} s")
+    print(table(attn, peak, steps))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,168 @@
+"""attention_decode and attention_combine (flash-decoding) against a float64 numpy attention.
+
+Each case asserts which kernels ran, so a selection change cannot reroute silently; the
+key ranges (ATTENTION_SPLITS + ATTENTION_COMBINE) are forced with a small workgroup
+memory, and both lane sums (subgroup shuffles and the workgroup tree) run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tracer as tr
+from backend_wgpu import get_device
+from ir.ops import AttentionArg, Op
+from tests.helpers import assert_close
+from tests.test_kernels_perf_variants import run_with_caps
+from tracer.tensor import make
+
+pytestmark = pytest.mark.gpu
+RNG = np.random.default_rng(7)
+
+
+def attention(q: tr.Tensor, k: tr.Tensor, v: tr.Tensor, mask: tr.Tensor | None = None, kind: str = "none") -> tr.Tensor:
+    """An ATTENTION node (q (B, H, 1, E), k/v (B, Hkv, S, E)); the mask broadcast to (B, H, 1, S)."""
+    b, h, lq, e = q.shape
+    arg = AttentionArg(1.0 / math.sqrt(e), False, kind, h // k.shape[1])
+    srcs = (q, k, v) if mask is None else (q, k, v, mask.broadcast_to((b, h, lq, k.shape[2])))
+    return make(Op.ATTENTION, srcs, (b, h, lq, v.shape[3]), q.dtype, arg)
+
+
+def reference(q, k, v, mask=None, kind="none") -> np.ndarray:
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if kind == "add":
+        s = s + mask
+    elif kind == "bool":
+        s = np.where(mask, s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def kernels(program) -> list[str]:
+    return [d.kernel for d in program.dispatches]
+
+
+def inputs(b, h, hkv, s, e, ev, dtype="float32"):
+    q = RNG.standard_normal((b, h, 1, e)).astype(dtype)
+    k = RNG.standard_normal((b, hkv, s, e)).astype(dtype)
+    v = RNG.standard_normal((b, hkv, s, ev)).astype(dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize(
+    "b,h,hkv,s,e,ev",
+    [
+        (1, 4, 4, 1, 16, 16),  # one key
+        (1, 8, 2, 37, 64, 64),  # grouped, a range shorter than a pass
+        (2, 4, 1, 300, 32, 32),  # batch, one kv head for all
+        (1, 2, 2, 129, 6, 6),  # head dim 2 mod 4: vec2 loads
+        (1, 3, 3, 50, 7, 5),  # odd dims: scalar loads, Ev != E
+        (1, 4, 2, 2000, 128, 128),  # many ranges
+    ],
+)
+@pytest.mark.parametrize("subgroups", [True, False])
+def test_decode_attention_values(b, h, hkv, s, e, ev, subgroups):
+    q, k, v = inputs(b, h, hkv, s, e, ev)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    got, program = run_with_caps(y, subgroups=subgroups and get_device().caps.subgroups)
+    assert "attention_decode" in kernels(program)
+    assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+def test_decode_attention_splits_when_memory_is_small():
+    q, k, v = inputs(1, 4, 2, 700, 16, 16)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    got, program = run_with_caps(y, max_workgroup_storage=16384)
+    assert kernels(program) == ["attention_decode", "attention_combine"]
+    assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+def test_decode_attention_one_range():
+    q, k, v = inputs(1, 4, 4, 40, 16, 16)  # fewer keys than a range: no combine
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    got, program = run_with_caps(y)
+    assert kernels(program) == ["attention_decode"]
+    assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["add", "bool"])
+@pytest.mark.parametrize("s", [30, 900])
+def test_decode_attention_masks(kind, s):
+    q, k, v = inputs(1, 4, 2, s, 32, 32)
+    keep = RNG.random(s) < 0.6
+    keep[-1] = True
+    keep[: s // 2] = False  # whole ranges masked: they must add nothing, not NaN
+    mask = keep if kind == "bool" else np.where(keep, RNG.standard_normal(s), -np.inf).astype(np.float32)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v), tr.tensor(mask.reshape(1, 1, 1, s)), kind)
+    got, program = run_with_caps(y)
+    assert kernels(program)[0] == "attention_decode"
+    assert_close(got, reference(q, k, v, mask.reshape(1, 1, 1, s), kind), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("s", [20, 700])
+def test_decode_attention_all_masked_is_nan(s):
+    q, k, v = inputs(1, 2, 2, s, 16, 16)
+    mask = np.zeros((1, 1, 1, s), bool)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v), tr.tensor(mask), "bool")
+    got, _ = run_with_caps(y)
+    assert np.isnan(got).all()
+
+
+def test_decode_attention_float16_cache():
+    q, k, v = inputs(1, 8, 2, 500, 64, 64, "float16")
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    got, program = run_with_caps(y)
+    assert "attention_decode" in kernels(program)
+    assert got.dtype == np.float16
+    assert_close(got, reference(q, k, v), rtol=3e-3, atol=3e-3)
+
+
+def test_decode_attention_over_a_cache_slice():
+    """The lazy decode loop attends over cache[:, :, :pos + 1]: a strided view of a longer cache."""
+    q, k, v = inputs(1, 4, 2, 256, 32, 32)
+    pos = 99
+    y = attention(tr.tensor(q), tr.tensor(k)[:, :, : pos + 1], tr.tensor(v)[:, :, : pos + 1])
+    got, program = run_with_caps(y)
+    assert "attention_decode" in kernels(program)
+    assert_close(got, reference(q, k[:, :, : pos + 1], v[:, :, : pos + 1]), rtol=1e-4, atol=1e-5)
+
+
+def test_split_matches_the_interpreter():
+    """ATTENTION_SPLITS + ATTENTION_COMBINE evaluated by ir.interpret equal the whole attention."""
+    from ir.interpret import interpret
+    from passes import run_pipeline
+    from tracer.graph_builder import build_graph
+
+    q, k, v = inputs(1, 4, 2, 700, 16, 16)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    built = build_graph([y._lazy])
+    caps = get_device().caps
+    graph = run_pipeline(built.graph, caps).graph
+    assert any(n.op is Op.ATTENTION_SPLITS for n in graph)
+    hosts = [
+        lz.host if lz.host is not None else np.frombuffer(get_device().read(lz.buffer), lz.dtype.np).reshape(lz.shape)
+        for lz in built.inputs
+    ]
+    (got,) = interpret(graph, hosts)
+    assert_close(got, reference(q, k, v), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("e,s,ranges", [(16, 333, "many"), (32, 333, "many"), (32, 900, "few")])
+def test_lane_sums_by_subgroup_shuffles(e, s, ranges, monkeypatch):
+    """Where the adapter's subgroups hold a key's lanes (lavapipe's are 8 wide), shuffles sum them and
+    each thread keeps four keys' loads in flight ("few" ranges: long ones, several passes each)."""
+    from passes import select_kernels as sk
+
+    if ranges == "few":
+        monkeypatch.setattr(sk, "DECODE_TARGET_WORKGROUPS", 1)
+    q, k, v = inputs(1, 8, 2, s, e, e)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    got, program = run_with_caps(y, subgroups=True, subgroup_size=8)
+    assert "subgroupShuffleXor" in program.sources[program.dispatches[0].key]
+    assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
