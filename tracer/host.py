@@ -38,6 +38,10 @@ def host_array(data: Any, dtype: DType | str | None) -> tuple[np.ndarray, DType]
         raise DTypeError(f"tensor: complex data ({arr.dtype}) is not supported")
     if dtype is not None:
         target = to_dtype(dtype)
+        if target.is_quantized:
+            raise DTypeError(
+                f"tensor: a {target.value} tensor is made by quantizing: tr.quantize(data, tr.{target.value})"
+            )
     elif arr.dtype == np.float64:
         finite = arr[np.isfinite(arr)]
         if finite.size and np.abs(finite).max() > _F32_MAX:

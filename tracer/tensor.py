@@ -28,6 +28,7 @@ from tracer.host import CONSTANTS, lazy_from_data
 from tracer.indexing import resolve_index
 from tracer.lazy import Lazy
 from tracer.limits import check_binding_size, check_float16, max_storage_buffers
+from tracer.quantized import check_quantized_operands, refuse_read, transposed_leaf
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
 from tracer.tracing import note_rebind
 
@@ -81,10 +82,11 @@ class Tensor:
 
     # --- realization --------------------------------------------------------------
     def realize(self) -> Tensor:
-        realize_lazies([self._lazy])
+        realize_lazies(_lazies((self,)))
         return self
 
     def numpy(self) -> np.ndarray:
+        refuse_read(self._lazy, "numpy")
         return read_lazy(self._lazy)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -283,6 +285,15 @@ class Tensor:
         dt = to_dtype(dtype)
         if dt is self.dtype:
             return self
+        if dt.is_quantized:
+            raise DTypeError(
+                f"astype: {self.dtype.value} tensor of shape {self.shape} to {dt.value}: quantizing runs on the "
+                f"host, tr.quantize(array, tr.{dt.value})"
+            )
+        if self._lazy.op is Op.PERMUTE and self._lazy.srcs[0].dtype.is_quantized:  # w.T.astype(): dequantize w
+            return Tensor(self._lazy.srcs[0]).astype(dt).permute(self._lazy.arg)
+        if self.dtype.is_quantized and not dt.is_float:
+            raise DTypeError(f"astype: {self.dtype.value} dequantizes to float32 or float16, not {dt.value}")
         return make(Op.CAST, (self,), self.shape, dt)
 
     # --- reductions ---------------------------------------------------------------
@@ -401,7 +412,8 @@ def _lazies(tensors: tuple[Any, ...]) -> list[Lazy]:
     for t in tensors:
         if not isinstance(t, Tensor):
             raise TypeError(f"expected Tensors, got {type(t).__name__}")
-    return [t._lazy for t in tensors]
+    # w.T of a quantized w is a view computed by nothing: realizing it uploads w
+    return [t._lazy.srcs[0] if transposed_leaf(t._lazy) else t._lazy for t in tensors]
 
 
 def realize(*tensors: Tensor) -> None:
@@ -418,6 +430,7 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
+    check_quantized_operands(op, tuple(s._lazy for s in srcs), dtype, arg)
     if op not in MOVEMENT:  # views add no bytes
         check_binding_size(op.value, shape, dtype, math.prod(shape) * dtype.itemsize)
     if dtype is DType.float16 and not any(s.dtype is DType.float16 for s in srcs):
@@ -591,6 +604,8 @@ def row_op(op: Op, x: Tensor, axis: int) -> Tensor:
 def matmul(a: Any, b: Any) -> Tensor:
     a = a if isinstance(a, Tensor) else from_data(a)
     b = b if isinstance(b, Tensor) else from_data(b)
+    if a.dtype.is_quantized or b.dtype.is_quantized:
+        return quantized_matmul(a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: {a.shape} @ {b.shape}: operands must have at least 1 dimension")
     dt = promote(a.dtype, b.dtype, "matmul")
@@ -614,6 +629,25 @@ def matmul(a: Any, b: Any) -> Tensor:
     if b.ndim == 1:
         return out.reshape(so[:-1])
     return out
+
+
+def quantized_matmul(x: Tensor, wt: Tensor) -> Tensor:
+    """x @ w.T for a quantized w (out, in): one GEMV or GEMM over every row of x, in x's float dtype."""
+    if x.dtype.is_quantized or not transposed_leaf(wt._lazy):
+        q = x if x.dtype.is_quantized else wt
+        raise DTypeError(
+            f"matmul: {x.shape} @ {wt.shape} with a {q.dtype.value} operand: a quantized weight w (out, in) is "
+            "read as x @ w.T (tr.nn.linear(x, w)), its transpose on the right; else convert it with .astype(tr.float32)"
+        )
+    x = x if x.dtype.is_float else x.astype(DType.float32)
+    k, n = wt.shape
+    if x.ndim == 0 or x.shape[-1] != k:
+        raise ShapeError(
+            f"matmul: {x.shape} @ {wt.shape} ({wt.dtype.value}): the last dim of x must be {k}, the weight's in-features"
+        )
+    lead = x.shape[:-1]
+    rows = x.reshape(math.prod(lead), k)
+    return make(Op.MATMUL, (rows, wt), (rows.shape[0], n), x.dtype).reshape(lead + (n,))
 
 
 MAX_CONCAT_INPUTS = 7  # stays under the 8 storage buffers per stage that every adapter has
