@@ -57,7 +57,8 @@ class DType(enum.Enum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.float32, DType.float16)
+        """Its values are floating point: float32, float16, and the quantized formats (dequantized)."""
+        return self in (DType.float32, DType.float16) or self.is_quantized
 
     @property
     def is_int(self) -> bool:

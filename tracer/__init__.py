@@ -6,10 +6,11 @@ y = (x @ x.T).softmax(axis=-1)   # nothing has run yet
 y.numpy()                        # compile, run in one submission, read back
 """
 
-from ir.dtypes import DType, bool_, float16, float32, int32, uint32
+from ir.dtypes import DType, bool_, float16, float32, int32, q4_0, q8_0, uint32
 from ir.errors import (
     DeviceError,
     DTypeError,
+    FormatError,
     IndexOutOfRangeError,
     JitError,
     KernelCompileError,
@@ -29,6 +30,7 @@ from tracer.factories import (
     zeros,
     zeros_like,
 )
+from tracer.gguf import gguf_metadata, load_gguf, quantize
 from tracer.jit import jit
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.realize import reset_device
@@ -119,4 +121,6 @@ __all__ = [
     "zeros_like",
     # transformer inference (tracer/nn.py, tracer/weights.py)
     "clamp", "erf", "gather", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
+    # quantized weights and GGUF files (tracer/gguf.py, tracer/quantized.py)
+    "FormatError", "gguf_metadata", "load_gguf", "q4_0", "q8_0", "quantize",
 ]  # fmt: skip

@@ -38,7 +38,7 @@ def _allowed(op: Op, srcs: tuple[Lazy, ...], dtype: DType, arg: Any) -> bool:
     if op is Op.GATHER:
         return quantized_leaf(first) and len(first.shape) == 2 and arg == 0 and not srcs[1].dtype.is_quantized
     if op is Op.MATMUL:
-        return transposed_leaf(srcs[1]) and first.dtype.is_float
+        return transposed_leaf(srcs[1]) and first.dtype.is_float and not first.dtype.is_quantized
     return False
 
 
@@ -47,9 +47,14 @@ def check_quantized_operands(op: Op, srcs: tuple[Lazy, ...], dtype: DType, arg: 
     quant = next((s for s in srcs if s.dtype.is_quantized), None)
     if quant is None or _allowed(op, srcs, dtype, arg):
         return
+    refuse(op.value, quant.dtype, quant.shape)
+
+
+def refuse(op: str, dtype: DType, shape: tuple[int, ...]) -> None:
+    """The error for an op that does not read quantized blocks."""
     raise DTypeError(
-        f"{op.value}: the {quant.dtype.value} tensor of shape {quant.shape} holds quantized weight blocks, which "
-        "only tr.nn.linear (x @ w.T), tr.nn.embedding and .astype read; convert it first: w.astype(tr.float32)"
+        f"{op}: the {dtype.value} tensor of shape {shape} holds quantized weight blocks, which only "
+        "tr.nn.linear (x @ w.T), tr.nn.embedding and .astype read; convert it first: w.astype(tr.float32)"
     )
 
 

@@ -28,7 +28,7 @@ from tracer.host import CONSTANTS, lazy_from_data
 from tracer.indexing import resolve_index
 from tracer.lazy import Lazy
 from tracer.limits import check_binding_size, check_float16, max_storage_buffers
-from tracer.quantized import check_quantized_operands, refuse_read, transposed_leaf
+from tracer.quantized import check_quantized_operands, refuse, refuse_read, transposed_leaf
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
 from tracer.tracing import note_rebind
 
@@ -471,6 +471,9 @@ def _shape_arg(args: tuple[Any, ...]) -> tuple[int, ...]:
 
 def as_tensors(op: str, a: Any, b: Any) -> tuple[Tensor, Tensor]:
     """Bring a pair of operands to tensors, python scalars taking numpy's weak dtype."""
+    for t in (a, b):
+        if isinstance(t, Tensor) and t.dtype.is_quantized:
+            refuse(op, t.dtype, t.shape)
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         return a, b
     if isinstance(a, Tensor):

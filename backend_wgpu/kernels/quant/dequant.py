@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from backend_wgpu.kernel import Meta, PerElementKernel
 from backend_wgpu.kernels import expr
-from backend_wgpu.kernels.quant.formats import describe, quant_format
+from backend_wgpu.kernels.quant.formats import QuantFormat, describe, quant_format
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
+from ir.view import View
 
 
 class DequantKernel(PerElementKernel):
@@ -23,8 +24,12 @@ class DequantKernel(PerElementKernel):
         src = graph[node.srcs[0]]
         return f"one thread per 16 bytes of quants: {describe(src.dtype, src.shape)} to {node.dtype.value}"
 
+    @classmethod
+    def width_reason(cls, node: Node, views: list[View]) -> str:
+        return ""  # 16-byte units of quants in, vec4 stores out
+
     @property
-    def fmt(self):  # noqa: ANN201
+    def fmt(self) -> QuantFormat:
         return quant_format(self.operands[0].dtype)
 
     def variant_key(self) -> str:

@@ -10,10 +10,11 @@ float gather (kernels/movement/gather.py).
 from __future__ import annotations
 
 from backend_wgpu.kernel import Meta, PerElementKernel
-from backend_wgpu.kernels.quant.formats import describe, quant_format
+from backend_wgpu.kernels.quant.formats import QuantFormat, describe, quant_format
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
+from ir.view import View
 
 
 class QuantGatherKernel(PerElementKernel):
@@ -25,8 +26,12 @@ class QuantGatherKernel(PerElementKernel):
         src = graph[table.srcs[0]] if table.srcs else table
         return f"one thread per 16 bytes of quants of a row at its id (clamped): {describe(src.dtype, src.shape)}"
 
+    @classmethod
+    def width_reason(cls, node: Node, views: list[View]) -> str:
+        return ""  # 16-byte units of quants in, vec4 stores out
+
     @property
-    def fmt(self):  # noqa: ANN201
+    def fmt(self) -> QuantFormat:
         return quant_format(self.operands[0].dtype)
 
     def variant_key(self) -> str:

@@ -25,6 +25,7 @@ from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
+from ir.view import View
 
 
 def quant_operand(graph: Graph, node: Node) -> Node:
@@ -36,6 +37,10 @@ def quant_operand(graph: Graph, node: Node) -> Node:
 
 class QuantMatmulKernel(MatmulKernel):
     """What qgemv and qgemm share: x (M, K) @ w.T, w quantized (N, K) in units of 16 bytes."""
+
+    @classmethod
+    def width_reason(cls, node: Node, views: list[View]) -> str:
+        return ""  # it reads 16-byte units of quants and vec4 of x whatever the KernelElement
 
     @property
     def fmt(self) -> QuantFormat:
