@@ -76,11 +76,27 @@ def quantize(x: Any, dtype: DType | str) -> Tensor:
     dt = DType(dtype) if isinstance(dtype, str) else dtype
     if not isinstance(dt, DType) or not dt.is_quantized:
         raise DTypeError(f"quantize: {dtype!r} is not a quantized format (tr.q8_0 or tr.q4_0)")
-    data = np.asarray(x.astype(DType.float32).numpy() if isinstance(x, Tensor) else x, dtype=np.float32)
+    data = np.asarray(x.numpy() if isinstance(x, Tensor) else x, dtype=np.float32)  # host data: no GPU run
     quant.check_shape(dt, data.shape, "quantize")
     gguf = _gguf()
     blocks = gguf.quants.quantize(np.ascontiguousarray(data), gguf.GGMLQuantizationType[dt.value.upper()])
     return quantized_tensor(blocks, dt, data.shape)
+
+
+def take_rows(t: Tensor, rows: np.ndarray) -> Tensor:
+    """t[rows] along the first axis, rearranged on the host before upload (a loader's fix-up).
+
+    For a tensor whose data has not gone to the GPU yet (just loaded); a quantized tensor's
+    rows move as whole blocks, so its values are exactly the rearranged ones.
+    """
+    lz = t._lazy
+    if lz.host is None or lz.op is not Op.INPUT:
+        raise ValueError(f"take_rows: the tensor of shape {t.shape} is not host data waiting for upload")
+    rows = np.asarray(rows)
+    if not t.dtype.is_quantized:
+        return tensor(lz.host[rows])
+    blocks = quant.unpack(lz.host, t.dtype, t.size).reshape(t.shape[0], -1)
+    return quantized_tensor(blocks[rows], t.dtype, (len(rows),) + t.shape[1:], "take_rows")
 
 
 def _reader(path: str) -> Any:
@@ -155,7 +171,7 @@ def load_gguf(path: str | os.PathLike, dequantize: bool = False) -> dict[str, Te
         kind = t.tensor_type.name
         if kind in KEPT and not dequantize:
             out[t.name] = quantized_tensor(np.asarray(t.data), KEPT[kind], shape, f"load_gguf: tensor {t.name!r}")
-        elif kind in ("F32", "I32", "I8", "I16", "I64") or (kind == "F16" and f16):
+        elif kind in ("F32", "F64", "I32", "I8", "I16", "I64") or (kind == "F16" and f16):
             out[t.name] = tensor(np.asarray(t.data).reshape(shape))
         else:
             try:
