@@ -84,16 +84,14 @@ def llama_meta(cfg: Any, tokenizer: dict[str, Any] | None = None) -> dict[str, A
 
 
 def write_llama_gguf(
-    path: Path,
-    cfg: Any,
-    weights: dict[str, np.ndarray],
-    kind: str | dict[str, str] = "F32",
-    tokenizer: dict | None = None,
+    path: Path, cfg: Any, weights: dict[str, np.ndarray], kind: str = "F32", tokenizer: dict | None = None
 ) -> Path:
-    """A Llama checkpoint (Hugging Face names, float32) as llama.cpp would convert it.
+    """A Llama checkpoint (Hugging Face names, float32) as llama.cpp would convert it; kind: the matrices' GGML type."""
+    return write_gguf(path, llama_tensors(cfg, weights, kind), llama_meta(cfg, tokenizer))
 
-    kind: the GGML type of every matrix (norms stay F32), or per Hugging Face name.
-    """
+
+def llama_tensors(cfg: Any, weights: dict[str, np.ndarray], kind: str = "F32") -> dict[str, tuple[np.ndarray, Any]]:
+    """llama.cpp's tensors for a Llama checkpoint: its names, q/k permuted, matrices in GGML type `kind`."""
     tensors: dict[str, tuple[np.ndarray, Any]] = {}
     for name, w in weights.items():
         if name == "model.embed_tokens.weight":
@@ -110,6 +108,5 @@ def write_llama_gguf(
                 w = permute_for_ggml_rope(w, cfg.heads)
             elif module == "self_attn.k_proj":
                 w = permute_for_ggml_rope(w, cfg.kv_heads)
-        t = kind.get(name, "F32") if isinstance(kind, dict) else (kind if w.ndim == 2 else "F32")
-        tensors[gname] = encode(w, t)
-    return write_gguf(path, tensors, llama_meta(cfg, tokenizer))
+        tensors[gname] = encode(w, kind if w.ndim == 2 else "F32")
+    return tensors
