@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 import tracer as tr
 from ir import quant
 from ir.dtypes import DType
 from tests.helpers import assert_close, kernels_of
+from tests.strategies import programs
+from tests.test_fuzz import check_program
 
 gguf = pytest.importorskip("gguf", reason="quantizing needs the gguf package (pip install 'wgjit[gguf]')")
 
@@ -206,6 +209,18 @@ def test_interpreter_agrees(rng: np.random.Generator) -> None:
     (out,) = interpret(graph, [feed[i] for i in range(len(feed))])
     assert_close(out, y.numpy(), rtol=1e-5, atol=1e-5)
     assert_close(out, np.maximum(x @ reference(w, DType.q8_0).T, 0), rtol=1e-5, atol=1e-5)
+
+
+# --- differential fuzzing (tests/strategies.py's quantized section) ----------------------------
+
+QUANT_PROGRAM_OPS = ("qlinear", "qlinear", "qtable", "add", "mul", "silu", "relu", "reshape", "sum", "cast", "matmul")
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(programs(max_steps=5, f16=False, ops=QUANT_PROGRAM_OPS))
+def test_quantized_programs(program) -> None:  # noqa: ANN001
+    """Random programs around quantized linear and tables: GPU, numpy (both dequantizers), interpreter."""
+    check_program(program)
 
 
 # --- inspection ------------------------------------------------------------------------------
