@@ -309,14 +309,15 @@ def quantized_names(cfg: LlamaConfig) -> list[str]:
     return [n for n, s in cfg.tensor_shapes().items() if len(s) == 2]
 
 
-def quantize_weights(weights: dict[str, tr.Tensor], cfg: LlamaConfig, fmt: str) -> dict[str, tr.Tensor]:
-    """The checkpoint with its matrices quantized to `fmt` (q8_0 or q4_0) on the host; norms and biases kept."""
+def quantize_weights(weights: dict[str, Any], cfg: LlamaConfig, fmt: str) -> dict[str, Any]:
+    """The checkpoint (Tensors or arrays) with its matrices quantized to `fmt` (q8_0 or q4_0) on the host;
+    norms and biases kept."""
     if fmt not in QUANTIZE:
         raise CheckpointError(f"--quantize {fmt!r}: choose one of {', '.join(QUANTIZE)}")
     out = dict(weights)
     for name in quantized_names(cfg):
         w = weights.get(name)
-        if w is None or w.dtype.is_quantized:
+        if w is None or (isinstance(w, tr.Tensor) and w.dtype.is_quantized):
             continue  # missing (check_weights says so) or already quantized (a GGUF file)
         if w.shape[-1] % 32:
             raise CheckpointError(

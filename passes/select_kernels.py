@@ -85,7 +85,7 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
 
 # qgemv sizing: wx threads along a weight row (16-byte loads side by side), wy row groups per
 # workgroup, `rows` weight rows per thread sharing each load of x
-QGEMV_WX, QGEMV_WY, QGEMV_ROWS = 32, 4, 4
+QGEMV_WX, QGEMV_WY, QGEMV_ROWS, QGEMV_UNROLL = 32, 4, 4, 2
 MAX_LOOP = 65535  # lavapipe ends a loop after this many iterations
 
 
@@ -101,7 +101,7 @@ def _select_quantized(graph: Graph, node: Node) -> KernelChoice:
 
 
 def quant_matmul_choice(
-    graph: Graph, node: Node, wx: int = QGEMV_WX, wy: int = QGEMV_WY, rows: int = QGEMV_ROWS
+    graph: Graph, node: Node, wx: int = QGEMV_WX, wy: int = QGEMV_WY, rows: int = QGEMV_ROWS, unroll: int = QGEMV_UNROLL
 ) -> KernelChoice:
     """qgemv for one row of x, qgemm for more; x read as vec4 where its view allows."""
     m, n = node.shape
@@ -116,7 +116,8 @@ def quant_matmul_choice(
             wy = max(1, wy // 2)
         if -(-units // wx) > MAX_LOOP:
             raise ShapeError(f"matmul: k={k} is too long for one {w.dtype.value} GEMV row")
-        return KernelChoice(QuantGemvKernel.name, variant, workgroup=(wx, wy, 1), params=(("rows", rows),))
+        params = (("rows", rows), ("unroll", unroll))
+        return KernelChoice(QuantGemvKernel.name, variant, workgroup=(wx, wy, 1), params=params)
     if k // 32 > MAX_LOOP:
         raise ShapeError(f"matmul: k={k} is too long for the {w.dtype.value} GEMM (at most {MAX_LOOP * 32})")
     return KernelChoice(QuantGemmKernel.name, variant, workgroup=(16, 16, 1))

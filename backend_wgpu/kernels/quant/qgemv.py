@@ -91,16 +91,33 @@ class QuantGemvKernel(QuantMatmulKernel):
     def reason(cls, graph: Graph, node: Node) -> str:
         w = quant_operand(graph, node)
         wx, wy, _ = node.kernel.workgroup
-        rows = node.kernel.param("rows", 1)
+        rows, unroll = node.kernel.param("rows", 1), node.kernel.param("unroll", 1)
         return (
             f"one output row (M=1) of x @ w.T, w {describe(w.dtype, w.shape)} dequantized in registers: "
-            f"{rows} weight rows per thread, {wx} threads along each row"
+            f"{rows} weight rows per thread, {wx} threads along each row, {unroll} units of 16 bytes a step"
         )
 
     def calculate_dispatch(self) -> Workload:
         _, wy, _ = self.choice.workgroup
         per_group = wy * self.choice.param("rows", 1)
         return Workload.for_workgroups(-(-self.core.shape[-1] // per_group), self.choice.workgroup, self.max_workgroups)
+
+    def _units(self, b: WgslBuilder, units: list[str], rows: int) -> None:
+        """Loop body: the given units of each of the thread's rows into acc0.. (loads first)."""
+        fmt, in_b = self.fmt, self.in_name(self.ib)
+        for i, u in enumerate(units):
+            for r in range(rows):
+                b.line(f"  let q{i}_{r} = {in_b}[unit{r} + {u}];")
+        for i, u in enumerate(units):
+            for r in range(rows):
+                b.line(f"  let d{i}_{r} = {in_b}_scale({fmt.block_of(f'unit{r} + {u}')});")
+            for j, (_, offset) in enumerate(fmt.lanes("q")):
+                b.line(f"  let x{i}_{j} = {self.x_at('0u', f'({u}) * {fmt.values_per_unit}u + {offset}u')};")
+        for i in range(len(units)):
+            for r in range(rows):
+                lanes = fmt.lanes(f"q{i}_{r}")
+                terms = " + ".join(f"dot({value}, x{i}_{j})" for j, (value, _) in enumerate(lanes))
+                b.line(f"  acc{r} = fma(d{i}_{r}, {terms}, acc{r});")
 
     def render(self, b: WgslBuilder) -> None:
         fmt = self.fmt
@@ -116,17 +133,14 @@ class QuantGemvKernel(QuantMatmulKernel):
         for r in range(rows):
             b.line(f"let unit{r} = min(first + {r}u, params.n - 1u) * params.upr;")
             b.line(f"var acc{r} = 0.0;")
-        b.line(f"for (var u = lid.x; u < params.upr; u += {wx}u) {{")
-        b.line(f"  let k = u * {fmt.values_per_unit}u;")
-        for r in range(rows):
-            b.line(f"  let q{r} = {in_b}[unit{r} + u];")
-        for r in range(rows):
-            b.line(f"  let d{r} = {in_b}_scale({fmt.block_of(f'unit{r} + u')});")
-        for j, (_, offset) in enumerate(fmt.lanes("q")):
-            b.line(f"  let x{j} = {self.x_at('0u', f'k + {offset}u')};")
-        for r in range(rows):
-            terms = " + ".join(f"dot({value}, x{j})" for j, (value, _) in enumerate(fmt.lanes(f"q{r}")))
-            b.line(f"  acc{r} = fma(d{r}, {terms}, acc{r});")
+        unroll = self.choice.param("unroll", 1)
+        b.line("var u = lid.x;")
+        if unroll > 1:  # `unroll` units a step, every load issued before the arithmetic
+            b.line(f"for (; u + {(unroll - 1) * wx}u < params.upr; u += {unroll * wx}u) {{")
+            self._units(b, [f"u + {i * wx}u" for i in range(unroll)], rows)
+            b.line("}")
+        b.line(f"for (; u < params.upr; u += {wx}u) {{")
+        self._units(b, ["u"], rows)
         b.line("}")
         # the wx partial sums of each row, added in a tree over x (lidx = lid.y * wx + lid.x)
         for r in range(rows):
