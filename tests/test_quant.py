@@ -98,6 +98,24 @@ def test_gemv(dt: DType, n: int, k: int, rng: np.random.Generator) -> None:
 
 
 @pytest.mark.parametrize("dt", FORMATS)
+@pytest.mark.parametrize("wx,wy,rows,unroll", [(16, 1, 1, 1), (64, 2, 3, 3), (32, 8, 8, 2), (128, 1, 2, 1)])
+def test_gemv_configurations(dt: DType, wx: int, wy: int, rows: int, unroll: int, rng: np.random.Generator) -> None:
+    """Every knob the H200 sweep turns (benchmarks/device/quant.py), forced: the values stay right."""
+    from benchmarks.device.quant import program_for
+    from ir.node import KernelChoice
+
+    w, x = weights(rng, 37, 1056), rng.standard_normal((1, 1056)).astype(np.float32)  # 1056: units past any step
+    y = tr.nn.linear(tr.tensor(x), tr.quantize(w, dt), tr.tensor(np.ones(37, np.float32))).relu()
+    choice = KernelChoice("qgemv", "x4", 1, (wx, wy, 1), (("rows", rows), ("unroll", unroll)))
+    program, bufs = program_for(y, choice)
+    assert [(d.kernel, d.workgroup_size) for d in program.dispatches] == [("qgemv", (wx, wy, 1))]
+    from backend_wgpu import get_device
+
+    got = np.frombuffer(get_device().read(program.run(bufs)[0]), np.float32).reshape(y.shape)
+    assert_close(got, np.maximum(x @ reference(w, dt).T + 1, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
 def test_gemv_strided_x(dt: DType, rng: np.random.Generator) -> None:
     """x read through strides (x1): a column of a matrix."""
     w, big = weights(rng, 40, 128), rng.standard_normal((128, 3)).astype(np.float32)
