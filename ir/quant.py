@@ -76,7 +76,8 @@ def dequantize_blocks(raw: np.ndarray, dtype: DType) -> np.ndarray:
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32) - 8.0
     else:
         raise DTypeError(f"dequantize: {dtype.value} is not a quantized format")
-    return d * q
+    with np.errstate(invalid="ignore", over="ignore"):  # an infinite scale times 0 is NaN, as on the GPU
+        return d * q
 
 
 def dequantize(words: np.ndarray, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:

@@ -241,6 +241,15 @@ def test_quantized_programs(program) -> None:  # noqa: ANN001
     check_program(program)
 
 
+def test_kernels_need_no_float16_feature(rng: np.random.Generator) -> None:
+    """With float32 x and output the WGSL must not `enable f16` (adapters without shader-f16 refuse it)."""
+    q = tr.quantize(weights(rng, 8, 64), tr.q4_0)
+    x = tr.randn(3, 64, seed=0)
+    for y in (tr.nn.linear(x[:1], q), tr.nn.linear(x, q), tr.nn.embedding([1, 2], q), q.astype(tr.float32)):
+        sources = tr.compile(y).sources
+        assert sources and not any("enable f16" in code for code in sources.values())
+
+
 # --- inspection ------------------------------------------------------------------------------
 
 

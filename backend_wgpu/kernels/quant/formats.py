@@ -34,7 +34,7 @@ class QuantFormat:
         b.helper(
             f"{binding}_scale",
             f"fn {binding}_scale(blk: u32) -> f32 {{\n"
-            f"  let w = {binding}[params.s4 + blk / 8u][(blk / 2u) % 4u];  // two f16 scales per word\n"
+            f"  let w = {binding}[params.s4 + blk / 8u][(blk / 2u) % 4u];  // two half-precision scales per word\n"
             f"  return unpack2x16float(w)[blk & 1u];\n}}",
         )
         if self.dtype is DType.q8_0:
