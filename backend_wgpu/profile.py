@@ -45,7 +45,7 @@ def dispatch_bytes(graph: Graph, node_id: int) -> int:
     for s in node.srcs:
         src = graph[s]
         base = graph[src.srcs[0]] if src.op is Op.VIEW else src
-        read += min(src.size, base.size) * src.dtype.itemsize
+        read += src.dtype.nbytes(min(src.size, base.size))
     return read + node.nbytes
 
 

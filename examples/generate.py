@@ -1,12 +1,16 @@
 """Text generation with Llama, Mistral and Qwen2 checkpoints, run on the GPU by wgjit.
 
 Reads a Hugging Face checkpoint folder (config.json, model.safetensors or a sharded
-model.safetensors.index.json, tokenizer.json when present), prefills the prompt, then
-decodes one token at a time with a KV cache; greedy, or seeded sampling with temperature,
-top-k and top-p drawn on the GPU (tr.sample: one id read back per token). The model code is in
-examples/llama.py.
+model.safetensors.index.json, tokenizer.json when present) or a llama.cpp GGUF file (Llama
+metadata; Q8_0 and Q4_0 weights stay quantized on the GPU; the tokenizer from the file's
+metadata, or --tokenizer), prefills the prompt, then decodes one token at a time with a KV
+cache; greedy, or seeded sampling with temperature, top-k and top-p drawn on the GPU
+(tr.sample: one id read back per token). --quantize q8_0 (or q4_0) quantizes a checkpoint's
+matrices as it loads. The model code is in examples/llama.py.
 
     python examples/generate.py --model DIR --prompt "The capital of France is" --max-new-tokens 32
+    python examples/generate.py --model DIR --quantize q4_0 --prompt "The capital of France is"
+    python examples/generate.py --model model-q8_0.gguf --prompt "The capital of France is"
     python examples/generate.py --model DIR --prompt-ids 1,17,923 --max-new-tokens 8 --temperature 0 --json out.json
 
 The second form writes {"ids": [the new ids], "prompt_logits": [[logits over the vocabulary]
@@ -28,7 +32,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 import tracer as tr  # noqa: E402
-from examples.llama import CheckpointError, KVCache, Llama, LlamaConfig, load_weights, read_config  # noqa: E402
+from examples.llama import (  # noqa: E402
+    QUANTIZE,
+    CheckpointError,
+    KVCache,
+    Llama,
+    LlamaConfig,
+    is_gguf,
+    load_gguf_checkpoint,
+    load_weights,
+    read_config,
+)
 
 MODES = ("jit", "lazy")
 
@@ -107,13 +121,27 @@ class Generator:
     _models: dict[int, Llama] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | Path, dtype: tr.DType = tr.float32, mode: str = "jit") -> Generator:
+    def load(
+        cls,
+        path: str | Path,
+        dtype: tr.DType = tr.float32,
+        mode: str = "jit",
+        quantize: str | None = None,
+        tokenizer: str | Path | None = None,
+    ) -> Generator:
+        """A Hugging Face folder or a GGUF file; `quantize` ("q8_0", "q4_0") its matrices as they load;
+        `tokenizer`: a tokenizer.json (or a folder holding one) instead of the checkpoint's own."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         path = Path(path)
+        if is_gguf(path):
+            cfg, weights = load_gguf_checkpoint(path, dtype, quantize)
+            tok = _tokenizer(Path(tokenizer)) if tokenizer else gguf_tokenizer(tr.gguf_metadata(path))
+            return cls(path, cfg, weights, dtype, mode, tok)
         cfg = read_config(path)
-        weights = load_weights(path, cfg, dtype)
-        return cls(path, _eos_from_generation_config(path, cfg), weights, dtype, mode, _tokenizer(path))
+        weights = load_weights(path, cfg, dtype, quantize)
+        tok = _tokenizer(Path(tokenizer) if tokenizer else path)
+        return cls(path, _eos_from_generation_config(path, cfg), weights, dtype, mode, tok)
 
     def model(self, ctx: int) -> Llama:
         """The model with a cache of `ctx` positions (kept: its jit traces are reused)."""
@@ -179,8 +207,8 @@ class Generator:
 
 
 def _tokenizer(path: Path) -> object | None:
-    """tokenizer.json through the `tokenizers` package, when both are there."""
-    file = path / "tokenizer.json"
+    """tokenizer.json (the file, or in the folder) through the `tokenizers` package, when both are there."""
+    file = path if path.is_file() else path / "tokenizer.json"
     if not file.is_file():
         return None
     try:
@@ -189,6 +217,61 @@ def _tokenizer(path: Path) -> object | None:
         print("note: tokenizer.json found but the tokenizers package is missing: ids only", file=sys.stderr)
         return None
     return Tokenizer.from_file(str(file))
+
+
+CONTROL = 3  # tokenizer.ggml.token_type of special tokens (<s>, </s>, <|eot_id|>...)
+
+
+def gguf_tokenizer(meta: dict[str, object]) -> object | None:
+    """A `tokenizers` Tokenizer from a GGUF file's tokenizer.ggml.* metadata, or None.
+
+    "gpt2": byte-level BPE with the file's merges (GPT-2's pre-tokenizer, close to but not
+    always Llama 3's); "llama": SentencePiece BPE, its merges derived from the pieces' scores
+    (a piece made of two pieces merges in the order of its score), with byte fallback. Give
+    --tokenizer for a model's exact tokenizer.json.
+    """
+    kind, tokens = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.tokens")
+    if kind not in ("gpt2", "llama") or not tokens:
+        return None
+    try:
+        from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    except ImportError:
+        print("note: the tokenizers package is missing: ids only", file=sys.stderr)
+        return None
+    vocab = {t: i for i, t in enumerate(tokens)}
+    if kind == "gpt2":
+        merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
+        tok = Tokenizer(models.BPE(vocab, merges))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+    else:
+        scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+        unk = tokens[int(meta.get("tokenizer.ggml.unknown_token_id", 0))]
+        tok = Tokenizer(
+            models.BPE(vocab, _piece_merges(tokens, scores), unk_token=unk, fuse_unk=True, byte_fallback=True)
+        )
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        )
+    types = meta.get("tokenizer.ggml.token_type") or []
+    tok.add_special_tokens([AddedToken(tokens[i], special=True) for i, t in enumerate(types) if t == CONTROL])
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    if bos is not None and meta.get("tokenizer.ggml.add_bos_token", kind == "llama"):
+        name = tokens[int(bos)]
+        tok.post_processor = processors.TemplateProcessing(single=f"{name} $A", special_tokens=[(name, int(bos))])
+    return tok
+
+
+def _piece_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
+    """SentencePiece BPE as merges: every split of a piece into two pieces, best-scored piece first."""
+    index = {t: i for i, t in enumerate(tokens)}
+    found = []
+    for piece, i in index.items():
+        for cut in range(1, len(piece)):
+            if piece[:cut] in index and piece[cut:] in index:
+                found.append((-float(scores[i]), i, piece[:cut], piece[cut:]))
+    return [(left, right) for _, _, left, right in sorted(found)]
 
 
 def _eos_from_generation_config(path: Path, cfg: LlamaConfig) -> LlamaConfig:
@@ -231,7 +314,9 @@ def _parse_ids(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="a Hugging Face checkpoint folder")
+    ap.add_argument("--model", required=True, help="a Hugging Face checkpoint folder or a llama.cpp GGUF file")
+    ap.add_argument("--quantize", choices=sorted(QUANTIZE), help="quantize the matrices as they load")
+    ap.add_argument("--tokenizer", help="a tokenizer.json, or a folder holding one (default: the checkpoint's)")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text (needs tokenizer.json)")
     src.add_argument("--prompt-ids", help="prompt token ids, comma-separated")
@@ -246,14 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="OUT", help='write {"ids": [...], "prompt_logits": [[...], ...]} to OUT')
     args = ap.parse_args(argv)
     try:
-        gen = Generator.load(args.model, tr.DType(args.dtype), args.mode)
+        gen = Generator.load(args.model, tr.DType(args.dtype), args.mode, args.quantize, args.tokenizer)
         sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     except (CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.prompt is not None:
         if gen.tokenizer is None:
-            print(f"error: --prompt needs {gen.path / 'tokenizer.json'}; give --prompt-ids instead", file=sys.stderr)
+            need = "--tokenizer" if is_gguf(gen.path) else gen.path / "tokenizer.json"
+            print(f"error: --prompt needs {need}; give --prompt-ids instead", file=sys.stderr)
             return 2
         prompt = gen.tokenizer.encode(args.prompt).ids
     else:
@@ -273,9 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(str(i) for i in res.ids))
     n = len(res.ids)
     per = f"{(n - 1) / res.decode_seconds:.1f} tok/s" if n > 1 and res.decode_seconds > 0 else "-"
+    weights = f", {args.quantize} weights" if args.quantize else ""
     print(
         f"prefill {len(prompt)} tokens in {res.prefill_seconds * 1e3:.1f} ms; decoded {n} tokens, {per} "
-        f"({args.mode}, {args.dtype}){'; stopped at end of sequence' if res.stopped_at_eos else ''}",
+        f"({args.mode}, {args.dtype}{weights}){'; stopped at end of sequence' if res.stopped_at_eos else ''}",
         file=sys.stderr,
     )
     return 0

@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 import tracer as tr  # noqa: E402
+from tracer.gguf import take_rows  # noqa: E402
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 ROPE_TYPES = ("default", "linear", "llama3")
@@ -256,8 +257,13 @@ def read_config(path: str | os.PathLike) -> LlamaConfig:
     return LlamaConfig.from_hf(json.loads(file.read_text()), str(file))
 
 
-def load_weights(path: str | os.PathLike, cfg: LlamaConfig, dtype: tr.DType = tr.float32) -> dict[str, tr.Tensor]:
-    """The checkpoint's tensors (model.safetensors or a sharded index), checked by name and shape."""
+def load_weights(
+    path: str | os.PathLike, cfg: LlamaConfig, dtype: tr.DType = tr.float32, quantize: str | None = None
+) -> dict[str, tr.Tensor]:
+    """The checkpoint's tensors (model.safetensors or a sharded index), checked by name and shape.
+
+    quantize ("q8_0", "q4_0") quantizes the matrices on the host as they load (quantize_weights).
+    """
     folder = Path(path)
     index = folder / "model.safetensors.index.json"
     if index.is_file():
@@ -272,6 +278,8 @@ def load_weights(path: str | os.PathLike, cfg: LlamaConfig, dtype: tr.DType = tr
         if not (folder / name).is_file():
             raise CheckpointError(f"{folder}: shard {name} named in model.safetensors.index.json is missing")
         found.update(tr.load_safetensors(folder / name))
+    if quantize:
+        found = quantize_weights(found, cfg, quantize)
     return check_weights(found, cfg, str(folder), dtype)
 
 
@@ -287,8 +295,159 @@ def check_weights(
         if tuple(t.shape) != shape:
             raise CheckpointError(f"{where}: tensor {name!r} has shape {tuple(t.shape)}, expected {shape}")
         t = t if isinstance(t, tr.Tensor) else tr.tensor(t)
-        out[name] = t.astype(dtype) if t.dtype.is_float else t
+        out[name] = t.astype(dtype) if t.dtype.is_float and not t.dtype.is_quantized else t
     return out
+
+
+# --- quantized weights and GGUF files (llama.cpp) ---------------------------------------------------
+
+QUANTIZE = {"q8_0": tr.q8_0, "q4_0": tr.q4_0}
+
+
+def quantized_names(cfg: LlamaConfig) -> list[str]:
+    """The matrices quantization applies to: every projection, the embedding and the output head."""
+    return [n for n, s in cfg.tensor_shapes().items() if len(s) == 2]
+
+
+def quantize_weights(weights: dict[str, Any], cfg: LlamaConfig, fmt: str) -> dict[str, Any]:
+    """The checkpoint (Tensors or arrays) with its matrices quantized to `fmt` (q8_0 or q4_0) on the host;
+    norms and biases kept."""
+    if fmt not in QUANTIZE:
+        raise CheckpointError(f"--quantize {fmt!r}: choose one of {', '.join(QUANTIZE)}")
+    out = dict(weights)
+    for name in quantized_names(cfg):
+        w = weights.get(name)
+        if w is None or (isinstance(w, tr.Tensor) and w.dtype.is_quantized):
+            continue  # missing (check_weights says so) or already quantized (a GGUF file)
+        if w.shape[-1] % 32:
+            raise CheckpointError(
+                f"--quantize {fmt}: tensor {name!r} has rows of {w.shape[-1]}, not whole blocks of 32"
+            )
+        out[name] = tr.quantize(w, QUANTIZE[fmt])
+    return out
+
+
+def is_gguf(path: str | os.PathLike) -> bool:
+    """A GGUF file (llama.cpp's format), told by its magic, not its name."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    with open(p, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+# llama.cpp's tensor names (per layer: blk.N.<name>) and the Hugging Face names they hold
+GGUF_GLOBAL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+GGUF_LAYER = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+
+def gguf_config(meta: dict[str, Any], tensor_names: list[str], where: str) -> LlamaConfig:
+    """A LlamaConfig from llama.cpp's metadata (general.architecture = llama, llama.* keys)."""
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise CheckpointError(f"{where}: general.architecture is {arch!r}; only 'llama' GGUF files are supported")
+
+    def key(name: str, default: Any = None) -> Any:
+        value = meta.get(f"llama.{name}", default)
+        if value is None:
+            raise CheckpointError(f"{where}: metadata llama.{name} is missing")
+        return value
+
+    heads = int(key("attention.head_count"))
+    kv_heads = int(key("attention.head_count_kv", heads))
+    dim = int(key("embedding_length"))
+    if heads % kv_heads:
+        raise CheckpointError(f"{where}: {heads} attention heads do not split into {kv_heads} key/value heads")
+    vocab = meta.get("llama.vocab_size") or len(meta.get("tokenizer.ggml.tokens") or []) or None
+    if vocab is None:
+        raise CheckpointError(f"{where}: neither llama.vocab_size nor tokenizer.ggml.tokens gives the vocabulary size")
+    scaling = None
+    if meta.get("llama.rope.scaling.type") not in (None, "none"):
+        kind = meta["llama.rope.scaling.type"]
+        scaling = _rope_scaling({"rope_type": kind, "factor": meta.get("llama.rope.scaling.factor")}, where)
+    if "rope_freqs.weight" in tensor_names:
+        raise CheckpointError(f"{where}: rope_freqs.weight (Llama 3.1 frequency factors) is not supported yet")
+    eos = meta.get("tokenizer.ggml.eos_token_id")
+    return LlamaConfig(
+        architecture="LlamaForCausalLM",
+        vocab=int(vocab),
+        dim=dim,
+        layers=int(key("block_count")),
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=int(meta.get("llama.attention.key_length") or dim // heads),
+        ff=int(key("feed_forward_length")),
+        eps=float(key("attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=float(key("rope.freq_base", 10000.0)),
+        rope_scaling=scaling,
+        tie_embeddings="output.weight" not in tensor_names,
+        max_positions=int(key("context_length", 2048)),
+        eos_ids=() if eos is None else (int(eos),),
+    )
+
+
+def gguf_name(name: str) -> str | None:
+    """The Hugging Face name of a llama.cpp tensor name (None for tensors the model does not use)."""
+    base, _, suffix = name.rpartition(".")
+    parts = base.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[2] in GGUF_LAYER:
+        return f"model.layers.{parts[1]}.{GGUF_LAYER[parts[2]]}.{suffix}"
+    return f"{GGUF_GLOBAL[base]}.{suffix}" if base in GGUF_GLOBAL else None
+
+
+def rope_rows(heads: int, head_dim: int) -> np.ndarray:
+    """The row order that undoes llama.cpp's permutation of q and k for its rope.
+
+    llama.cpp rotates adjacent pairs (2i, 2i + 1) of a head; Hugging Face rotates i with
+    i + head_dim / 2. Its converter therefore stores row j of a head at position 2j for the
+    first half and 2(j - head_dim / 2) + 1 for the second. Row r of the Hugging Face weight
+    is row rope_rows[r] of the GGUF one.
+    """
+    half = head_dim // 2
+    within = np.concatenate([2 * np.arange(half), 2 * np.arange(half) + 1])
+    return (np.arange(heads)[:, None] * head_dim + within[None, :]).reshape(-1)
+
+
+def load_gguf_checkpoint(
+    path: str | os.PathLike, dtype: tr.DType = tr.float32, quantize: str | None = None
+) -> tuple[LlamaConfig, dict[str, tr.Tensor]]:
+    """A llama.cpp GGUF file as (config, weights by Hugging Face name); Q8_0/Q4_0 stay quantized.
+
+    quantize ("q8_0", "q4_0") quantizes its float matrices too (quantize_weights).
+    """
+    where = str(path)
+    try:
+        meta = tr.gguf_metadata(path)
+        found = tr.load_gguf(path)
+    except tr.FormatError as e:
+        raise CheckpointError(str(e)) from None
+    cfg = gguf_config(meta, list(found), where)
+    named: dict[str, tr.Tensor] = {}
+    for name, t in found.items():
+        hf = gguf_name(name)
+        if hf is None:
+            continue
+        if hf.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = cfg.heads if "q_proj" in hf else cfg.kv_heads
+            if t.shape[0] != heads * cfg.head_dim:
+                raise CheckpointError(
+                    f"{where}: tensor {name!r} has shape {t.shape}, expected {(heads * cfg.head_dim, cfg.dim)}"
+                )
+            t = take_rows(t, rope_rows(heads, cfg.head_dim))
+        named[hf] = t
+    if quantize:
+        named = quantize_weights(named, cfg, quantize)
+    return cfg, check_weights(named, cfg, where, dtype)
 
 
 def random_weights(cfg: LlamaConfig, seed: int = 0, scale: float = 0.02) -> dict[str, np.ndarray]:
@@ -407,7 +566,8 @@ class Llama:
         return tr.nn.linear(x, head).astype(tr.float32)
 
     def _embed(self, ids: tr.Tensor) -> tr.Tensor:
-        return tr.nn.embedding(ids, self.w["model.embed_tokens.weight"])
+        # .astype: rows of a quantized table come out float32
+        return tr.nn.embedding(ids, self.w["model.embed_tokens.weight"]).astype(self.dtype)
 
     # --- prefill ---
     def prefill(self, ids: tr.Tensor, *cache: tr.Tensor, all_logits: bool = False) -> tuple[tr.Tensor, ...]:

@@ -15,21 +15,53 @@ class DType(enum.Enum):
     int32 = "int32"
     uint32 = "uint32"
     bool = "bool"
+    # quantized weight formats (llama.cpp's GGML blocks; ir/quant.py has their layout)
+    q8_0 = "q8_0"
+    q4_0 = "q4_0"
 
     # the properties read facts computed once per member (below the class): tracing asks
     # them for every op, and an Enum member's own lookups cost microseconds each
 
     @property
     def np(self) -> np.dtype:
+        """The numpy dtype of its values (a quantized tensor's values are float32 once dequantized)."""
         return self._facts[0]
 
     @property
     def itemsize(self) -> int:
-        """Bytes per element in a GPU buffer (bool is stored as u32: WGSL has no bool storage)."""
-        return self._facts[1]
+        """Bytes per element in a GPU buffer (bool is stored as u32: WGSL has no bool storage).
+
+        Quantized formats have no whole bytes per element: ask `nbytes(numel)` instead.
+        """
+        size = self._facts[1]
+        if not size:
+            raise DTypeError(f"{self.value} stores {self.block} elements in {self.block_bytes} bytes: use nbytes()")
+        return size
+
+    def nbytes(self, numel: int) -> int:
+        """Bytes that `numel` elements take in a GPU buffer (quantized: whole blocks, padded to 16 bytes)."""
+        if not self.is_quantized:
+            return numel * self.itemsize
+        return -(-(numel // self.block * self.block_bytes) // 16) * 16
+
+    @property
+    def is_quantized(self) -> bool:
+        """A block format (q8_0, q4_0): read by tr.nn.linear, tr.nn.embedding and .astype only."""
+        return self._facts[4]
+
+    @property
+    def block(self) -> int:
+        """Elements per quantization block (1 for the plain dtypes)."""
+        return _BLOCKS[self][0] if self in _BLOCKS else 1
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes per block: an f16 scale and the block's quants (34 for q8_0, 18 for q4_0)."""
+        return _BLOCKS[self][1] if self in _BLOCKS else self.itemsize
 
     @property
     def is_float(self) -> bool:
+        """Its values are floating point: float32, float16, and the quantized formats (dequantized)."""
         return self._facts[2]
 
     @property
@@ -85,14 +117,21 @@ _WGSL = {
     DType.int32: "i32",
     DType.uint32: "u32",
     DType.bool: "bool",
+    DType.q8_0: "u32",  # storage words; kernels unpack the blocks (backend_wgpu/kernels/quant/)
+    DType.q4_0: "u32",
 }
+# quantized formats: (elements per block, bytes per block), as GGML defines them
+_BLOCKS = {DType.q8_0: (32, 34), DType.q4_0: (32, 18)}
 
-for _dt in DType:  # (numpy dtype, bytes per element in a buffer, is float, is int)
+for _dt in DType:  # (numpy dtype, bytes per element in a buffer (0: quantized), is float, is int, is quantized)
+    _quantized = _dt in _BLOCKS
+    _np = np.dtype(np.float32) if _quantized else np.dtype(_dt.value)
     _dt._facts = (
-        np.dtype(_dt.value),
-        4 if _dt is DType.bool else np.dtype(_dt.value).itemsize,
-        _dt in (DType.float32, DType.float16),
+        _np,
+        0 if _quantized else 4 if _dt is DType.bool else _np.itemsize,
+        _quantized or _dt in (DType.float32, DType.float16),
         _dt in (DType.int32, DType.uint32),
+        _quantized,
     )
 
 float32 = DType.float32
@@ -100,6 +139,8 @@ float16 = DType.float16
 int32 = DType.int32
 uint32 = DType.uint32
 bool_ = DType.bool
+q8_0 = DType.q8_0
+q4_0 = DType.q4_0
 
 # Promotion lattice over the supported types, as numpy does it (int32 with uint32 would be
 # int64 in numpy, which we cannot store: that pair is refused rather than silently narrowed).
@@ -141,6 +182,12 @@ def to_dtype(dt: DType | str | np.dtype | type) -> DType:
 
 def promote(a: DType, b: DType, op: str = "op") -> DType:
     """numpy's result type of two tensor dtypes, restricted to what we can store."""
+    if a.is_quantized or b.is_quantized:
+        q = a if a.is_quantized else b
+        raise DTypeError(
+            f"{op}: {q.value} holds quantized weight blocks, which only tr.nn.linear (x @ w.T), tr.nn.embedding "
+            f"and .astype read; convert first with .astype(tr.float32)"
+        )
     if a == b:
         return a
     if {a, b} == {DType.int32, DType.uint32}:

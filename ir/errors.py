@@ -32,3 +32,7 @@ class JitError(WgjitError, RuntimeError):
 
 class IndexOutOfRangeError(ShapeError, IndexError):
     """An index past the end of an axis (also an IndexError, as numpy raises)."""
+
+
+class FormatError(WgjitError, ValueError):
+    """A weights file wgjit cannot read: not its format, truncated, or a tensor it cannot hold (named)."""

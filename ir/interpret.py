@@ -15,6 +15,7 @@ import numpy as np
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
+from ir.quant import dequantize
 
 
 def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
@@ -31,10 +32,16 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
 
 
 def interpret(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Evaluate `graph` on host arrays given by input index; returns the outputs."""
+    """Evaluate `graph` on host arrays given by input index; returns the outputs.
+
+    A quantized input (ir/quant.py) is given as its GPU layout (u32 words) and evaluated as
+    its float32 values; the ops that read it (matmul, gather, cast) then need no rule of their own.
+    """
     values: dict[int, np.ndarray] = {}
     for node in graph:
-        if node.op is Op.INPUT:
+        if node.op is Op.INPUT and node.dtype.is_quantized:  # its blocks (u32 words), as float32 values
+            values[node.id] = dequantize(np.asarray(inputs[node.arg.index]), node.dtype, node.shape)
+        elif node.op is Op.INPUT:
             values[node.id] = np.asarray(inputs[node.arg.index]).astype(node.dtype.np).reshape(node.shape)
         else:
             values[node.id] = eval_node(node, [values[s] for s in node.srcs])

@@ -53,4 +53,4 @@ class Node:
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        return self.dtype.nbytes(self.size)

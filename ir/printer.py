@@ -19,7 +19,11 @@ def format_arg(node: Node) -> str:
     if isinstance(arg, View):
         return f"strides={arg.strides} offset={arg.offset}"
     if node.op is Op.INPUT:
-        return f"#{arg.index}" + (" donatable" if arg.donatable else "")
+        text = f"#{arg.index}" + (" donatable" if arg.donatable else "")
+        if node.dtype.is_quantized:  # its format and bytes: blocks, not elements
+            d = node.dtype
+            text += f" {node.nbytes} bytes, {d.block_bytes}-byte blocks of {d.block}"
+        return text
     if node.op is Op.CAST:
         return ""
     return f"{arg}"

@@ -13,7 +13,8 @@ plan_memory, which then never allocate the values a group keeps in registers.
 
 Grouping walks the graph backwards, so a node's readers are placed before the node. A
 node N joins the group G of its readers when all of these hold:
-  1. N is elementwise, or it is a core whose kernel renders epilogues and G has no core yet;
+  1. N is elementwise (run by the elementwise kernel: not a dequant), or it is a core whose
+     kernel renders epilogues and G has no core yet;
   2. N is not a graph output and has at least one element;
   3. every reader of N is in G and reads N in linear order: directly or through a VIEW
      that is a plain reshape (ir.fusion.linear_identity); such views join G too;
@@ -150,6 +151,8 @@ def _join(
     )
     if node.size == 0 or node.id in outputs or not (node.op in ELEMENTWISE or is_core):
         return None
+    if node.op in ELEMENTWISE and node.kernel.name != fused_group_choice().name:
+        return None  # an elementwise op with a kernel of its own (dequant: a cast of quantized blocks)
     reads = readers[node.id]
     if not reads:
         return None

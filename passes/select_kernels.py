@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from backend_wgpu.element import vector_readable
+from backend_wgpu.element import row_vector, vector_readable
 from backend_wgpu.kernels import (
     ArangeKernel,
     AttentionCombineKernel,
@@ -19,6 +19,7 @@ from backend_wgpu.kernels import (
     ConcatKernel,
     Conv1dKernel,
     DecodeAttentionKernel,
+    DequantKernel,
     ElementwiseKernel,
     FlashAttentionKernel,
     GatherKernel,
@@ -27,6 +28,9 @@ from backend_wgpu.kernels import (
     GemvMultiKernel,
     IndexWriteKernel,
     NormKernel,
+    QuantGatherKernel,
+    QuantGemmKernel,
+    QuantGemvKernel,
     ReduceKernel,
     RopeKernel,
     RowReduceKernel,
@@ -39,6 +43,7 @@ from backend_wgpu.kernels import (
 from backend_wgpu.kernels.blocks import LOOP_STEPS, unroll_for
 from ir.caps import DeviceCaps
 from ir.dtypes import DType
+from ir.errors import DTypeError, ShapeError
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import ELEMENTWISE, NO_KERNEL, NORM, REDUCE, ROW, SCAN, Op
@@ -57,6 +62,8 @@ def select_kernels(graph: Graph, caps: DeviceCaps) -> Graph:
 
 
 def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
+    if any(graph[s].dtype.is_quantized for s in node.srcs) or node.dtype.is_quantized:
+        return _select_quantized(graph, node)
     if node.op in ELEMENTWISE:
         return KernelChoice(ElementwiseKernel.name, node.op.value, workgroup=(256, 1, 1))
     if node.op in REDUCE:
@@ -159,6 +166,46 @@ def gemv_group_choice(k: int, caps: DeviceCaps) -> KernelChoice:
     """gemv_multi for a group of passes.fuse_gemv: a workgroup per output column (or pair), threads along k."""
     wg = min(_row_workgroup(k, caps) if k < 256 else 256, caps.max_invocations)
     return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups),))
+
+
+# qgemv sizing: wx threads along a weight row (16-byte loads side by side), wy row groups per
+# workgroup, `rows` weight rows per thread sharing each load of x
+QGEMV_WX, QGEMV_WY, QGEMV_ROWS, QGEMV_UNROLL = 32, 4, 4, 2
+MAX_LOOP = 65535  # lavapipe ends a loop after this many iterations
+
+
+def _select_quantized(graph: Graph, node: Node) -> KernelChoice:
+    """Kernels that read quantized blocks: the tracer lets only matmul (x @ w.T), gather and cast reach here."""
+    if node.op is Op.MATMUL:
+        return quant_matmul_choice(graph, node)
+    if node.op is Op.CAST:
+        return KernelChoice(DequantKernel.name, workgroup=(256, 1, 1))
+    if node.op is Op.GATHER:
+        return KernelChoice(QuantGatherKernel.name, workgroup=(256, 1, 1))
+    raise DTypeError(f"select_kernels: no kernel reads a {node.dtype.value} operand for {node.op.value} (%{node.id})")
+
+
+def quant_matmul_choice(
+    graph: Graph, node: Node, wx: int = QGEMV_WX, wy: int = QGEMV_WY, rows: int = QGEMV_ROWS, unroll: int = QGEMV_UNROLL
+) -> KernelChoice:
+    """qgemv for one row of x, qgemm for more; x read as vec4 where its view allows."""
+    m, n = node.shape
+    w = graph[node.srcs[1]]
+    k = graph[node.srcs[0]].shape[-1]
+    _, a_view = view_of_operand(graph, node.srcs[0])
+    variant = "x4" if row_vector(a_view, 1, 4) else "x1"
+    if m == 1:
+        units = k // (16 if w.dtype is DType.q8_0 else 32)
+        while -(-units // wx) > MAX_LOOP and wx < 256:
+            wx *= 2
+            wy = max(1, wy // 2)
+        if -(-units // wx) > MAX_LOOP:
+            raise ShapeError(f"matmul: k={k} is too long for one {w.dtype.value} GEMV row")
+        params = (("rows", rows), ("unroll", unroll))
+        return KernelChoice(QuantGemvKernel.name, variant, workgroup=(wx, wy, 1), params=params)
+    if k // 32 > MAX_LOOP:
+        raise ShapeError(f"matmul: k={k} is too long for the {w.dtype.value} GEMM (at most {MAX_LOOP * 32})")
+    return KernelChoice(QuantGemmKernel.name, variant, workgroup=(16, 16, 1))
 
 
 def fused_group_choice() -> KernelChoice:

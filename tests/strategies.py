@@ -1639,6 +1639,85 @@ def d_decode_block(b: Builder) -> Call | None:
     return None
 
 
+# --- quantized weights (q8_0, q4_0: tracer/gguf.py, backend_wgpu/kernels/quant/) ------------
+#
+# A fresh float input is quantized by tr.quantize (gguf.quants, llama.cpp's rounding) inside the
+# program; the reference reads the same blocks back two ways that share no code, gguf.quants'
+# dequantizer and `_dequantize_q` below (written from GGML's block definitions), and insists
+# they agree before using the values.
+
+QUANT_FORMATS = ("q8_0", "q4_0")
+
+
+def _dequantize_q(blocks: np.ndarray, fmt: str) -> np.ndarray:
+    """GGML blocks (uint8 rows) to float32: an f16 scale d, then int8 q (q8_0) or nibbles (q4_0; low
+    nibbles are values 0..15 of the block, high ones 16..31), value = d * q (q4_0: d * (q - 8))."""
+    size = 34 if fmt == "q8_0" else 18
+    raw = blocks.reshape(-1, size)
+    d = raw[:, :2].copy().view(F16).astype(F32)
+    if fmt == "q8_0":
+        q = raw[:, 2:].view(np.int8).astype(F32)
+    else:
+        q = np.concatenate([raw[:, 2:] & 15, raw[:, 2:] >> 4], axis=1).astype(F32) - 8
+    return (d * q).reshape(blocks.shape[:-1] + (-1,))
+
+
+def quantized_values(w: np.ndarray, fmt: str) -> np.ndarray:
+    """What tr.quantize(w, fmt) holds, as float32, checked by both dequantizers."""
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType[fmt.upper()]
+    blocks = gguf.quants.quantize(np.ascontiguousarray(w, dtype=F32), qtype)
+    ours, theirs = _dequantize_q(blocks, fmt), gguf.quants.dequantize(blocks, qtype).reshape(w.shape)
+    assert np.array_equal(ours, theirs, equal_nan=True), f"the two {fmt} dequantizers disagree on {w!r}"
+    return ours.reshape(w.shape)
+
+
+def d_qlinear(b: Builder) -> Call | None:
+    """x @ w.T with w (n, k) quantized: k whole blocks; x picked when it fits, else fresh (1-3 dims)."""
+    x = b.pick(lambda v: v.dtype in FLOATS and v.ndim >= 1 and v.shape[-1] in (32, 64, 96) and v.size <= MAX_SIZE)
+    if x is None or b.draw(st.booleans()):
+        k = b.draw(st.sampled_from([32, 64, 96]))
+        lead = tuple(b.draw(st.sampled_from([1, 2, 3])) for _ in range(b.draw(st.integers(0, 2))))
+        x = b.fresh(lead + (k,), b.dtype(FLOATS))
+    k = b.value(x).shape[-1]
+    n = b.draw(st.sampled_from([1, 2, 3, 5, 17, 70]))
+    args: list[Arg] = [x, b.fresh((n, k), F32)]
+    bias = b.draw(st.booleans())
+    if bias:
+        args.append(b.fresh((n,), b.value(x).dtype))
+    return Call(tuple(args), (("fmt", b.draw(st.sampled_from(QUANT_FORMATS))), ("bias", bias)))
+
+
+def _qlinear(x: np.ndarray, w: np.ndarray, *rest: np.ndarray, fmt: str, bias: bool) -> Result:
+    wq = quantized_values(w, fmt).astype(F64)
+    y = _up(x).astype(F64) @ wq.T
+    mag = np.abs(x.astype(F64)) @ np.abs(wq).T
+    if bias:  # of x's dtype, which the product keeps
+        y, mag = y + rest[0].astype(F64), mag + np.abs(rest[0].astype(F64))
+    return Result(y.astype(x.dtype), False, mag)
+
+
+def d_qtable(b: Builder) -> Call | None:
+    """A fresh (rows, 32 or 64) table, quantized; embedding rows at fresh ids, or the whole table."""
+    table = b.fresh((b.draw(st.integers(1, 9)), b.draw(st.sampled_from([32, 64]))), F32)
+    params = (("fmt", b.draw(st.sampled_from(QUANT_FORMATS))),)
+    if b.draw(st.booleans()):
+        return Call((table,), params)
+    ids_shape = tuple(b.draw(st.sampled_from([1, 2, 3])) for _ in range(b.draw(st.integers(0, 2))))
+    return Call((table, b.fresh_ids(ids_shape, b.value(table).shape[0])), params)
+
+
+def _qtable(table: np.ndarray, *ids: np.ndarray, fmt: str) -> Result:
+    values = quantized_values(table, fmt)
+    return Result(values[ids[0]] if ids else values, True)
+
+
+def _qtable_code(srcs: list[str], params: dict[str, Any]) -> str:
+    q = f"tr.quantize({srcs[0]}, tr.{params['fmt']})"
+    return f"tr.nn.embedding({srcs[1]}, {q})" if len(srcs) > 1 else f"{q}.astype(tr.float32)"
+
+
 # --- the op table -------------------------------------------------------------------------
 
 
@@ -1995,6 +2074,15 @@ OPS: dict[str, OpSpec] = {
         OpSpec("rope", d_rope, "tr.nn.rope({0}, {1}, {2}, interleaved={interleaved})", _rope),
         # a macro that adds the steps of a decode-layer fragment (d_decode_block); never a step itself
         OpSpec("decode_block", d_decode_block, "", lambda: None),
+        # quantized weights (the section above)
+        OpSpec(
+            "qlinear",
+            d_qlinear,
+            lambda s, p: f"tr.nn.linear({s[0]}, tr.quantize({s[1]}, tr.{p['fmt']}), {_opt(s, p, 'bias', 2)})",
+            _qlinear,
+            eps=1e-6,
+        ),
+        OpSpec("qtable", d_qtable, _qtable_code, _qtable, "always"),
     ]
 }
 
@@ -2014,15 +2102,17 @@ def attention_programs(draw: Callable[[st.SearchStrategy], Any], f16: bool = Tru
 
 
 @st.composite
-def programs(draw: Callable[[st.SearchStrategy], Any], max_steps: int = 8, f16: bool = True) -> Program:
-    """A random well-typed program over the op table, with its inputs and outputs."""
+def programs(
+    draw: Callable[[st.SearchStrategy], Any], max_steps: int = 8, f16: bool = True, ops: Sequence[str] | None = None
+) -> Program:
+    """A random well-typed program over the op table (or the `ops` named), with its inputs and outputs."""
     seed = draw(st.integers(0, 2**32 - 1))
     style = draw(st.sampled_from(["dyadic", "dyadic", "dyadic", "normal", "special", "large"]))
     b = Builder(draw, seed, f16, style)
     b.fresh(b.shape(), b.dtype())
     n = draw(st.integers(1, max_steps))
     for _ in range(n):
-        b.apply(OPS[draw(st.sampled_from(DRAWN))])
+        b.apply(OPS[draw(st.sampled_from(list(ops) if ops else DRAWN))])
     last = len(b.values) - 1
     extra = draw(st.lists(st.integers(0, last), max_size=2, unique=True))
     outputs = tuple(dict.fromkeys([last, *extra]))

@@ -47,6 +47,8 @@ def host_value(lz: Lazy) -> np.ndarray:
     from backend_wgpu import get_device
 
     raw = get_device().read(lz.buffer)
+    if lz.dtype.is_quantized:  # its blocks, as the interpreter takes them (ir/quant.py)
+        return np.frombuffer(raw, dtype=np.uint32).copy()
     storage = np.uint32 if lz.dtype is tr.bool else lz.dtype.np
     arr = np.frombuffer(raw, dtype=storage).reshape(lz.shape)
     return arr.astype(bool) if lz.dtype is tr.bool else arr.copy()

@@ -6,10 +6,11 @@ y = (x @ x.T).softmax(axis=-1)   # nothing has run yet
 y.numpy()                        # compile, run in one submission, read back
 """
 
-from ir.dtypes import DType, bool_, float16, float32, int32, uint32
+from ir.dtypes import DType, bool_, float16, float32, int32, q4_0, q8_0, uint32
 from ir.errors import (
     DeviceError,
     DTypeError,
+    FormatError,
     IndexOutOfRangeError,
     JitError,
     KernelCompileError,
@@ -34,6 +35,7 @@ from tracer.factories import (
     zeros,
     zeros_like,
 )
+from tracer.gguf import gguf_metadata, load_gguf, quantize
 from tracer.jit import jit
 from tracer.linalg import dot, einsum, outer, tensordot, vdot
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
@@ -133,10 +135,12 @@ __all__ = [
     "squeeze", "stack", "sum", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
     # transformer inference (tracer/nn.py, tracer/weights.py)
-    "clamp", "gather",
+    "clamp", "erf", "gather",
     # numpy's everyday API (tracer/reductions.py, numeric.py)
     "all", "any", "clip", "cumprod", "cumsum", "logsumexp", "nan_to_num", "std", "var",
     "array_split", "chunk", "concatenate", "eye", "flip", "linspace", "moveaxis", "repeat", "roll", "split",
     "swapaxes", "tile", "tril", "triu", "dot", "einsum", "outer", "tensordot", "vdot", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
+    # quantized weights and GGUF files (tracer/gguf.py, tracer/quantized.py)
+    "FormatError", "gguf_metadata", "load_gguf", "q4_0", "q8_0", "quantize",
 ]  # fmt: skip
 __all__ += _TABLE_UNARY  # abs, exp, log, sqrt, sin, tanh, silu, erf, ... (the op table's plain unary ops)

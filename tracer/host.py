@@ -46,6 +46,10 @@ def host_array(data: Any, dtype: DType | str | None, op: str = "tensor") -> tupl
         raise DTypeError(f"{op}: {arr.dtype} data is not supported (numbers and bools only)")
     if dtype is not None:
         target = to_dtype(dtype)
+        if target.is_quantized:
+            raise DTypeError(
+                f"tensor: a {target.value} tensor is made by quantizing: tr.quantize(data, tr.{target.value})"
+            )
     elif arr.dtype == np.float64:
         target = DType.float32
     elif arr.dtype.kind in "iu" and (arr.dtype.itemsize == 8 or arr.dtype in (np.int16, np.int8, np.uint8, np.uint16)):

@@ -47,3 +47,8 @@ def check_graph_features(graph: Graph) -> None:
 def max_storage_buffers() -> int:
     """Storage buffers one kernel may bind on this device (WebGPU guarantees 8)."""
     return get_device().caps.max_storage_buffers_per_stage
+
+
+def float16_supported() -> bool:
+    """Whether this adapter runs float16 (the feature shader-f16); asks the device."""
+    return get_device().caps.shader_f16

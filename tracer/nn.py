@@ -167,7 +167,8 @@ def _select(op: str, x: Any, ids: Any, axis: int) -> Tensor:
     out_shape = x.shape[:a] + (k,) + x.shape[a + 1 :]
     # the 1-D ids broadcast over the other axes: a zero-copy view, not a copy per row
     spread = flat.reshape((1,) * a + (k,) + (1,) * (x.ndim - a - 1)).expand(out_shape)
-    out = make(Op.GATHER, (x, spread), out_shape, x.dtype, a)
+    # rows of a quantized table come out dequantized (tracer/quantized.py)
+    out = make(Op.GATHER, (x, spread), out_shape, DType.float32 if x.dtype.is_quantized else x.dtype, a)
     return out.reshape(x.shape[:a] + ids.shape + x.shape[a + 1 :])
 
 
@@ -184,6 +185,11 @@ def gather(x: Any, ids: Any, axis: int) -> Tensor:
     x = as_tensor(x, "gather")
     if x.ndim == 0:
         raise ShapeError(f"gather: x must have at least one dimension, got shape {x.shape} (take_along_axis)")
+    if x.dtype.is_quantized:
+        raise DTypeError(
+            f"gather: x is a {x.dtype.value} tensor of shape {x.shape}; quantized rows are read with "
+            "tr.nn.embedding or index_select(x, ids, 0), other gathers after .astype(tr.float32)"
+        )
     a = shapes.normalize_axis("gather", axis, x.ndim, x.shape)
     ids = _ids("gather", ids, a, x)
     if ids.ndim != x.ndim:

@@ -32,6 +32,7 @@ from tracer.host import CONSTANTS, host_scalar, lazy_from_data
 from tracer.indexing import resolve_index
 from tracer.lazy import Lazy
 from tracer.limits import LARGEST_SAFE_BINDING, check_binding_size, check_float16, max_storage_buffers
+from tracer.quantized import check_quantized_operands, refuse, refuse_read, transposed_leaf
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
 from tracer.tracing import note_rebind
 from tracer.views import RootCell, ViewInfo, child_view, derive, same_view
@@ -88,10 +89,11 @@ class Tensor:
 
     # --- realization --------------------------------------------------------------
     def realize(self) -> Tensor:
-        realize_lazies([self._lazy])
+        realize_lazies(_lazies((self,)))
         return self
 
     def numpy(self) -> np.ndarray:
+        refuse_read(self._lazy, "numpy")
         return read_lazy(self._lazy)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -321,6 +323,15 @@ class Tensor:
         dt = to_dtype(dtype)
         if dt is self.dtype:
             return self if not copy else self.copy()
+        if dt.is_quantized:
+            raise DTypeError(
+                f"astype: {self.dtype.value} tensor of shape {self.shape} to {dt.value}: quantizing runs on the "
+                f"host, tr.quantize(array, tr.{dt.value})"
+            )
+        if self._lazy.op is Op.PERMUTE and self._lazy.srcs[0].dtype.is_quantized:  # w.T.astype(): dequantize w
+            return Tensor(self._lazy.srcs[0]).astype(dt).permute(self._lazy.arg)
+        if self.dtype.is_quantized and not dt.is_float:
+            raise DTypeError(f"astype: {self.dtype.value} dequantizes to float32 or float16, not {dt.value}")
         return make(Op.CAST, (self,), self.shape, dt)
 
     # --- reductions ---------------------------------------------------------------
@@ -478,7 +489,8 @@ def _lazies(tensors: tuple[Any, ...]) -> list[Lazy]:
     for t in tensors:
         if not isinstance(t, Tensor):
             raise TypeError(f"expected Tensors, got {type(t).__name__}")
-    return [t._lazy for t in tensors]
+    # w.T of a quantized w is a view computed by nothing: realizing it uploads w
+    return [t._lazy.srcs[0] if transposed_leaf(t._lazy) else t._lazy for t in tensors]
 
 
 def realize(*tensors: Tensor) -> None:
@@ -500,15 +512,18 @@ _F16 = DType.float16
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
     """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
+    if any(s._lazy.dtype.is_quantized for s in srcs):
+        check_quantized_operands(op, tuple(s._lazy for s in srcs), dtype, arg)
     n = math.prod(shape)
-    if n * dtype.itemsize > LARGEST_SAFE_BINDING or n > MAX_ELEMENTS:
+    nbytes = dtype.nbytes(n) if dtype.is_quantized else n * dtype.itemsize
+    if nbytes > LARGEST_SAFE_BINDING or n > MAX_ELEMENTS:
         if n > MAX_ELEMENTS:
             raise ShapeError(
                 f"{op.value}: shape {shape} has {n} elements, over the {MAX_ELEMENTS} (2**32 - 1) that wgjit's "
                 "kernels count with 32-bit integers; split the work into smaller tensors"
             )
         if op not in MOVEMENT:  # views add no bytes
-            check_binding_size(op.value, shape, dtype, n * dtype.itemsize)
+            check_binding_size(op.value, shape, dtype, nbytes)
     if dtype is _F16 and not any(s._lazy.dtype is _F16 for s in srcs):
         check_float16(op.value, shape)  # where float16 enters a graph, not later at realize
     return Tensor(Lazy(op, tuple([s._lazy for s in srcs]), shape, dtype, arg))
@@ -550,6 +565,9 @@ def _shape_arg(args: tuple[Any, ...]) -> tuple[int, ...]:
 
 def as_tensors(op: str, a: Any, b: Any) -> tuple[Tensor, Tensor]:
     """Bring a pair of operands to tensors, python scalars taking numpy's weak dtype."""
+    for t in (a, b):
+        if isinstance(t, Tensor) and t.dtype.is_quantized:
+            refuse(op, t.dtype, t.shape)
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         return a, b
     if isinstance(a, Tensor):
@@ -689,6 +707,8 @@ def row_op(op: Op, x: Tensor, axis: int) -> Tensor:
 def matmul(a: Any, b: Any) -> Tensor:
     a = a if isinstance(a, Tensor) else from_data(a)
     b = b if isinstance(b, Tensor) else from_data(b)
+    if a.dtype.is_quantized or b.dtype.is_quantized:
+        return quantized_matmul(a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: {a.shape} @ {b.shape}: operands must have at least 1 dimension")
     dt = promote(a.dtype, b.dtype, "matmul")
@@ -712,6 +732,25 @@ def matmul(a: Any, b: Any) -> Tensor:
     if b.ndim == 1:
         return out.reshape(so[:-1])
     return out
+
+
+def quantized_matmul(x: Tensor, wt: Tensor) -> Tensor:
+    """x @ w.T for a quantized w (out, in): one GEMV or GEMM over every row of x, in x's float dtype."""
+    if x.dtype.is_quantized or not transposed_leaf(wt._lazy):
+        q = x if x.dtype.is_quantized else wt
+        raise DTypeError(
+            f"matmul: {x.shape} @ {wt.shape} with a {q.dtype.value} operand: a quantized weight w (out, in) is "
+            "read as x @ w.T (tr.nn.linear(x, w)), its transpose on the right; else convert it with .astype(tr.float32)"
+        )
+    x = x if x.dtype.is_float else x.astype(DType.float32)
+    k, n = wt.shape
+    if x.ndim == 0 or x.shape[-1] != k:
+        raise ShapeError(
+            f"matmul: {x.shape} @ {wt.shape} ({wt.dtype.value}): the last dim of x must be {k}, the weight's in-features"
+        )
+    lead = x.shape[:-1]
+    rows = x.reshape(math.prod(lead), k)
+    return make(Op.MATMUL, (rows, wt), (rows.shape[0], n), x.dtype).reshape(lead + (n,))
 
 
 MAX_CONCAT_INPUTS = 7  # stays under the 8 storage buffers per stage that every adapter has

@@ -20,6 +20,10 @@ from backend_wgpu.kernels.movement.concat import ConcatKernel
 from backend_wgpu.kernels.movement.gather import GatherKernel
 from backend_wgpu.kernels.movement.index_write import IndexWriteKernel
 from backend_wgpu.kernels.norm.norm import NormKernel
+from backend_wgpu.kernels.quant.dequant import DequantKernel
+from backend_wgpu.kernels.quant.qgather import QuantGatherKernel
+from backend_wgpu.kernels.quant.qgemm import QuantGemmKernel
+from backend_wgpu.kernels.quant.qgemv import QuantGemvKernel
 from backend_wgpu.kernels.reduce.reduce import ReduceKernel
 from backend_wgpu.kernels.reduce.row_reduce import RowReduceKernel
 from backend_wgpu.kernels.rope.rope import RopeKernel
@@ -53,6 +57,10 @@ KERNELS: dict[str, type[Kernel]] = {
         RopeKernel,
         GemvMultiKernel,
         SampleKernel,
+        QuantGemvKernel,
+        QuantGemmKernel,
+        DequantKernel,
+        QuantGatherKernel,
     )
 }
 

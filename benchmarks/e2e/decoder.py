@@ -5,6 +5,8 @@ cache updated with `where`, additive mask, position as a tensor), and `lazy`, th
 loop (`index_write` at the position, attention over `cache[:, :, :pos + 1]`), which
 compiles a program for every new position. A decode call is one token: the step plus
 reading back the next id (greedy, argmax on the GPU), which the next call feeds in.
+WGJIT_E2E_WEIGHTS=q8_0 (or q4_0) runs wgjit with the matrices quantized (tr.quantize) and
+gives torch and the check their dequantized values; the default, f32, keeps them float32.
 torch runs the same architecture eagerly and as a replayed CUDA graph
 (benchmarks/e2e/torch_llama.py). The lazy loop never revisits a position without clearing
 wgjit's program cache first, so each of its tokens costs what a new position costs.
@@ -13,6 +15,7 @@ wgjit's program cache first, so each of its tokens costs what a new position cos
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 from typing import Any
@@ -41,6 +44,27 @@ def describe(cfg: Any) -> str:
         f"{cfg.layers} layers, d {cfg.dim}, {cfg.heads}/{cfg.kv_heads} heads, ff {cfg.ff}, vocab {cfg.vocab}, "
         f"ctx {cfg.max_positions}"
     )
+
+
+WEIGHTS = ("f32", "q8_0", "q4_0")
+
+
+def weights_format() -> str:
+    """WGJIT_E2E_WEIGHTS: f32 (the default), q8_0 or q4_0."""
+    fmt = os.environ.get("WGJIT_E2E_WEIGHTS", "f32").strip() or "f32"
+    if fmt not in WEIGHTS:
+        raise ValueError(f"WGJIT_E2E_WEIGHTS={fmt!r}: choose one of {', '.join(WEIGHTS)}")
+    return fmt
+
+
+def quantized(weights: dict[str, np.ndarray], cfg: Any, fmt: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """wgjit's weights with the matrices quantized, and the values they hold as float32 (for torch, the check)."""
+    import tracer as tr
+    from examples import llama as L
+
+    ours = L.quantize_weights(weights, cfg, fmt)
+    held = {n: ours[n].astype(tr.float32).numpy() if n in L.quantized_names(cfg) else w for n, w in weights.items()}
+    return ours, held
 
 
 # --- wgjit's two decode loops ----------------------------------------------------------------------
@@ -155,9 +179,14 @@ def decoder_cases(ctx: Any, name: str, prompt_len: int, check_tokens: int, plan:
 
     log = ctx.settings.log
     cfg = config(name)
+    fmt = weights_format()
     t0 = time.perf_counter()
     weights = L.random_weights(cfg, seed=0)
-    model = L.Llama(cfg, L.check_weights(weights, cfg, f"random {name}"), cfg.max_positions)
+    ours = weights
+    if fmt != "f32":
+        ours, weights = quantized(weights, cfg, fmt)
+        name = f"{name} {fmt}"
+    model = L.Llama(cfg, L.check_weights(ours, cfg, f"random {name}"), cfg.max_positions)
     tr.realize(*model.w.values())
     prompt = np.random.default_rng(1).integers(0, cfg.vocab, prompt_len).tolist()
     theirs = None
@@ -165,7 +194,7 @@ def decoder_cases(ctx: Any, name: str, prompt_len: int, check_tokens: int, plan:
         from benchmarks.e2e.torch_llama import TorchLlama
 
         theirs = TorchLlama(ctx.torch, cfg, weights, cfg.max_positions, torch_device(ctx.torch))
-    del weights
+    del weights, ours
     log(f"  e2e decoder {name} ({describe(cfg)}): weights ready in {time.perf_counter() - t0:.1f} s")
     check = _check(model, theirs, prompt, check_tokens)
     log(f"    check: {check['summary']}")
@@ -176,6 +205,11 @@ def decoder_cases(ctx: Any, name: str, prompt_len: int, check_tokens: int, plan:
     if ctx.torch is not None and ctx.torch.cuda.is_available():
         ctx.torch.cuda.empty_cache()
     return records
+
+
+def _weights_note() -> str:
+    fmt = weights_format()
+    return "" if fmt == "f32" else f", matrices {fmt} for wgjit (torch: their dequantized values in f32)"
 
 
 def _check(model: Any, theirs: Any, prompt: list[int], n: int) -> dict[str, Any]:
@@ -234,7 +268,7 @@ def _prefill_case(
     return record(
         ctx, "decoder_prefill", f"{name}: {len(prompt)} tokens", {k: summary(by[k], gpu.get(k)) for k in ("jit", "lazy")},
         {"torch": summary(by["torch"], gpu.get("torch"))} if theirs is not None else {}, outcome, check,
-        [f"{describe(cfg)}, f32, random weights (seed 0); a call: the prompt through the model and the next id read back",
+        [f"{describe(cfg)}, f32, random weights (seed 0){_weights_note()}; a call: the prompt through the model and the next id read back",
          "jit: prefill under @tr.jit; lazy: the same function traced each call (its program comes from the cache)"],
     )  # fmt: skip
 
@@ -272,7 +306,7 @@ def _decode_case(
     comparators = {k: summary(by[k], gpu.get(k)) for k in ("torch", "torch_cuda_graph") if k in by}
     rec = record(
         ctx, "decoder_token", f"{name}: per token", variants, comparators, outcome, check,
-        [f"{describe(cfg)}, f32, random weights (seed 0); a call: one token, the next id read back (greedy)",
+        [f"{describe(cfg)}, f32, random weights (seed 0){_weights_note()}; a call: one token, the next id read back (greedy)",
          "jit: the @tr.jit step over a fixed-size cache (where + additive mask); lazy: index_write + "
          "cache[:, :, :pos+1], compiling per new position; torch: eager with slices, and one step captured "
          "as a CUDA graph over the static cache",

@@ -206,7 +206,7 @@ def node_record(graph: Graph, node: Node, dispatch: Dispatch | None = None, disp
         offset, nbytes = 0, node.nbytes
         if node.op is Op.VIEW:
             lo, hi = node.arg.span()
-            offset, nbytes = lo * node.dtype.itemsize, max(0, hi - lo) * node.dtype.itemsize
+            offset, nbytes = node.dtype.nbytes(lo), node.dtype.nbytes(max(0, hi - lo))
         rec["buffer"] = {
             "slot": node.slot,
             "kind": info.kind,

@@ -1,0 +1,86 @@
+"""The WGSL that reads quantized blocks (ir/quant.py's GPU layout), written once for every quant kernel.
+
+A quantized operand is bound as array<vec4<u32>>. Its quants come first: one "unit" is one
+vec4<u32> load (16 bytes), half a q8_0 block (16 int8 values) or a whole q4_0 block (32
+nibbles); unit u of the tensor is element u of the binding, so a row's units are
+consecutive and a thread walking them issues one 16-byte load each. The f16 scales follow,
+from element `s4` (the tensor's unit count) on, two per u32 word, eight per element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backend_wgpu.wgsl import WgslBuilder
+from ir.dtypes import DType
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    dtype: DType
+    values_per_unit: int  # values one vec4<u32> of quants holds
+    units_per_block: int
+
+    @property
+    def name(self) -> str:
+        return self.dtype.value
+
+    def units(self, numel: int) -> int:
+        """Units (vec4<u32> loads of quants) of a tensor of `numel` values; also where its scales start."""
+        return numel // self.values_per_unit
+
+    def define(self, b: WgslBuilder, binding: str) -> None:
+        """The helpers: `{binding}_scale(block)` and the unpacking of one word into four f32 values."""
+        b.helper(
+            f"{binding}_scale",
+            f"fn {binding}_scale(blk: u32) -> f32 {{\n"
+            f"  let w = {binding}[params.s4 + blk / 8u][(blk / 2u) % 4u];  // two half-precision scales per word\n"
+            f"  return unpack2x16float(w)[blk & 1u];\n}}",
+        )
+        if self.dtype is DType.q8_0:
+            b.helper(
+                "q8x4",
+                "fn q8x4(w: u32) -> vec4<f32> {  // four int8, sign-extended by the arithmetic shift\n"
+                "  return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));\n}",
+            )
+        else:
+            b.helper(
+                "q4lo",
+                "fn q4lo(w: u32) -> vec4<f32> {  // the low nibbles of four bytes, centred: q - 8\n"
+                "  return vec4<f32>((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(15u)) - vec4<f32>(8.0);\n}",
+            )
+            b.helper(
+                "q4hi",
+                "fn q4hi(w: u32) -> vec4<f32> {  // the high nibbles: values 16..31 of the block\n"
+                "  return vec4<f32>((vec4<u32>(w) >> vec4<u32>(4u, 12u, 20u, 28u)) & vec4<u32>(15u)) - vec4<f32>(8.0);\n}",
+            )
+
+    def lanes(self, q: str) -> list[tuple[str, int]]:
+        """The unit `q` (a vec4<u32>) as vec4<f32> values before scaling, each with its first value's offset in the unit."""
+        if self.dtype is DType.q8_0:
+            return [(f"q8x4({q}.{c})", 4 * j) for j, c in enumerate("xyzw")]
+        return [(f"q4lo({q}.{c})", 4 * j) for j, c in enumerate("xyzw")] + [
+            (f"q4hi({q}.{c})", 16 + 4 * j) for j, c in enumerate("xyzw")
+        ]
+
+    def block_of(self, unit: str) -> str:
+        """WGSL: the block (index of its scale) that unit `unit` belongs to."""
+        return unit if self.units_per_block == 1 else f"({unit}) / {self.units_per_block}u"
+
+
+FORMATS = {
+    DType.q8_0: QuantFormat(DType.q8_0, values_per_unit=16, units_per_block=2),
+    DType.q4_0: QuantFormat(DType.q4_0, values_per_unit=32, units_per_block=1),
+}
+
+
+def quant_format(dtype: DType) -> QuantFormat:
+    return FORMATS[dtype]
+
+
+def describe(dtype: DType, shape: tuple[int, ...]) -> str:
+    """For `explain`: the format and bytes of a quantized operand."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    return f"{dtype.value} {'x'.join(map(str, shape))}, {dtype.nbytes(numel)} bytes ({dtype.block_bytes} per {dtype.block} weights)"

@@ -1,0 +1,314 @@
+"""Quantized weights (q8_0, q4_0): the block layout, the kernels against numpy, and every wrong use.
+
+Two references that share no code check each other and the GPU: gguf.quants.dequantize (the
+package llama.cpp's tools use) and ir/quant.py (written from the format's definition, which
+the interpreter uses). Each GPU test asserts the kernel that ran, so a rule change cannot
+reroute a case silently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import tracer as tr
+from ir import quant
+from ir.dtypes import DType
+from tests.helpers import assert_close, kernels_of
+from tests.strategies import programs
+from tests.test_fuzz import check_program
+
+gguf = pytest.importorskip("gguf", reason="quantizing needs the gguf package (pip install 'wgjit[gguf]')")
+
+pytestmark = pytest.mark.gpu
+FORMATS = [DType.q8_0, DType.q4_0]
+
+
+def ggml_type(dt: DType):  # noqa: ANN201
+    return gguf.GGMLQuantizationType[dt.value.upper()]
+
+
+def blocks_of(w: np.ndarray, dt: DType) -> np.ndarray:
+    return gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), ggml_type(dt))
+
+
+def reference(w: np.ndarray, dt: DType) -> np.ndarray:
+    """What the quantized w holds, by gguf.quants (llama.cpp's rounding both ways)."""
+    return gguf.quants.dequantize(blocks_of(w, dt), ggml_type(dt)).reshape(w.shape)
+
+
+def quant_kernels(y: tr.Tensor) -> list[tuple[str, str]]:
+    """(kernel, variant without its fused-code key) of every dispatch computing y."""
+    return [(k, v.split(":")[0]) for k, v, _ in kernels_of(y)]
+
+
+def weights(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+    return rng.standard_normal((n, k)).astype(np.float32)
+
+
+# --- the layout and the two references ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+def test_pack_unpack_roundtrip_and_references_agree(dt: DType, rng: np.random.Generator) -> None:
+    w = weights(rng, 7, 96)
+    w[0] = 0.0  # a zero block: scale 0
+    w[1, :32] = 1e4  # one large block
+    raw = blocks_of(w, dt)
+    words = quant.pack(raw, dt)
+    assert words.dtype == np.uint32 and words.nbytes == dt.nbytes(w.size) and words.nbytes % 16 == 0
+    np.testing.assert_array_equal(quant.unpack(words, dt, w.size), raw.reshape(-1, dt.block_bytes))
+    ours = quant.dequantize(words, dt, w.shape)
+    np.testing.assert_array_equal(ours, gguf.quants.dequantize(raw, ggml_type(dt)).reshape(w.shape))
+    assert np.abs(ours - w)[2:].max() < (0.02 if dt is DType.q8_0 else 0.35) * np.abs(w[2:]).max()
+
+
+def test_dtype_facts() -> None:
+    assert (tr.q8_0.block, tr.q8_0.block_bytes, tr.q4_0.block, tr.q4_0.block_bytes) == (32, 34, 32, 18)
+    assert tr.q8_0.is_quantized and not tr.float32.is_quantized
+    assert tr.q8_0.nbytes(4096 * 4096) == 4096 * 4096 // 32 * 34
+    assert tr.q4_0.nbytes(32) == 32  # one 18-byte block, padded to 16 bytes
+    with pytest.raises(tr.DTypeError, match="nbytes"):
+        _ = tr.q8_0.itemsize
+
+
+# --- kernels against numpy ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+@pytest.mark.parametrize("out_dtype", [tr.float32, tr.float16])
+def test_astype_dequantizes(dt: DType, out_dtype: DType, rng: np.random.Generator, device) -> None:
+    if out_dtype is tr.float16 and not device.caps.shader_f16:
+        pytest.skip("no shader-f16")
+    w = weights(rng, 33, 64)
+    y = tr.quantize(w, dt).astype(out_dtype)
+    assert [k for k, _, _ in kernels_of(y)] == ["dequant"]
+    np.testing.assert_array_equal(y.numpy(), reference(w, dt).astype(out_dtype.np))
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+@pytest.mark.parametrize("n,k", [(1, 32), (17, 96), (70, 544), (5, 2080)])
+def test_gemv(dt: DType, n: int, k: int, rng: np.random.Generator) -> None:
+    """One row of x: qgemv, rows past a workgroup's and units past its threads' tails."""
+    w, x = weights(rng, n, k), rng.standard_normal(k).astype(np.float32)
+    y = tr.nn.linear(tr.tensor(x), tr.quantize(w, dt))
+    assert quant_kernels(y) == [("qgemv", f"x4.{dt.value}")]
+    assert_close(y.numpy(), reference(w, dt) @ x, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+@pytest.mark.parametrize("wx,wy,rows,unroll", [(16, 1, 1, 1), (64, 2, 3, 3), (32, 8, 8, 2), (128, 1, 2, 1)])
+def test_gemv_configurations(dt: DType, wx: int, wy: int, rows: int, unroll: int, rng: np.random.Generator) -> None:
+    """Every knob the H200 sweep turns (benchmarks/device/quant.py), forced: the values stay right."""
+    from benchmarks.device.quant import program_for
+    from ir.node import KernelChoice
+
+    w, x = weights(rng, 37, 1056), rng.standard_normal((1, 1056)).astype(np.float32)  # 1056: units past any step
+    y = tr.nn.linear(tr.tensor(x), tr.quantize(w, dt), tr.tensor(np.ones(37, np.float32))).relu()
+    choice = KernelChoice("qgemv", "x4", 1, (wx, wy, 1), (("rows", rows), ("unroll", unroll)))
+    program, bufs = program_for(y, choice)
+    assert [(d.kernel, d.workgroup_size) for d in program.dispatches] == [("qgemv", (wx, wy, 1))]
+    from backend_wgpu import get_device
+
+    got = np.frombuffer(get_device().read(program.run(bufs)[0]), np.float32).reshape(y.shape)
+    assert_close(got, np.maximum(x @ reference(w, dt).T + 1, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+def test_gemv_strided_x(dt: DType, rng: np.random.Generator) -> None:
+    """x read through strides (x1): a column of a matrix."""
+    w, big = weights(rng, 40, 128), rng.standard_normal((128, 3)).astype(np.float32)
+    x = tr.tensor(big)[:, 1]
+    y = tr.nn.linear(x, tr.quantize(w, dt))
+    assert quant_kernels(y)[-1] == ("qgemv", f"x1.{dt.value}")
+    assert_close(y.numpy(), reference(w, dt) @ big[:, 1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+@pytest.mark.parametrize("m,n,k", [(2, 3, 32), (65, 70, 96), (130, 64, 256)])
+def test_gemm(dt: DType, m: int, n: int, k: int, rng: np.random.Generator) -> None:
+    """Several rows (prefill): qgemm, edges in m and n."""
+    w, x = weights(rng, n, k), rng.standard_normal((m, k)).astype(np.float32)
+    y = tr.tensor(x) @ tr.quantize(w, dt).T
+    assert quant_kernels(y) == [("qgemm", f"x4.{dt.value}")]
+    assert_close(y.numpy(), x @ reference(w, dt).T, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_strided_x(rng: np.random.Generator) -> None:
+    """Rows of x 70 apart from offset 1 (x1), and a permuted x (copied first: x4), leading dims kept."""
+    w = weights(rng, 24, 64)
+    q, ref = tr.quantize(w, tr.q8_0), reference(w, DType.q8_0)
+    big = rng.standard_normal((9, 70)).astype(np.float32)
+    y = tr.nn.linear(tr.tensor(big)[:, 1:65], q)
+    assert quant_kernels(y) == [("qgemm", "x1.q8_0")]
+    assert_close(y.numpy(), big[:, 1:65] @ ref.T, rtol=1e-4, atol=1e-4)
+    xt = rng.standard_normal((64, 3, 2)).astype(np.float32)
+    y = tr.nn.linear(tr.tensor(xt).permute(2, 1, 0), q)
+    assert y.shape == (2, 3, 24) and quant_kernels(y)[-1] == ("qgemm", "x4.q8_0")
+    assert_close(y.numpy(), xt.transpose(2, 1, 0) @ ref.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+@pytest.mark.parametrize("m", [1, 5])
+def test_fused_epilogue(dt: DType, m: int, rng: np.random.Generator) -> None:
+    """bias + silu + residual after the quant matmul: one dispatch, as after the float GEMVs."""
+    w, x = weights(rng, 48, 64), rng.standard_normal((m, 64)).astype(np.float32)
+    bias, res = rng.standard_normal(48).astype(np.float32), rng.standard_normal((m, 48)).astype(np.float32)
+    y = tr.nn.linear(tr.tensor(x), tr.quantize(w, dt), tr.tensor(bias)).silu() + tr.tensor(res)
+    program = tr.compile(y)
+    assert [(d.kernel, d.op) for d in program.dispatches] == [("qgemv" if m == 1 else "qgemm", "fused")]
+    z = x @ reference(w, dt).T + bias
+    assert_close(y.numpy(), z / (1 + np.exp(-z)) + res, rtol=1e-4, atol=1e-4)
+
+
+def test_float16_x(rng: np.random.Generator, device) -> None:
+    if not device.caps.shader_f16:
+        pytest.skip("no shader-f16")
+    w, x = weights(rng, 20, 64), rng.standard_normal((3, 64)).astype(np.float16)
+    for rows in (x[:1], x):
+        y = tr.nn.linear(tr.tensor(rows), tr.quantize(w, tr.q4_0))
+        assert y.dtype is tr.float16
+        want = rows.astype(np.float32) @ reference(w, DType.q4_0).T
+        assert_close(y.numpy().astype(np.float32), want, rtol=3e-3, atol=3e-3)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+def test_embedding_rows(dt: DType, rng: np.random.Generator) -> None:
+    table = weights(rng, 50, 96)
+    ids = np.array([[3, 0, 49], [7, 7, 1]])
+    y = tr.nn.embedding(ids, tr.quantize(table, dt))
+    assert y.shape == (2, 3, 96) and y.dtype is tr.float32
+    assert kernels_of(y)[0][0] == "qgather"  # (then a copy out of the (6, 96) result into its (2, 3, 96) view)
+    np.testing.assert_array_equal(y.numpy(), reference(table, dt)[ids])
+
+
+def test_embedding_ids_from_the_gpu_are_clamped(rng: np.random.Generator) -> None:
+    table = weights(rng, 10, 32)
+    ids = tr.tensor(np.array([2, 0, 9], np.int32)) * 7 - 5  # 9, -5, 58: computed, so clamped
+    y = tr.nn.embedding(ids, tr.quantize(table, tr.q8_0))
+    np.testing.assert_array_equal(y.numpy(), reference(table, DType.q8_0)[[9, 0, 9]])
+
+
+def test_views_and_one_dim_x(rng: np.random.Generator) -> None:
+    w, x = weights(rng, 12, 64), rng.standard_normal(64).astype(np.float32)
+    q = tr.quantize(w, tr.q8_0)
+    ref = reference(w, DType.q8_0)
+    np.testing.assert_array_equal(q.T.astype(tr.float32).numpy(), ref.T)
+    assert_close((tr.tensor(x) @ q.T).numpy(), ref @ x, rtol=1e-4, atol=1e-4)
+    assert_close(tr.matmul(x, q.T).numpy(), ref @ x, rtol=1e-4, atol=1e-4)
+    q.T.realize()  # uploads q; nothing to compute
+    assert q.is_realized
+
+
+def test_quantize_a_tensor_and_jit_replays(rng: np.random.Generator) -> None:
+    w = weights(rng, 16, 64)
+    q = tr.quantize(tr.tensor(w), tr.q4_0)  # from a Tensor: read back, quantized on the host
+    ref = reference(w, DType.q4_0)
+
+    @tr.jit
+    def f(x: tr.Tensor) -> tr.Tensor:
+        return tr.nn.linear(x, q).relu()
+
+    for _ in range(3):
+        x = rng.standard_normal((1, 64)).astype(np.float32)
+        assert_close(f(tr.tensor(x)).numpy(), np.maximum(x @ ref.T, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_interpreter_agrees(rng: np.random.Generator) -> None:
+    """The reference interpreter evaluates a graph holding a quantized input from its words."""
+    from ir.interpret import interpret
+
+    w, x = weights(rng, 8, 64), rng.standard_normal((2, 64)).astype(np.float32)
+    y = tr.nn.linear(tr.tensor(x), tr.quantize(w, tr.q8_0)).relu()
+    graph = y.graph()
+    words = quant.pack(blocks_of(w, DType.q8_0), DType.q8_0)
+    feed = {n.arg.index: words if n.dtype.is_quantized else x for n in graph if n.op.value == "input"}
+    (out,) = interpret(graph, [feed[i] for i in range(len(feed))])
+    assert_close(out, y.numpy(), rtol=1e-5, atol=1e-5)
+    assert_close(out, np.maximum(x @ reference(w, DType.q8_0).T, 0), rtol=1e-5, atol=1e-5)
+
+
+# --- differential fuzzing (tests/strategies.py's quantized section) ----------------------------
+
+QUANT_PROGRAM_OPS = ("qlinear", "qlinear", "qtable", "add", "mul", "silu", "relu", "reshape", "sum", "cast", "matmul")
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(programs(max_steps=5, f16=False, ops=QUANT_PROGRAM_OPS))
+def test_quantized_programs(program) -> None:  # noqa: ANN001
+    """Random programs around quantized linear and tables: GPU, numpy (both dequantizers), interpreter."""
+    check_program(program)
+
+
+def test_kernels_need_no_float16_feature(rng: np.random.Generator) -> None:
+    """With float32 x and output the WGSL must not `enable f16` (adapters without shader-f16 refuse it)."""
+    q = tr.quantize(weights(rng, 8, 64), tr.q4_0)
+    x = tr.randn(3, 64, seed=0)
+    for y in (tr.nn.linear(x[:1], q), tr.nn.linear(x, q), tr.nn.embedding([1, 2], q), q.astype(tr.float32)):
+        sources = tr.compile(y).sources
+        assert sources and not any("enable f16" in code for code in sources.values())
+
+
+# --- inspection ------------------------------------------------------------------------------
+
+
+def test_explain_and_text_show_format_and_bytes(rng: np.random.Generator) -> None:
+    q = tr.quantize(weights(rng, 64, 128), tr.q4_0)
+    y = tr.nn.linear(tr.randn(1, 128, seed=0), q)
+    text = str(tr.explain(y))
+    assert "qgemv" in text and "q4_0 64x128, 4608 bytes (18 per 32 weights)" in text
+    assert "q4_0[64x128]" in str(y.graph()) and "4608 bytes, 18-byte blocks of 32" in str(y.graph())
+
+
+# --- wrong uses ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "use,op",
+    [
+        (lambda q: q + 1, "add"),
+        (lambda q: q * q, "mul"),
+        (lambda q: q.sum(), "sum"),
+        (lambda q: q.exp(), "exp"),
+        (lambda q: q.reshape(-1), "reshape"),
+        (lambda q: q[1:], "slice"),
+        (lambda q: q.T + 1, "add"),
+        (lambda q: tr.concat([q, q]), "concat"),
+        (lambda q: q.softmax(), "softmax"),
+        (lambda q: tr.nn.rms_norm(q), "rms_norm"),
+        (lambda q: tr.nn.gather(q, tr.zeros((2, 64), dtype=tr.int32), 0), "gather"),
+        (lambda q: tr.nn.embedding([0], q.T), "gather"),
+    ],
+)
+def test_other_ops_raise_naming_the_op(use, op: str, rng: np.random.Generator) -> None:  # noqa: ANN001
+    q = tr.quantize(weights(rng, 32, 64), tr.q8_0)
+    with pytest.raises(tr.DTypeError, match=rf"^{op}: .*(q8_0|quantized).*astype"):
+        use(q)
+
+
+def test_matmul_orientation_and_reads(rng: np.random.Generator) -> None:
+    q = tr.quantize(weights(rng, 32, 64), tr.q8_0)
+    x = tr.randn(1, 64, seed=1)
+    with pytest.raises(tr.DTypeError, match="x @ w.T"):
+        _ = q @ x.T
+    with pytest.raises(tr.DTypeError, match="x @ w.T"):
+        _ = tr.randn(2, 32, seed=0) @ q  # the weight untransposed
+    with pytest.raises(tr.ShapeError, match="last dim of x must be 64"):
+        _ = tr.randn(2, 32, seed=0) @ q.T
+    with pytest.raises(tr.ShapeError, match="does not fit weight shape"):
+        tr.nn.linear(tr.randn(2, 32, seed=0), q)
+    with pytest.raises(tr.DTypeError, match="numpy: .*astype"):
+        q.numpy()
+    with pytest.raises(tr.DTypeError, match="to float32 or float16"):
+        q.astype(tr.int32)
+    with pytest.raises(tr.DTypeError, match="tr.quantize"):
+        x.astype(tr.q8_0)
+    with pytest.raises(tr.DTypeError, match="tr.quantize"):
+        tr.tensor(np.zeros((2, 32), np.float32), dtype=tr.q8_0)
+    with pytest.raises(tr.DTypeError, match="multiple of 32"):
+        tr.quantize(np.zeros((4, 48), np.float32), tr.q4_0)
+    with pytest.raises(tr.DTypeError, match="not a quantized format"):
+        tr.quantize(np.zeros((4, 64), np.float32), tr.float16)
+    # nothing above broke the tensor
+    assert_close(tr.nn.linear(x, q).numpy(), x.numpy() @ q.astype(tr.float32).numpy().T, rtol=1e-4, atol=1e-4)
