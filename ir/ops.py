@@ -82,6 +82,9 @@ class Op(enum.Enum):
     # scans along the last axis
     CUMSUM = "cumsum"
     CUMPROD = "cumprod"
+    # stable sorting along the last axis (int32 indices); arg: SortArg
+    ARGSORT = "argsort"  # srcs: x; each run of arg.run elements (0: the whole row) sorted on its own
+    ARGSORT_MERGE = "argsort_merge"  # srcs: x, an argsort of x by runs of arg.run; out: by runs of 2 * arg.run
     # row ops over the last axis
     SOFTMAX = "softmax"
     LOG_SOFTMAX = "log_softmax"
@@ -169,6 +172,15 @@ class NormArg:
     eps: float
     weight: bool = False
     bias: bool = False
+
+
+@dataclass(frozen=True)
+class SortArg:
+    """How an ARGSORT or ARGSORT_MERGE node orders a row: ascending (NaN last) or descending (NaN
+    first), ties in index order; `run`: the length of the runs sorted on their own (0: the whole row)."""
+
+    descending: bool = False
+    run: int = 0
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ from tracer.shaping import (
     tile,
     transpose,
 )
+from tracer.sorting import argsort, sort, topk
 from tracer.tensor import Tensor, compile, concat, hypot, logaddexp, matmul, maximum, minimum, realize, stack, where
 from tracer.weights import load_safetensors
 
@@ -137,7 +138,7 @@ __all__ = [
     # transformer inference (tracer/nn.py, tracer/weights.py)
     "clamp", "erf", "gather",
     # numpy's everyday API (tracer/reductions.py, numeric.py)
-    "all", "any", "clip", "cumprod", "cumsum", "logsumexp", "nan_to_num", "std", "var",
+    "all", "any", "argsort", "clip", "cumprod", "cumsum", "logsumexp", "nan_to_num", "sort", "std", "topk", "var",
     "array_split", "chunk", "concatenate", "eye", "flip", "linspace", "moveaxis", "repeat", "roll", "split",
     "swapaxes", "tile", "tril", "triu", "dot", "einsum", "outer", "tensordot", "vdot", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
     # quantized weights and GGUF files (tracer/gguf.py, tracer/quantized.py)
