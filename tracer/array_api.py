@@ -27,7 +27,7 @@ from ir import shapes
 from ir.dtypes import DType, promote, to_dtype
 from ir.errors import DTypeError, ShapeError, WgjitError
 from ir.ops import Op
-from tracer import factories
+from tracer import factories, sorting
 from tracer.nn import gather, index_select
 from tracer.tensor import (
     Tensor,
@@ -816,18 +816,11 @@ def take_along_axis(x: Tensor, indices: Tensor, /, *, axis: int = -1) -> Tensor:
 
 
 def sort(x: Tensor, /, *, axis: int = -1, descending: builtins.bool = False, stable: builtins.bool = True) -> Tensor:
-    if not hasattr(x, "sort"):
-        raise ArrayAPIUnsupported("sort: no sorting kernel in wgjit yet")
-    out = x.sort(axis=axis)
-    return flip(out, axis=axis) if descending else out
+    return sorting.sort(x, axis, descending=descending)  # always stable
 
 
 def argsort(x: Tensor, /, *, axis: int = -1, descending: builtins.bool = False, stable: builtins.bool = True) -> Tensor:
-    if not hasattr(x, "argsort"):
-        raise ArrayAPIUnsupported("argsort: no sorting kernel in wgjit yet")
-    if descending:
-        return argsort(-x if x.dtype.is_float or x.dtype is DType.int32 else ~x, axis=axis)
-    return x.argsort(axis=axis)
+    return sorting.argsort(x, axis, descending=descending)  # always stable: ties in index order
 
 
 # --- what is not provided -----------------------------------------------------------------
