@@ -78,6 +78,9 @@ CASES: dict[str, Case] = {
     "gather": Case((M,), lambda a: tr.index_select(a, [3, 0, 69], 0), lambda a: a[[3, 0, 69]]),
     "index_write": Case((M, N[:2, :3]), lambda a, b: a.realize().index_write(b, (4, 5)), _written),
     "conv1d": Case((_f32(2, 4, 20), _f32(6, 4, 3)), lambda x, w: tr.nn.conv1d(x, w, padding=1), _conv1d),
+    "scan": Case((K,), lambda a: a.cumsum(axis=0), lambda a: np.cumsum(a, axis=0)),
+    "bitonic_sort": Case((K,), lambda a: tr.argsort(a, axis=0), lambda a: np.argsort(a, axis=0, kind="stable")),
+    "sort_merge": Case((_f32(2, 5000),), lambda a: tr.sort(a, descending=True), lambda a: -np.sort(-a)),
 }
 
 
