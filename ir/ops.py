@@ -75,6 +75,7 @@ class Op(enum.Enum):
     WHERE = "where"
     # reductions over the last `arg` axes (the tracer permutes the reduced axes last)
     SUM = "sum"
+    PROD = "prod"
     MAX = "max"
     MIN = "min"
     ARGMAX = "argmax"

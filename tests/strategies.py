@@ -36,6 +36,7 @@ Per-op error bounds (relative, float32; float16 results use at least `F16_EPS`, 
   tanh, gelu, silu, rsqrt, reciprocal, / . 1e-5, plus `mag` where an approximation is absolute
   pow .................................... 1e-5 times (1 + |y log2 x|): exp2(y * log2 x) scales it
   sum, mean, matmul ...................... 1e-6 times the sum of |terms| (order of summation)
+  prod ................................... 1e-7 times n |result| (n roundings, in any order)
   softmax, log_softmax ................... 1e-5 times (1 + |x - max|); log_softmax also 5e-7 absolute
 """
 
@@ -603,6 +604,19 @@ def _sum(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Result:
         total = np.sum(np.abs(a.astype(F64)), axis=axis, keepdims=keepdims)
         return Result(r, sums_exact(total, granularity(a), a), total)
     return Result(np.sum(a, axis=axis, keepdims=keepdims, dtype=I32), True)
+
+
+def _prod(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Result:
+    """np.prod as wgjit computes it: bools as int32, ints wrapping in their type, floats in float32
+    (float16 rounded once); a product of n terms is off by up to n roundings, in any order."""
+    dt = I32 if x.dtype == BOOL else x.dtype
+    a = x.astype(dt)
+    if dt.kind != "f":
+        return Result(np.prod(a, axis=axis, keepdims=keepdims, dtype=dt), True)
+    r = np.prod(_up(a), axis=axis, keepdims=keepdims, dtype=F32)
+    n = a.size // max(r.size, 1)
+    with np.errstate(all="ignore"):
+        return Result(r.astype(dt), False, np.abs(r.astype(F64)) * n)
 
 
 def _mean(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Result:
@@ -1915,6 +1929,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("contiguous", d_unary(_ANY), "{0}.contiguous()", lambda x: x.copy(), "always"),
         # reductions and row ops
         OpSpec("sum", d_reduce(_ANY), "{0}.sum(axis={axis!r}, keepdims={keepdims!r})", _sum, eps=1e-6),
+        OpSpec("prod", d_reduce(_ANY), "{0}.prod(axis={axis!r}, keepdims={keepdims!r})", _prod, eps=1e-7),
         OpSpec("mean", d_reduce(_ANY), "tr.mean({0}, axis={axis!r}, keepdims={keepdims!r})", _mean, eps=1e-6),
         OpSpec(
             "max",

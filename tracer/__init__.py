@@ -41,7 +41,7 @@ from tracer.linalg import dot, einsum, outer, tensordot, vdot
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.numeric import clip, nan_to_num
 from tracer.realize import reset_device
-from tracer.reductions import all, any, cumprod, cumsum, logsumexp, std, var
+from tracer.reductions import all, any, cumprod, cumsum, logsumexp, prod, std, var
 from tracer.sampling import sample
 from tracer.shaping import (
     array_split,
@@ -138,7 +138,7 @@ __all__ = [
     # transformer inference (tracer/nn.py, tracer/weights.py)
     "clamp", "erf", "gather",
     # numpy's everyday API (tracer/reductions.py, numeric.py)
-    "all", "any", "argsort", "clip", "cumprod", "cumsum", "logsumexp", "nan_to_num", "sort", "std", "topk", "var",
+    "all", "any", "argsort", "clip", "cumprod", "cumsum", "logsumexp", "nan_to_num", "prod", "sort", "std", "topk", "var",
     "array_split", "chunk", "concatenate", "eye", "flip", "linspace", "moveaxis", "repeat", "roll", "split",
     "swapaxes", "tile", "tril", "triu", "dot", "einsum", "outer", "tensordot", "vdot", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
     # quantized weights and GGUF files (tracer/gguf.py, tracer/quantized.py)

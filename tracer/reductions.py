@@ -1,5 +1,5 @@
-"""numpy's reductions built from wgjit's ops: var, std, any, all, logsumexp, and the scans
-cumsum and cumprod (the scan kernels, along one axis).
+"""numpy's reductions built from wgjit's ops: prod, var, std, any, all, logsumexp, and the
+scans cumsum and cumprod (the scan kernels, along one axis).
 
 Each is a function (tr.var(x, axis)) and a Tensor method (x.var(axis)), with numpy's
 arguments; ints and bools become float32 where numpy's result would be a float.
@@ -15,7 +15,7 @@ from ir import shapes
 from ir.dtypes import DType, to_dtype
 from ir.ops import Op
 from tracer.factories import full
-from tracer.tensor import Tensor, add_methods, as_tensor, make, where
+from tracer.tensor import Tensor, add_methods, as_tensor, make, reduce, where
 
 Axis = int | Sequence[int] | None
 
@@ -27,6 +27,15 @@ def _float(x: Any, op: str) -> Tensor:
 
 def _kept_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
     return tuple(1 if i in axes else d for i, d in enumerate(shape) if keepdims or i not in axes)
+
+
+def prod(x: Any, axis: Axis = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
+    """The product over `axis` (all axes when None), as np.prod: 1 over no elements; bools count
+    as int32; ints multiply in their type and wrap on overflow (numpy's int64 result narrowed to
+    int32, NUMERICS.md); floats multiply in float32 (float16 rounded once); `dtype` casts first."""
+    x = as_tensor(x, "prod")
+    x = x.astype(to_dtype(dtype)) if dtype is not None else x.astype(DType.int32) if x.dtype is DType.bool else x
+    return reduce(Op.PROD, x, axis, keepdims)
 
 
 def var(x: Any, axis: Axis = None, ddof: int | float = 0, keepdims: bool = False) -> Tensor:
@@ -93,4 +102,4 @@ def cumprod(x: Any, axis: int | None = None, dtype: Any = None) -> Tensor:
     return _scan(Op.CUMPROD, x, axis, dtype)
 
 
-add_methods(var, std, any, all, logsumexp, cumsum, cumprod)
+add_methods(prod, var, std, any, all, logsumexp, cumsum, cumprod)
