@@ -441,3 +441,48 @@ def test_scans_propagate_nan_and_inf_and_take_dtype() -> None:
     np.testing.assert_array_equal(tr.cumsum(tr.tensor(np.float32(3.0))).numpy(), np.cumsum(np.float32(3.0)))  # 0-d
     got = tr.cumsum(tr.tensor(np.array([1, 2, 3], np.int32)), dtype=tr.float32)
     assert got.dtype == tr.float32 and got.numpy().tolist() == [1.0, 3.0, 6.0]
+
+
+# --- quantile, percentile, median; isclose, allclose -----------------------------------------------
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", [None, 0, -1, (0, 2)], ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
+def test_quantile_percentile_median(dtype: str, axis: Any, keepdims: bool) -> None:
+    """numpy's linear interpolation between the sorted neighbours; ints as float32."""
+    needs(dtype)
+    x = data((4, 7, 6), dtype)
+    f = x.astype(np.float32)
+    for q in (0.0, 0.25, 0.5, 0.9, 1.0, [0.1, 0.5, 0.75]):
+        got = tr.quantile(tr.tensor(x), q, axis=axis, keepdims=keepdims)
+        close(got.numpy(), np.quantile(f, q, axis=axis, keepdims=keepdims).astype(got.dtype.np), dtype, 1e-6, 1e-6)
+    got = tr.percentile(tr.tensor(x), [5, 50], axis=axis, keepdims=keepdims)
+    close(got.numpy(), np.percentile(f, [5, 50], axis=axis, keepdims=keepdims).astype(got.dtype.np), dtype, 1e-6, 1e-6)
+    got = tr.median(tr.tensor(x), axis=axis, keepdims=keepdims)
+    close(got.numpy(), np.median(f, axis=axis, keepdims=keepdims).astype(got.dtype.np), dtype, 1e-6, 1e-6)
+
+
+def test_quantile_nan_empty_and_bad_q() -> None:
+    x = np.array([[1.0, NAN, 3.0], [4.0, 5.0, 6.0], [-INF, 0.0, INF]], np.float32)
+    np.testing.assert_array_equal(tr.median(tr.tensor(x), axis=1).numpy(), np.median(x, axis=1))  # NaN row: NaN
+    np.testing.assert_array_equal(tr.median(tr.zeros((3, 0)), axis=1).numpy(), [NAN] * 3)  # numpy: NaN, warning
+    assert tr.median(tr.tensor([3, 1, 2, 10])).item() == np.median([3, 1, 2, 10])
+    for bad in (1.5, -0.1, [[0.5]]):
+        with pytest.raises(ValueError, match="quantile: q must be"):
+            tr.quantile(tr.tensor(x), bad)
+    with pytest.raises(ValueError, match="percentile: q must be in"):
+        tr.percentile(tr.tensor(x), 101)
+    with pytest.raises(ValueError, match="method='linear'"):
+        tr.quantile(tr.tensor(x), 0.5, method="nearest")
+
+
+def test_isclose_allclose() -> None:
+    a = np.array([1.0, INF, -INF, NAN, 1.0, 0.0, 1e-9], np.float32)
+    b = np.array([1.000001, INF, INF, NAN, 1.1, 1e-9, 0.0], np.float32)
+    for kw in ({}, {"equal_nan": True}, {"rtol": 0.2}, {"atol": 0.0}):
+        np.testing.assert_array_equal(tr.isclose(tr.tensor(a), tr.tensor(b), **kw).numpy(), np.isclose(a, b, **kw))
+        assert tr.allclose(tr.tensor(a[:3:2]), b[:3:2], **kw) == np.allclose(a[:3:2], b[:3:2], **kw)
+    i = np.arange(5, dtype=np.int32)
+    np.testing.assert_array_equal(tr.isclose(tr.tensor(i), i + 1, atol=1).numpy(), np.isclose(i, i + 1, atol=1))
+    assert tr.allclose(tr.tensor(i), i) is True

@@ -365,6 +365,13 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
 }  # fmt: skip
 
 
+def stays_lazy(name: str) -> bool:
+    """Whether `np.<name>(x)` on a Tensor stays lazy on the GPU (else numpy computes it on the host)."""
+    if name in FUNCTIONS or name in _binary_methods() or name in ("negative", "positive", "logical_not", "reciprocal"):
+        return True
+    return name in UNARY_METHODS and hasattr(Tensor, UNARY_METHODS[name])
+
+
 def array_function(func: Any, types: tuple[type, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Tensor.__array_function__: the call on the GPU where wgjit has it, else on the host."""
     if any(not issubclass(t, Tensor | np.ndarray) for t in types):
