@@ -1603,8 +1603,8 @@ def d_attention(b: Builder) -> Call | None:
         if kind == "bool":
             args.append(b.fresh(shape, BOOL))
         else:
-            data = b._data(shape, F32).astype(F64)
-            data[b.rng.random(shape) < 0.25] = -np.inf
+            data = np.array(b._data(shape, F32), dtype=F64)  # an array even when shape is ()
+            data[np.asarray(b.rng.random(shape) < 0.25)] = -np.inf
             with np.errstate(over="ignore"):
                 args.append(_fresh_with(b, data.astype(F16 if kind == "add16" else F32)))
     params = (
