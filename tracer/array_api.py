@@ -595,7 +595,8 @@ def _cumulative(name: str) -> Any:
             axis = 0
         out = getattr(t, method)(axis=axis)
         if include_initial:
-            first = full_like(out[(slice(None),) * (axis % t.ndim) + (slice(0, 1),)], 0 if method == "cumsum" else 1)
+            a = axis % t.ndim  # the initial value's slice has size 1 along the axis, even when x is empty there
+            first = factories.full(out.shape[:a] + (1,) + out.shape[a + 1 :], 0 if method == "cumsum" else 1, out.dtype)
             out = _concat([first, out], axis)
         return out
 
