@@ -1199,7 +1199,10 @@ def _chunk(x: np.ndarray, parts: int, axis: int, part: int) -> np.ndarray:
 
 def d_like(b: Builder) -> Call | None:
     x = operand(b, (F32, I32, BOOL, F16))
-    return Call((x,), (("value", b.scalar(b.value(x).dtype)),))
+    value = b.scalar(b.value(x).dtype)
+    if b.value(x).dtype == I32 and isinstance(value, float) and not math.isfinite(value):
+        return None  # NaN and inf have no int32 value: refused (NUMERICS.md, "Values entering wgjit")
+    return Call((x,), (("value", value),))
 
 
 def _full(shape: tuple[int, ...], value: Any) -> np.ndarray:
