@@ -120,6 +120,8 @@ def make_mask(rng: np.random.Generator, kind: str, shape: tuple[int, ...]) -> np
 @pytest.mark.parametrize("kind", ["bool", "add", "add16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_mask_kinds(kind: str, causal: bool, rng: np.random.Generator) -> None:
+    if kind == "add16" and not get_device().caps.shader_f16:  # a float16 mask (conftest's name test misses it)
+        pytest.skip(f"the adapter ({get_device().caps.name}) lacks shader-f16")
     q, k, v = randn(rng, 2, 3, 13, 16), randn(rng, 2, 3, 21, 16), randn(rng, 2, 3, 21, 8)
     mask = make_mask(rng, kind, (2, 3, 13, 21))
     y = sdpa(q, k, v, mask, causal=causal)

@@ -159,6 +159,8 @@ def test_lane_sums_by_subgroup_shuffles(e, s, ranges, monkeypatch):
     each thread keeps four keys' loads in flight ("few" ranges: long ones, several passes each)."""
     from passes import select_kernels as sk
 
+    if not get_device().caps.subgroups:  # the kernel is forced to shuffle: it cannot compile without them
+        pytest.skip(f"the adapter ({get_device().caps.name}) has no subgroups")
     if ranges == "few":
         monkeypatch.setattr(sk, "DECODE_TARGET_WORKGROUPS", 1)
     q, k, v = inputs(1, 8, 2, s, e, e)
