@@ -319,7 +319,7 @@ class Builder:
             k = r.integers(0, a.size, max(1, a.size // 4))
             a.reshape(-1)[k] = r.choice([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e-30], k.size)
         with np.errstate(over="ignore"):
-            return a.astype(dt)
+            return np.asarray(a).astype(dt)  # a 0-d array, never a numpy scalar (the callers assign into it)
 
     def _large(self, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
         """Values far from zero, close to each other: logits of 1e4 to 1e8 (log_softmax rounded them away,
@@ -642,9 +642,21 @@ def _softmax(log: bool) -> Callable[..., Result]:
     return ref
 
 
+def _refuse_overflowing_products(a: np.ndarray, c: np.ndarray) -> None:
+    """The fuzzer's documented domain for products (NUMERICS.md "Drivers"): NVIDIA fuses a * b + acc,
+    so a product past float32's range is not rounded to inf before the add, and a dot product
+    holding it and an infinite term is that inf where numpy's inf - inf gives NaN."""
+    if a.dtype.kind != "f" or not a.size or not c.size:
+        return
+    fa, fc = np.abs(a[np.isfinite(a)]).astype(F64), np.abs(c[np.isfinite(c)]).astype(F64)
+    if fa.size and fc.size and float(fa.max()) * float(fc.max()) > float(np.finfo(F32).max):
+        raise ValueError("documented: a finite product past float32's range is fused into the sum on NVIDIA")
+
+
 def _matmul(x: np.ndarray, y: np.ndarray) -> Result:
     dt = result_type(x, y)
     a, c = x.astype(dt), y.astype(dt)
+    _refuse_overflowing_products(a, c)
     r = np.matmul(_up(a), _up(c)).astype(dt)
     abs_prod = np.matmul(np.abs(a.astype(F64)), np.abs(c.astype(F64)))
     ok = sums_exact(abs_prod, granularity(a) * granularity(c), a, c)
@@ -1194,7 +1206,10 @@ def _full(shape: tuple[int, ...], value: Any) -> np.ndarray:
 
 
 def _full_like(x: np.ndarray, value: Any) -> np.ndarray:
-    return np.full(x.shape, value).astype(x.dtype)
+    stored = entry_expected(value, x.dtype.name)  # NUMERICS.md "Values entering wgjit"
+    if stored is None:
+        raise OverflowError(f"full_like: {value!r} does not enter {x.dtype.name}; wgjit refuses it")
+    return np.full(x.shape, stored, dtype=x.dtype)
 
 
 def _arange(start: float, stop: float, step: float) -> np.ndarray:
@@ -1240,6 +1255,9 @@ def _var(root: bool) -> Callable[..., Result]:
         a = _up(x.astype(dt)).astype(F64)
         with np.errstate(all="ignore"):
             r = np.var(a, axis=axis, ddof=ddof, keepdims=keepdims)
+            # numpy (and wgjit) square in float32 (float16 data too): past its range the variance is inf
+            r32 = np.var(a.astype(F32), axis=axis, ddof=ddof, keepdims=keepdims)
+            r = np.where(np.isinf(r32) & np.isfinite(r), r32, r)
             mag = np.mean(a * a, axis=axis, keepdims=keepdims) if a.size else np.zeros_like(r)
             if root:
                 r, mag = np.sqrt(r), np.sqrt(mag / (F16_EPS if dt == F16 else 1e-5))
@@ -1261,6 +1279,21 @@ def _logsumexp(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Resul
     with np.errstate(all="ignore"):
         r = np.log(np.sum(np.exp(a - m), axis=axes, keepdims=keepdims)) + m.reshape(shape)
     return Result(r.astype(dt), False, np.abs(m).reshape(shape) + 1.0)
+
+
+TRIG_MAX = 1e4  # NUMERICS.md: sin and cos are approximate past this on NVIDIA (WGSL bounds them on [-pi, pi] only)
+
+
+def _trig(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """np.sin / np.cos inside the range where GPUs keep them accurate (the fuzzer's documented domain)."""
+
+    def ref(a: np.ndarray) -> np.ndarray:
+        finite = np.abs(a[np.isfinite(a)]) if a.size else a
+        if finite.size and float(finite.max()) > TRIG_MAX:
+            raise ValueError(f"documented: sin and cos are approximate past |x| = {TRIG_MAX:g}")
+        return fn(a)
+
+    return ref
 
 
 def d_scan(b: Builder) -> Call | None:
@@ -1670,6 +1703,8 @@ def quantized_values(w: np.ndarray, fmt: str) -> np.ndarray:
     blocks = gguf.quants.quantize(np.ascontiguousarray(w, dtype=F32), qtype)
     ours, theirs = _dequantize_q(blocks, fmt), gguf.quants.dequantize(blocks, qtype).reshape(w.shape)
     assert np.array_equal(ours, theirs, equal_nan=True), f"the two {fmt} dequantizers disagree on {w!r}"
+    if (np.isfinite(w).all(axis=-1) & ~np.isfinite(ours.reshape(w.shape)).all(axis=-1)).any():
+        raise OverflowError(f"tr.quantize refuses finite weights whose {fmt} scale overflows float16")
     return ours.reshape(w.shape)
 
 
@@ -1827,8 +1862,8 @@ OPS: dict[str, OpSpec] = {
         OpSpec("rsqrt", d_unary(_NUM), "{0}.rsqrt()", _unary(lambda a: 1 / np.sqrt(a))),
         OpSpec("reciprocal", d_unary(_NUM), "{0}.reciprocal()", _unary(lambda a: 1 / a)),
         # WGSL bounds sin/cos by an absolute error (2**-11 on [-pi, pi]): NVIDIA gives sin(1e-30) = 0
-        OpSpec("sin", d_unary(_NUM), "{0}.sin()", _unary(np.sin, mag=lambda a: np.maximum(np.abs(a), 0.1))),
-        OpSpec("cos", d_unary(_NUM), "{0}.cos()", _unary(np.cos, mag=lambda a: np.maximum(np.abs(a), 0.1))),
+        OpSpec("sin", d_unary(_NUM), "{0}.sin()", _unary(_trig(np.sin), mag=lambda a: np.maximum(np.abs(a), 0.1))),
+        OpSpec("cos", d_unary(_NUM), "{0}.cos()", _unary(_trig(np.cos), mag=lambda a: np.maximum(np.abs(a), 0.1))),
         OpSpec("tanh", d_unary(_NUM), "{0}.tanh()", _unary(np.tanh, mag=lambda a: np.full_like(a, 1e-1))),
         OpSpec(
             "sigmoid",

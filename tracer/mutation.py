@@ -49,7 +49,7 @@ def assign_result(x: Tensor, symbol: str, result: Tensor) -> None:
                 f"shape {x.shape} (numpy's casting='same_kind' rule); write x = x op y for a new tensor, "
                 "or cast the operand first"
             )
-        result = result.astype(x.dtype)
+        result = result.astype(x.dtype, copy=False)
     assign(x, result)
 
 
@@ -274,7 +274,7 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
             raise DTypeError(
                 f"index_write: cannot write {src.dtype.value} into {x.dtype.value} without a cast; use astype()"
             )
-        src = src.astype(x.dtype)
+        src = src.astype(x.dtype, copy=False)
     if src.size > 0:
         write_box(x, tuple(int(o) for o in offsets), src)
     return x

@@ -54,7 +54,7 @@ __all__ = [
 
 def _float(x: Tensor) -> Tensor:
     """Norms and convolutions compute on floats: ints become float32, as numpy's mean does."""
-    return x if x.dtype.is_float else x.astype(DType.float32)
+    return x if x.dtype.is_float else x.astype(DType.float32, copy=False)
 
 
 # --- norms ---------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def group_norm(x: Any, groups: int, weight: Any = None, bias: Any = None, eps: f
         t = _float(as_tensor(t, "group_norm", what))
         if t.shape != (c,):
             raise ShapeError(f"group_norm: {what} has shape {t.shape}, expected ({c},) for x of shape {x.shape}")
-        y = combine(y, t.reshape(per_channel)).astype(x.dtype)
+        y = combine(y, t.reshape(per_channel)).astype(x.dtype, copy=False)
     return y
 
 
@@ -261,7 +261,7 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
             raise ShapeError(f"rope: {what} shape {t.shape} does not broadcast to {target} for x shape {x.shape}")
         pairs.append(t.broadcast_to(target))
     xf = _float(x)
-    return make(Op.ROPE, (xf, *pairs), x.shape, xf.dtype, RopeArg(interleaved)).astype(x.dtype)
+    return make(Op.ROPE, (xf, *pairs), x.shape, xf.dtype, RopeArg(interleaved)).astype(x.dtype, copy=False)
 
 
 def _causal_mask(q_len: int, kv_len: int) -> Tensor:
@@ -341,7 +341,7 @@ def _fused_attention(
 
     def as4(t: Tensor, heads: int) -> Tensor:  # (..., heads, rows, dim) -> (B, heads, rows, dim)
         lead = batch[:-1] + (heads,) if batch else (heads,)
-        return t.astype(dt).broadcast_to(lead + t.shape[-2:]).reshape(b, heads, *t.shape[-2:])
+        return t.astype(dt, copy=False).broadcast_to(lead + t.shape[-2:]).reshape(b, heads, *t.shape[-2:])
 
     kv_heads = k.shape[-3] if grouped else h
     srcs = [as4(q, h), as4(k, kv_heads), as4(v, kv_heads)]
@@ -355,7 +355,7 @@ def _fused_attention(
             )
         kind = "bool" if m.dtype is DType.bool else "add"
         if kind == "add" and not m.dtype.is_float:
-            m = m.astype(dt)
+            m = m.astype(dt, copy=False)
         srcs.append(m.broadcast_to(target).reshape(b, h, q_len, kv_len))
     arg = AttentionArg(scale, causal, kind, h // kv_heads)
     # the result keeps the caller's batch dims: (B, H, L, Ev) in memory either way, and no copy
@@ -386,7 +386,9 @@ def _composed_attention(
             )
         if grouped:
             m = m.broadcast_to(target).reshape(scores.shape)
-        scores = where(m, scores, float("-inf")) if m.dtype is DType.bool else scores + m.astype(scores.dtype)
+        scores = (
+            where(m, scores, float("-inf")) if m.dtype is DType.bool else scores + m.astype(scores.dtype, copy=False)
+        )
     out = scores.softmax(-1) @ v
     if grouped:
         out = out.reshape(out.shape[:-4] + (heads, q_len, v.shape[-1]))
@@ -432,11 +434,15 @@ def conv1d(
         )
     dt = promote(x.dtype, weight.dtype, "conv1d")
     out = make(
-        Op.CONV1D, (x.astype(dt), weight.astype(dt)), (n, cout, lout), dt, Conv1dArg(stride, padding, dilation, groups)
+        Op.CONV1D,
+        (x.astype(dt, copy=False), weight.astype(dt, copy=False)),
+        (n, cout, lout),
+        dt,
+        Conv1dArg(stride, padding, dilation, groups),
     )
     if bias is not None:
         bias = _float(as_tensor(bias, "conv1d", "bias"))
         if bias.shape != (cout,):
             raise ShapeError(f"conv1d: bias shape {bias.shape} does not match {cout} output channels")
-        out = (out + bias.reshape(cout, 1)).astype(dt)
+        out = (out + bias.reshape(cout, 1)).astype(dt, copy=False)
     return out.reshape(cout, lout) if unbatched else out

@@ -336,12 +336,12 @@ class Tensor:
 
     # --- reductions ---------------------------------------------------------------
     def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        x = self.astype(DType.int32) if self.dtype is DType.bool else self
+        x = self.astype(DType.int32, copy=False) if self.dtype is DType.bool else self
         return reduce(Op.SUM, x, axis, keepdims)
 
     def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
         # the total is float32 whatever the input: a float16 total overflows at 65504 (numpy too sums in f32)
-        x = self if self.dtype is DType.float32 else self.astype(DType.float32)
+        x = self if self.dtype is DType.float32 else self.astype(DType.float32, copy=False)
         axes = shapes.normalize_axes("mean", axis, self.shape)
         n = math.prod(self.shape[a] for a in axes)
         total = reduce(Op.SUM, x, axis, keepdims)
@@ -596,7 +596,7 @@ def unary(op: Op, x: Tensor) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op.value}: expected a Tensor, got {type(x).__name__}")
     rule = op.opdef.dtypes
-    x = x.astype(rule.compute_dtype(op.value, x.dtype, f"{x.dtype.value} {x.shape}"))
+    x = x.astype(rule.compute_dtype(op.value, x.dtype, f"{x.dtype.value} {x.shape}"), copy=False)
     return make(op, (x,), x.shape, rule.result_dtype(x.dtype))
 
 
@@ -608,8 +608,8 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
     operands = f"{a.dtype.value} {a.shape} and {b.dtype.value} {b.shape}"
     dt = rule.compute_dtype(name, promote(a.dtype, b.dtype, name), operands)
     shape = shapes.broadcast_shapes(name, a.shape, b.shape)
-    a = broadcast_to(a.astype(dt), shape)
-    b = broadcast_to(b.astype(dt), shape)
+    a = broadcast_to(a.astype(dt, copy=False), shape)
+    b = broadcast_to(b.astype(dt, copy=False), shape)
     return make(op, (a, b), shape, rule.result_dtype(dt))
 
 
@@ -622,7 +622,11 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     a, b = as_tensors("where", a, b)
     dt = promote(a.dtype, b.dtype, "where")
     shape = shapes.broadcast_shapes("where", cond.shape, a.shape, b.shape)
-    srcs = (broadcast_to(cond, shape), broadcast_to(a.astype(dt), shape), broadcast_to(b.astype(dt), shape))
+    srcs = (
+        broadcast_to(cond, shape),
+        broadcast_to(a.astype(dt, copy=False), shape),
+        broadcast_to(b.astype(dt, copy=False), shape),
+    )
     return make(Op.WHERE, srcs, shape, dt)
 
 
@@ -660,8 +664,8 @@ def reduce(op: Op, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
             "reduce non-empty axes (sum and mean do accept empty ones)"
         )
     if x.dtype is DType.bool and op in (Op.MAX, Op.MIN):
-        x = x.astype(DType.int32)
-        return reduce(op, x, axis, keepdims).astype(DType.bool)
+        x = x.astype(DType.int32, copy=False)
+        return reduce(op, x, axis, keepdims).astype(DType.bool, copy=False)
     kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     out = make(op, (_move_axes_last(x, axes),), kept_shape, x.dtype, len(axes))
     if keepdims:
@@ -682,7 +686,7 @@ def arg_reduce(op: Op, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
             f"{name}: attempt to get {name} of an empty sequence (shape {x.shape}); the axis must be non-empty"
         )
     if x.dtype is DType.bool:
-        x = x.astype(DType.int32)
+        x = x.astype(DType.int32, copy=False)
     kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     out = make(op, (_move_axes_last(x, axes),), kept_shape, DType.int32, len(axes))
     if keepdims:
@@ -693,7 +697,7 @@ def arg_reduce(op: Op, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
 def row_op(op: Op, x: Tensor, axis: int) -> Tensor:
     a = shapes.normalize_axis(op.value, axis, x.ndim, x.shape)
     if not x.dtype.is_float:
-        x = x.astype(DType.float32)
+        x = x.astype(DType.float32, copy=False)
     if x.ndim == 0:
         return make(op, (x.reshape(1),), (1,), x.dtype).reshape(())
     if a == x.ndim - 1:
@@ -724,7 +728,9 @@ def matmul(a: Any, b: Any) -> Tensor:
             "dim of the left operand must equal the second-to-last of the right (transpose one?)"
         )
     sa, sb, so = shapes.matmul_shapes(a2.shape, b2.shape)
-    out = make(Op.MATMUL, (broadcast_to(a2.astype(dt), sa), broadcast_to(b2.astype(dt), sb)), so, dt)
+    out = make(
+        Op.MATMUL, (broadcast_to(a2.astype(dt, copy=False), sa), broadcast_to(b2.astype(dt, copy=False), sb)), so, dt
+    )
     if a.ndim == 1 and b.ndim == 1:
         return out.reshape(())
     if a.ndim == 1:
@@ -742,7 +748,7 @@ def quantized_matmul(x: Tensor, wt: Tensor) -> Tensor:
             f"matmul: {x.shape} @ {wt.shape} with a {q.dtype.value} operand: a quantized weight w (out, in) is "
             "read as x @ w.T (tr.nn.linear(x, w)), its transpose on the right; else convert it with .astype(tr.float32)"
         )
-    x = x if x.dtype.is_float else x.astype(DType.float32)
+    x = x if x.dtype.is_float else x.astype(DType.float32, copy=False)
     k, n = wt.shape
     if x.ndim == 0 or x.shape[-1] != k:
         raise ShapeError(
@@ -777,7 +783,7 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     dt = ts[0].dtype
     for t in ts[1:]:
         dt = promote(dt, t.dtype, "concat")
-    ts = [t.astype(dt) for t in ts if t.shape[a] > 0] or [ts[0].astype(dt)]
+    ts = [t.astype(dt) for t in ts if t.shape[a] > 0] or [ts[0].astype(dt)]  # new tensors, as np.concatenate
     if len(ts) == 1:
         return ts[0].contiguous() if ts[0].shape == shape else ts[0]
     fan_in = _concat_fan_in(len(ts))
@@ -826,7 +832,7 @@ def masked_fill(x: Any, mask: Any, value: Any) -> Tensor:
     if isinstance(value, Tensor):
         if value.size != 1:
             raise ShapeError(f"masked_fill: value must be a scalar, got shape {value.shape}")
-        fill = value.reshape(()).astype(x.dtype)
+        fill = value.reshape(()).astype(x.dtype, copy=False)
     elif isinstance(value, bool | int | float):
         fill = constant(value, x.dtype, "masked_fill")
     else:
