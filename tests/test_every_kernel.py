@@ -20,6 +20,7 @@ from test_kernels_perf_variants import run_with_caps
 import tracer as tr
 from backend_wgpu import get_device
 from backend_wgpu.kernels import KERNELS
+from tests.strategies import quantized_values
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gl]
 
@@ -51,6 +52,27 @@ def _written(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    k, v = (np.repeat(t, q.shape[1] // t.shape[1], axis=1) for t in (k, v))  # grouped-query: kv head h // group
+    return _softmax(q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])) @ v
+
+
+def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    a, b = np.split(x, 2, axis=-1)
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def _rms_swiglu(x: np.ndarray, g: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
+    h = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-5) * g
+    a, b = h @ w1.T, h @ w2.T
+    return a / (1 + np.exp(-a)) * b
+
+
+def _rms_swiglu_run(x: tr.Tensor, g: tr.Tensor, w1: tr.Tensor, w2: tr.Tensor) -> tr.Tensor:
+    h = tr.nn.rms_norm(x, g, 1e-5)
+    return tr.nn.linear(h, w1).silu() * tr.nn.linear(h, w2)
+
+
 @dataclass(frozen=True)
 class Case:
     inputs: tuple[np.ndarray, ...]
@@ -78,7 +100,27 @@ CASES: dict[str, Case] = {
     "gather": Case((M,), lambda a: tr.index_select(a, [3, 0, 69], 0), lambda a: a[[3, 0, 69]]),
     "index_write": Case((M, N[:2, :3]), lambda a, b: a.realize().index_write(b, (4, 5)), _written),
     "conv1d": Case((_f32(2, 4, 20), _f32(6, 4, 3)), lambda x, w: tr.nn.conv1d(x, w, padding=1), _conv1d),
-}
+    "scan": Case((K,), lambda a: tr.cumsum(a, -1), lambda a: np.cumsum(a, -1)),
+    "flash_attention": Case(
+        (_f32(1, 4, 5, 8), _f32(1, 2, 7, 8), _f32(1, 2, 7, 8)), tr.nn.scaled_dot_product_attention, _attention
+    ),
+    "rope": Case((_f32(1, 2, 3, 8), _f32(1, 2, 3, 4), _f32(1, 2, 3, 4)), tr.nn.rope, _rope),
+    "gemv_multi": Case((_f32(1, 64), _f32(64), _f32(8, 64), _f32(8, 64)), _rms_swiglu_run, _rms_swiglu),
+    "sample": Case((_f32(3, 50),), lambda z: tr.sample(z, temperature=0.0), lambda z: z.argmax(-1)),
+    "qgemv": Case((_f32(1, 64), _f32(8, 64)), lambda x, w: tr.nn.linear(x, tr.quantize(w, tr.q8_0)),
+                  lambda x, w: x @ quantized_values(w, "q8_0").T),
+    "qgemm": Case((_f32(3, 64), _f32(8, 64)), lambda x, w: tr.nn.linear(x, tr.quantize(w, tr.q4_0)),
+                  lambda x, w: x @ quantized_values(w, "q4_0").T),
+    "dequant": Case((_f32(4, 64),), lambda w: tr.quantize(w, tr.q4_0).astype(tr.float32),
+                    lambda w: quantized_values(w, "q4_0")),
+    "qgather": Case((_f32(5, 32),), lambda w: tr.nn.embedding([4, 0, 2], tr.quantize(w, tr.q8_0)),
+                    lambda w: quantized_values(w, "q8_0")[[4, 0, 2]]),
+}  # fmt: skip
+# one query row over 600 keys: attention_decode's key ranges, added up by attention_combine
+_DECODE = Case(
+    (_f32(1, 4, 1, 16), _f32(1, 2, 600, 16), _f32(1, 2, 600, 16)), tr.nn.scaled_dot_product_attention, _attention
+)
+CASES["attention_decode"] = CASES["attention_combine"] = _DECODE
 
 
 def test_every_registered_kernel_has_a_case() -> None:
