@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from backend_wgpu.element import row_vector, vector_readable
 from backend_wgpu.kernels import (
@@ -47,6 +48,7 @@ from ir.errors import DTypeError, ShapeError
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import ELEMENTWISE, NO_KERNEL, NORM, REDUCE, ROW, SCAN, Op
+from ir.tuning import bucket
 from ir.view import View
 from passes.fold_views import view_of_operand
 
@@ -313,12 +315,47 @@ def gemv_split_choice(n: int, k: int, caps: DeviceCaps, h8: bool = False, itemsi
     return KernelChoice(SplitGemvKernel.name, variant, workgroup=(wx, wy, 1), params=(("unroll", unroll),))
 
 
-# gemm_blocked configurations: (tile_m, tile_n, tile_k, (wx, wy)); see backend_wgpu/kernels/matmul/gemm_blocked.py
-GEMM_CONFIGS: dict[str, tuple[int, int, int, tuple[int, int]]] = {
-    "b128k16": (128, 128, 16, (16, 16)),  # 32 KiB of workgroup memory: the fastest on the H200
-    "b128": (128, 128, 8, (16, 16)),  # 16 KiB, for adapters at WebGPU's default limit
-    "b64": (64, 64, 16, (16, 16)),
+@dataclass(frozen=True)
+class GemmConfig:
+    """One gemm_blocked configuration (backend_wgpu/kernels/matmul/gemm_blocked.py).
+
+    A tile_m x tile_n output tile per workgroup of wx x wy threads, k staged tile_k deep; each
+    thread holds (tile_m / wy) x (tile_n / wx) outputs. `lanes` (x, y) places a 32-lane subgroup
+    on an x-by-y block of threads (subgroup-level tiling: fewer distinct workgroup-memory reads
+    per subgroup), None keeps rows of wx threads.
+    """
+
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    wx: int
+    wy: int
+    lanes: tuple[int, int] | None = None
+    kernel: str = BlockedGemmKernel.name
+
+    @property
+    def smem(self) -> int:
+        return 2 * 4 * self.tile_k * (self.tile_m + self.tile_n)  # two stages of f32 A and B tiles
+
+    def fits(self, caps: DeviceCaps) -> bool:
+        return self.smem <= caps.max_workgroup_storage and self.wx * self.wy <= caps.max_invocations
+
+
+# the configurations gemm_blocked runs; the built-in rules use the first three, `wgjit tune` times them all
+GEMM_CONFIGS: dict[str, GemmConfig] = {
+    "b128k16": GemmConfig(128, 128, 16, 16, 16),  # 32 KiB of workgroup memory: the fastest on the H200
+    "b128": GemmConfig(128, 128, 8, 16, 16),  # 16 KiB, for adapters at WebGPU's default limit
+    "b64": GemmConfig(64, 64, 16, 16, 16),
+    "b128k16l": GemmConfig(128, 128, 16, 16, 16, lanes=(8, 4)),  # 8x8 per thread, subgroups on 8x4 threads
+    "b128x64": GemmConfig(128, 64, 16, 8, 16),  # 8x8 per thread, 128 threads
+    "b64x128": GemmConfig(64, 128, 16, 16, 8),
+    "b64l": GemmConfig(64, 64, 16, 16, 16, lanes=(8, 4)),
+    "b64t8": GemmConfig(64, 64, 16, 8, 8),  # 8x8 per thread, 64 threads: fewer, busier threads
+    "b64k32": GemmConfig(64, 64, 32, 16, 16),
+    "b32x64": GemmConfig(32, 64, 16, 16, 8),  # small tiles: more workgroups for small outputs
 }
+# split-K candidates: "split4" cuts k into 4 chunks (passes.split_k), each chunk's GEMM chosen by the rules
+GEMM_SPLITS = (2, 4, 8)
 
 
 def _vec4_along(view: View, axis: int) -> bool:
@@ -343,10 +380,16 @@ def gemm_variant(a: View, b: View, n: int) -> str:
     return f"{a_mode}.{b_mode}.{'o4' if n % 4 == 0 else 'o1'}"
 
 
-def gemm_choice(config: str, variant: str) -> KernelChoice:
-    tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
-    params = (("config", config), ("tile_m", tm), ("tile_n", tn), ("tile_k", tk), ("group_m", 8))
-    return KernelChoice(BlockedGemmKernel.name, variant, workgroup=(wx, wy, 1), params=params)
+def gemm_choice(config: str, variant: str, tuned: str = "") -> KernelChoice:
+    """The KernelChoice of a named configuration; `tuned` (the cache entry, said by explain) when a tuning won."""
+    c = GEMM_CONFIGS[config]
+    params: tuple[tuple[str, Any], ...] = (("config", config), ("tile_m", c.tile_m), ("tile_n", c.tile_n))
+    params += (("tile_k", c.tile_k), ("group_m", 8))
+    if c.lanes is not None:
+        params += (("lanes", c.lanes),)
+    if tuned:
+        params += (("tuned", tuned),)
+    return KernelChoice(c.kernel, variant, workgroup=(c.wx, c.wy, 1), params=params)
 
 
 # 128x128 tiles only when they alone make this many workgroups (a large GPU has 100+ multiprocessors)
@@ -355,25 +398,128 @@ BIG_GEMM_TILES = 256
 BIG_GEMM_MIN_K = 256
 
 
-def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
-    """Register-blocked GEMM: 128x128 tiles when there are enough of them and few are padding, else 64x64."""
-    m, n = node.shape[-2], node.shape[-1]
-    batch = math.prod(node.shape[:-2])
+@dataclass(frozen=True)
+class GemmProblem:
+    """What the GEMM rules look at: sizes, dtypes and operand views of one matmul."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: View
+    b: View
+    dtypes: tuple[DType, DType, DType]  # A, B, C
+
+    @property
+    def layout(self) -> str:
+        return gemm_variant(self.a, self.b, self.n)
+
+    def variant(self, config: GemmConfig) -> str:
+        """The layout, and `.x` (no edge checks) when the tiles cover the problem exactly."""
+        exact = (
+            self.k > 0 and self.m % config.tile_m == 0 and self.n % config.tile_n == 0 and self.k % config.tile_k == 0
+        )
+        return self.layout + (".x" if exact else "")
+
+    def tuning_key(self) -> str:
+        """The tuning cache's key: dtypes, operand layout and the power-of-two bucket of each size."""
+        dt = ",".join(d.value for d in self.dtypes[:2]) + "->" + self.dtypes[2].value
+        sizes = f"b{bucket(self.batch)} m{bucket(self.m)} n{bucket(self.n)} k{bucket(self.k)}"
+        return f"gemm {dt} {self.layout} {sizes}"
+
+
+def gemm_problem(graph: Graph, node: Node) -> GemmProblem:
     _, a_view = view_of_operand(graph, node.srcs[0])
     _, b_view = view_of_operand(graph, node.srcs[1])
-    variant = gemm_variant(a_view, b_view, n)
-    k = graph[node.srcs[0]].shape[-1]
+    m, n, k = node.shape[-2], node.shape[-1], a_view.shape[-1]
+    dtypes = (graph[node.srcs[0]].dtype, graph[node.srcs[1]].dtype, node.dtype)
+    return GemmProblem(math.prod(node.shape[:-2]), m, n, k, a_view, b_view, dtypes)
+
+
+def is_gemm(graph: Graph, node: Node) -> bool:
+    """A matmul that gemm_blocked may run (not a GEMV, not a quantized product)."""
+    if node.op is not Op.MATMUL or node.dtype.is_quantized or any(graph[s].dtype.is_quantized for s in node.srcs):
+        return False
+    return node.shape[-2] > 1
+
+
+def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
+    """The built-in rule: 128x128 tiles when there are enough of them and few are padding, else 64x64."""
     for config in ("b128k16", "b128", "b64"):
-        tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
-        tiles = batch * -(-m // tm) * -(-n // tn)
+        c = GEMM_CONFIGS[config]
+        tiles = p.batch * -(-p.m // c.tile_m) * -(-p.n // c.tile_n)
         # the share of the tiles' outputs that exist (an empty output has no tiles: it never runs)
-        useful = batch * m * n / (tiles * tm * tn) if tiles else 1.0
-        if tm == 128 and (tiles < BIG_GEMM_TILES or useful < 0.85 or k < BIG_GEMM_MIN_K):
+        useful = p.batch * p.m * p.n / (tiles * c.tile_m * c.tile_n) if tiles else 1.0
+        if c.tile_m == 128 and (tiles < BIG_GEMM_TILES or useful < 0.85 or p.k < BIG_GEMM_MIN_K):
             continue
-        smem = 2 * 4 * tk * (tm + tn)  # two stages of f32 A and B tiles
-        if smem <= caps.max_workgroup_storage and wx * wy <= caps.max_invocations:
-            return gemm_choice(config, variant)
+        if c.fits(caps):
+            return config
     return None
+
+
+# thin GEMMs (prefill: few rows, long k) leave a large GPU idle: split k when 64x64 tiles make fewer
+# than THIN_TILES workgroups and the product is large enough (THIN_MIN_FLOPS) to pay for the extra sum
+THIN_TILES = 128
+THIN_MIN_FLOPS = 1 << 28
+THIN_MIN_DEPTH = 256  # k per chunk at least
+
+
+def builtin_gemm_split(p: GemmProblem) -> int:
+    tiles = p.batch * -(-p.m // 64) * -(-p.n // 64)
+    if 2 * p.batch * p.m * p.n * p.k < THIN_MIN_FLOPS or tiles >= THIN_TILES:
+        return 1
+    split = 1
+    while tiles * split < 2 * THIN_TILES and p.k // (2 * split) >= THIN_MIN_DEPTH:
+        split *= 2
+    return split
+
+
+def gemm_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
+    """What `wgjit tune` times for one problem: every configuration that fits, and k splits for thin ones."""
+    names = [name for name, c in GEMM_CONFIGS.items() if c.fits(caps)]
+    tiles = p.batch * -(-p.m // 64) * -(-p.n // 64)
+    if tiles < 2 * THIN_TILES:
+        names += [f"split{s}" for s in GEMM_SPLITS if p.k // s >= THIN_MIN_DEPTH]
+    return names
+
+
+def _tuned(p: GemmProblem, caps: DeviceCaps) -> tuple[str, str] | None:
+    """(configuration, what explain says) from the tuning table, when it has a usable entry for `p`."""
+    entry = caps.tuning.get(p.tuning_key())
+    if entry is None:
+        return None
+    usable = entry.config.startswith("split") or (
+        entry.config in GEMM_CONFIGS and GEMM_CONFIGS[entry.config].fits(caps)
+    )
+    if not usable:
+        return None
+    source = caps.tuning.source or "the tuning cache"
+    said = (
+        f"tuned ({source}, entry '{p.tuning_key()}': {entry.config} {entry.seconds * 1e6:.1f} us, "
+        f"built-in {entry.builtin} {entry.builtin_seconds * 1e6:.1f} us)"
+    )
+    return entry.config, said
+
+
+def gemm_split(graph: Graph, node: Node, caps: DeviceCaps) -> int:
+    """How many chunks of k passes.split_k cuts a GEMM into (1: none): tuned, else the built-in thin rule."""
+    if not is_gemm(graph, node):
+        return 1
+    p = gemm_problem(graph, node)
+    tuned = _tuned(p, caps)
+    if tuned is not None:
+        return int(tuned[0][len("split") :]) if tuned[0].startswith("split") else 1
+    return builtin_gemm_split(p)
+
+
+def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
+    """Register-blocked GEMM: the tuned configuration where `wgjit tune` measured one, else the built-in rule."""
+    p = gemm_problem(graph, node)
+    tuned = _tuned(p, caps)
+    if tuned is not None and not tuned[0].startswith("split"):
+        return gemm_choice(tuned[0], p.variant(GEMM_CONFIGS[tuned[0]]), tuned=tuned[1])
+    config = builtin_gemm_config(p, caps)
+    return gemm_choice(config, p.variant(GEMM_CONFIGS[config])) if config else None
 
 
 # flash_attention tiles, best first: (query rows, keys per block, q^T in workgroup memory, k/v sharing one buffer);

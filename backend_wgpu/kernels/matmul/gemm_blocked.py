@@ -10,9 +10,12 @@ How each operand is read is the variant, chosen by passes.select_kernels from th
   A: a_k4 (contiguous along k, vec4 loads), a_m4 (contiguous along m), a_s (any strides)
   B: b_n4 (contiguous along n, vec4 loads), b_k4 (contiguous along k: x @ W.T), b_s
   C: o4 (vec4 stores, n % 4 == 0) or o1
-Edges read zeros and skip their stores, so every size is correct. Workgroup memory always
+  .x (exact): the tiles cover m, n and k exactly, so no load or store checks an edge
+Elsewhere edges read zeros and skip their stores, so every size is correct. Workgroup memory always
 holds f32 as A[k][m] and B[k][n] (vec4 along m and n), whatever the operand dtype.
 Tiles are walked in groups of `group_m` tile rows so neighbouring workgroups share B in L2.
+The `lanes` param (x, y) lays each 32-lane subgroup on an x-by-y block of threads (rows of
+wx threads otherwise): a subgroup then reads fewer distinct A and B vectors per k step.
 All code inside the k loop is unrolled here in Python: no arrays of accumulators, so the
 driver keeps them in registers.
 """
@@ -42,8 +45,13 @@ class BlockedGemmKernel(MatmulKernel):
 
     # --- variant decoding -------------------------------------------------------------
     def _modes(self) -> tuple[str, str, str]:
-        a, b, o = self.choice.variant.split(".")
+        a, b, o = self.choice.variant.split(".")[:3]
         return a, b, o
+
+    @property
+    def exact(self) -> bool:
+        """The tiles cover the problem exactly (passes.select_kernels checked the shapes): no edge checks."""
+        return self.choice.variant.endswith(".x")
 
     def _tiles(self) -> tuple[int, int, int, int, int]:
         tm, tn, tk = self.choice.param("tile_m"), self.choice.param("tile_n"), self.choice.param("tile_k")
@@ -53,7 +61,9 @@ class BlockedGemmKernel(MatmulKernel):
     def variant_key(self) -> str:
         tm, tn, tk, _, _ = self._tiles()
         fused = f":{self.code.key()}" if self.code else ""
-        return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{fused}"
+        lanes = self.choice.param("lanes")
+        lanes = f":l{lanes[0]}x{lanes[1]}" if lanes else ""
+        return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{lanes}{fused}"
 
     def operand_type(self, i: int) -> str:
         role = self.role(i)
@@ -84,8 +94,7 @@ class BlockedGemmKernel(MatmulKernel):
             self.code.describe(b)
         self._tile_origin(b)
         self._batch_offsets(b, "bt")
-        b.line(f"let tx = lidx % {wx}u;")
-        b.line(f"let ty = lidx / {wx}u;")
+        self._thread_position(b, wx, wy)
         for r in range(rm):
             for h in range(gn_):
                 b.line(f"var c{r}_{h} = vec4<f32>(0.0);")
@@ -102,9 +111,15 @@ class BlockedGemmKernel(MatmulKernel):
         b.line(f"  let cur_a = (t & 1u) * {stage_a}u;")
         b.line(f"  let cur_b = (t & 1u) * {stage_b}u;")
         b.line(f"  let k_next = (t + 1u) * {tk}u;")
-        # the next tile's global loads are in flight while this tile computes
-        self._emit_load(b, "a", "k_next", a_loads, threads, indent="  ")
-        self._emit_load(b, "b", "k_next", b_loads, threads, indent="  ")
+        # the next tile's global loads are in flight while this tile computes; exact tiles have no
+        # edge checks, so the last step skips them (a uniform branch) instead of reading past k
+        indent = "    " if self.exact else "  "
+        if self.exact:
+            b.line("  if (k_next < params.k) {")
+        self._emit_load(b, "a", "k_next", a_loads, threads, indent=indent)
+        self._emit_load(b, "b", "k_next", b_loads, threads, indent=indent)
+        if self.exact:
+            b.line("  }")
         for kk in range(tk):
             self._k_step(b, kk)
         b.line(f"  let nxt_a = {stage_a}u - cur_a;")
@@ -114,6 +129,20 @@ class BlockedGemmKernel(MatmulKernel):
         b.line("  workgroupBarrier();")
         b.line("}")
         self._emit_output(b, rm, gn_, wx, wy)
+
+    def _thread_position(self, b: WgslBuilder, wx: int, wy: int) -> None:
+        """`tx`, `ty`: this thread's column and row in the workgroup's wx x wy grid of threads."""
+        lanes = self.choice.param("lanes")
+        if lanes is None:
+            b.line(f"let tx = lidx % {wx}u;")
+            b.line(f"let ty = lidx / {wx}u;")
+            return
+        lx, ly = lanes
+        assert lx * ly == 32 and wx % lx == 0 and wy % ly == 0, "gemm_blocked: lanes must tile the threads"
+        b.line("let lane = lidx % 32u;")
+        b.line("let sg = lidx / 32u;")
+        b.line(f"let tx = (sg % {wx // lx}u) * {lx}u + lane % {lx}u;")
+        b.line(f"let ty = (sg / {wx // lx}u) * {ly}u + lane / {lx}u;")
 
     def _tile_origin(self, b: WgslBuilder) -> None:
         """`bt`, `tm0`, `tn0`: this workgroup's batch and tile, in grouped order (group_m tile
@@ -183,7 +212,12 @@ class BlockedGemmKernel(MatmulKernel):
                 mn, kk = f"{e} / {tk}u", f"{e} % {tk}u"
             b.line(f"{indent}{{ let gmn = {origin} + {mn}; let gk = {k0} + {kk};")
             addr = f"{base} + i32(gmn) * {s_mn} + i32(gk) * {s_k}"
-            if mode.endswith("_s"):
+            value = f"f32({src}[u32({addr})])" if mode.endswith("_s") else f"vec4<f32>({src}[u32({addr}) / 4u])"
+            if self.exact and not guard:
+                b.line(f"{indent}  {p} = {value}; }}")
+            elif self.exact:
+                b.line(f"{indent}  if ({guard[:-4]}) {{ {p} = {value}; }} }}")
+            elif mode.endswith("_s"):
                 b.line(f"{indent}  {p} = 0.0;")
                 b.line(f"{indent}  if ({guard}gmn < {dim} && gk < params.k) {{ {p} = f32({src}[u32({addr})]); }} }}")
             else:
@@ -223,16 +257,16 @@ class BlockedGemmKernel(MatmulKernel):
         for r in range(rm):
             g, c = divmod(r, 4)
             b.line(f"{{ let gm = tm0 + ({g * wy}u + ty) * 4u + {c}u;")
-            b.line("  if (gm < params.m) {")
+            b.line("  if (gm < params.m) {" if not self.exact else "  {")
             for h in range(gn_):
                 b.line(f"    {{ let gn = tn0 + ({h * wx}u + tx) * 4u;")
                 if vec_out:
-                    b.line("      if (gn < params.n) {")
+                    b.line("      if (gn < params.n) {" if not self.exact else "      {")
                     self.store(b, "(out_base + gm * params.n + gn) / 4u", f"c{r}_{h}", lanes=4, indent="        ")
                     b.line("      } }")
                 else:
                     for j, lane in enumerate("xyzw"):
-                        b.line(f"      if (gn + {j}u < params.n) {{")
+                        b.line(f"      if (gn + {j}u < params.n) {{" if not self.exact else "      {")
                         self.store(b, f"out_base + gm * params.n + gn + {j}u", f"c{r}_{h}.{lane}", indent="        ")
                         b.line("      }")
                     b.line("    }")
