@@ -37,7 +37,9 @@ class BlockedGemmKernel(MatmulKernel):
     def reason(cls, graph: Graph, node: Node) -> str:
         k = node.kernel
         tiles = "x".join(str(k.param(p)) for p in ("tile_m", "tile_n", "tile_k"))
-        return f"general matmul: workgroup tiles {tiles}, register-blocked, loads {k.variant}"
+        rule = k.param("tuned") or "built-in rule"
+        edges = ", no edge checks" if k.variant.endswith(".x") else ""
+        return f"general matmul: {k.param('config')} tiles {tiles}, register-blocked, loads {k.variant}{edges}; {rule}"
 
     @classmethod
     def width_reason(cls, node: Node, views: list[View]) -> str:
