@@ -29,6 +29,9 @@ from ir.ops import InputArg, Op
 from ir.tuning import TunedEntry, TuningTable
 from ir.view import View
 from passes import run_pipeline
+from passes.dce import dce
+from passes.fold_views import fold_views
+from passes.fuse_attention import fuse_attention
 from passes.select_kernels import (
     GemmProblem,
     builtin_gemm_config,
@@ -164,6 +167,12 @@ def tune_gemm(
     base = result.times.get(builtin, result.times[best])
     result.entry = TunedEntry(best, result.times[best], builtin, base, tuple(sorted(result.rejected)))
     return result
+
+
+def gemm_keys(graph: Graph, caps: Any) -> list[str]:
+    """The tuning keys of the GEMMs in a traced graph, as passes.split_k and select_kernels will see them."""
+    g = fuse_attention(fold_views(dce(graph, caps), caps), caps)
+    return list(tunable_problems([g]))
 
 
 def tunable_problems(graphs: list[Graph]) -> dict[str, GemmProblem]:

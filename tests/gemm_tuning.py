@@ -8,21 +8,10 @@ import numpy as np
 
 import tracer as tr
 from backend_wgpu import Program, get_device
-from backend_wgpu.autotune import tunable_problems
-from ir.caps import DeviceCaps
-from ir.graph import Graph
+from backend_wgpu.autotune import gemm_keys
 from ir.tuning import TunedEntry, TuningTable
 from passes import run_pipeline
-from passes.dce import dce
-from passes.fold_views import fold_views
-from passes.fuse_attention import fuse_attention
 from tracer.graph_builder import build_graph
-
-
-def gemm_keys(graph: Graph, caps: DeviceCaps) -> list[str]:
-    """The tuning keys of the GEMMs in a traced graph (as passes.split_k and select_kernels see them)."""
-    g = fuse_attention(fold_views(dce(graph, caps), caps), caps)
-    return list(tunable_problems([g]))
 
 
 def table_for(keys: list[str], config: str, source: str = "test table") -> TuningTable:
