@@ -331,11 +331,13 @@ class GemmConfig:
     wx: int
     wy: int
     lanes: tuple[int, int] | None = None
+    conflict_free: bool = False  # k-major tiles stored without bank conflicts (a padded row, 16x2 loads)
     kernel: str = BlockedGemmKernel.name
 
     @property
     def smem(self) -> int:
-        return 2 * 4 * self.tile_k * (self.tile_m + self.tile_n)  # two stages of f32 A and B tiles
+        pad = 2 * 2 * 16 * self.tile_k if self.conflict_free else 0  # a vec4 per k row, both stages and operands
+        return 2 * 4 * self.tile_k * (self.tile_m + self.tile_n) + pad  # two stages of f32 A and B tiles
 
     def fits(self, caps: DeviceCaps) -> bool:
         return self.smem <= caps.max_workgroup_storage and self.wx * self.wy <= caps.max_invocations
@@ -353,6 +355,12 @@ GEMM_CONFIGS: dict[str, GemmConfig] = {
     "b64t8": GemmConfig(64, 64, 16, 8, 8),  # 8x8 per thread, 64 threads: fewer, busier threads
     "b64k32": GemmConfig(64, 64, 32, 16, 16),
     "b32x64": GemmConfig(32, 64, 16, 16, 8),  # small tiles: more workgroups for small outputs
+    "b128k16c": GemmConfig(128, 128, 16, 16, 16, conflict_free=True),
+    "b128k16lc": GemmConfig(128, 128, 16, 16, 16, lanes=(8, 4), conflict_free=True),
+    "b128c": GemmConfig(128, 128, 8, 16, 16, conflict_free=True),
+    "b128x64c": GemmConfig(128, 64, 16, 8, 16, conflict_free=True),
+    "b64c": GemmConfig(64, 64, 16, 16, 16, conflict_free=True),
+    "b64t8c": GemmConfig(64, 64, 16, 8, 8, conflict_free=True),
 }
 # split-K candidates: "split4" cuts k into 4 chunks (passes.split_k), each chunk's GEMM chosen by the rules
 GEMM_SPLITS = (2, 4, 8)
@@ -387,6 +395,8 @@ def gemm_choice(config: str, variant: str, tuned: str = "") -> KernelChoice:
     params += (("tile_k", c.tile_k), ("group_m", 8))
     if c.lanes is not None:
         params += (("lanes", c.lanes),)
+    if c.conflict_free:
+        params += (("cf", True),)
     if tuned:
         params += (("tuned", tuned),)
     return KernelChoice(c.kernel, variant, workgroup=(c.wx, c.wy, 1), params=params)

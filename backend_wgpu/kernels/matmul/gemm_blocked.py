@@ -14,7 +14,9 @@ How each operand is read is the variant, chosen by passes.select_kernels from th
 Elsewhere edges read zeros and skip their stores, so every size is correct. Workgroup memory always
 holds f32 as A[k][m] and B[k][n] (vec4 along m and n), whatever the operand dtype.
 Tiles are walked in groups of `group_m` tile rows so neighbouring workgroups share B in L2.
-The `lanes` param (x, y) lays each 32-lane subgroup on an x-by-y block of threads (rows of
+The `cf` param (conflict-free) pads each k row of a tile stored transposed (operands read along k
+or as scalars) by one vec4 and has each 32 threads load 16 rows by 2 quads of k, so their
+stores hit 32 distinct banks. The `lanes` param (x, y) lays each 32-lane subgroup on an x-by-y block of threads (rows of
 wx threads otherwise): a subgroup then reads fewer distinct A and B vectors per k step.
 All code inside the k loop is unrolled here in Python: no arrays of accumulators, so the
 driver keeps them in registers.
@@ -65,7 +67,8 @@ class BlockedGemmKernel(MatmulKernel):
         fused = f":{self.code.key()}" if self.code else ""
         lanes = self.choice.param("lanes")
         lanes = f":l{lanes[0]}x{lanes[1]}" if lanes else ""
-        return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{lanes}{fused}"
+        cf = ":cf" if self.choice.param("cf") else ""
+        return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{lanes}{cf}{fused}"
 
     def operand_type(self, i: int) -> str:
         role = self.role(i)
@@ -89,7 +92,7 @@ class BlockedGemmKernel(MatmulKernel):
         rm, rn = tm // wy, tn // wx  # rows / columns per thread
         gn_ = rn // 4  # vec4 groups per thread along n
         assert rm % 4 == 0 and rn % 4 == 0 and tk % 4 == 0, "gemm_blocked: per-thread blocks must be multiples of 4"
-        stage_a, stage_b = tk * tm // 4, tk * tn // 4  # vec4 per stage
+        stage_a, stage_b = tk * self._row("a"), tk * self._row("b")  # vec4 per stage
         b.workgroup_var(f"sa: array<vec4<f32>, {2 * stage_a}>")
         b.workgroup_var(f"sb: array<vec4<f32>, {2 * stage_b}>")
         if self.code:
@@ -169,9 +172,9 @@ class BlockedGemmKernel(MatmulKernel):
         gm_, gn_ = tm // wy // 4, tn // wx // 4
         b.line("  {")
         for g in range(gm_):
-            b.line(f"    let a{g} = sa[cur_a + {kk * (tm // 4) + g * wy}u + ty];")
+            b.line(f"    let a{g} = sa[cur_a + {kk * self._row('a') + g * wy}u + ty];")
         for h in range(gn_):
-            b.line(f"    let b{h} = sb[cur_b + {kk * (tn // 4) + h * wx}u + tx];")
+            b.line(f"    let b{h} = sb[cur_b + {kk * self._row('b') + h * wx}u + tx];")
         for g in range(gm_):
             for c, lane in enumerate("xyzw"):
                 for h in range(gn_):
@@ -207,7 +210,8 @@ class BlockedGemmKernel(MatmulKernel):
             e = f"(lidx + {li * threads}u)"
             guard = f"{e} < {total}u && " if count * threads > total else ""
             if mode in ("a_k4", "b_k4"):  # vec4 along k: e -> (mn, kq)
-                mn, kk = f"{e} / {tk // 4}u", f"({e} % {tk // 4}u) * 4u"
+                mn, kq = self._k4_coords(e, extent)
+                kk = f"({kq}) * 4u"
             elif mode in ("a_m4", "b_n4"):  # vec4 along m/n: e -> (k, mnq)
                 kk, mn = f"{e} / {extent // 4}u", f"({e} % {extent // 4}u) * 4u"
             else:  # scalar: e -> (mn, k), k fastest
@@ -228,30 +232,56 @@ class BlockedGemmKernel(MatmulKernel):
                     f"{indent}  if ({guard}gmn < {dim} && gk < params.k) {{ {p} = vec4<f32>({src}[u32({addr}) / 4u]); }} }}"
                 )
 
+    def _padded(self, which: str) -> bool:
+        """Operands stored transposed into workgroup memory (read along k, or scalars) get a padded row
+        under the conflict-free layout ("cf"): one vec4 more per k row moves each k row 4 banks on."""
+        mode = self._modes()[0 if which == "a" else 1]
+        return bool(self.choice.param("cf")) and not mode.endswith(("_m4", "_n4"))
+
+    def _row(self, which: str) -> int:
+        """vec4 per k row of an operand's tile in workgroup memory."""
+        tm, tn, _, _, _ = self._tiles()
+        return (tm if which == "a" else tn) // 4 + (1 if self._padded(which) else 0)
+
+    def _k4_coords(self, e: str, extent: int) -> tuple[str, str]:
+        """(row along m or n, quad along k) of vec4 number `e` of a tile read along k.
+
+        Plainly each thread takes the next quad along k. Under "cf" each 32 threads take 16 rows by
+        2 quads instead: every 32-byte sector they read is whole, and with the padded row their
+        transposed stores fall in 32 distinct banks (4 threads per bank otherwise).
+        """
+        q = self._tiles()[2] // 4
+        if self.choice.param("cf") and q % 2 == 0 and extent % 16 == 0 and extent * q % 32 == 0:
+            half = q // 2
+            sub, grp = f"({e} % 32u)", f"({e} / 32u)"
+            return f"({grp} / {half}u) * 16u + {sub} % 16u", f"({grp} % {half}u) * 2u + {sub} / 16u"
+        return f"{e} / {q}u", f"{e} % {q}u"
+
     def _emit_store(self, b: WgslBuilder, which: str, stage: str, count: int, threads: int, indent: str = "") -> None:
         tm, tn, tk, _, _ = self._tiles()
         mode = self._modes()[0 if which == "a" else 1]
         arr = "sa" if which == "a" else "sb"
         extent = tm if which == "a" else tn
         ext4 = extent // 4
+        row = self._row(which)
         total = (extent * tk) // (1 if mode.endswith("_s") else 4)
         for li in range(count):
             p = f"p{which}{li}"
             e = f"(lidx + {li * threads}u)"
             open_, close = (f"{indent}if ({e} < {total}u) {{ ", " }") if count * threads > total else (indent, "")
             if mode in ("a_m4", "b_n4"):
-                b.line(f"{open_}{arr}[{stage} + ({e} / {ext4}u) * {ext4}u + {e} % {ext4}u] = {p};{close}")
+                b.line(f"{open_}{arr}[{stage} + ({e} / {ext4}u) * {row}u + {e} % {ext4}u] = {p};{close}")
             elif mode in ("a_k4", "b_k4"):
                 # a vec4 along k lands in four rows k..k+3 of one column mn
-                mn, kq = f"({e} / {tk // 4}u)", f"({e} % {tk // 4}u)"
+                mn, kq = (f"({x})" for x in self._k4_coords(e, extent))
                 lanes = " ".join(
-                    f"{arr}[{stage} + ({kq} * 4u + {c}u) * {ext4}u + {mn} / 4u][{mn} % 4u] = {p}.{lane};"
+                    f"{arr}[{stage} + ({kq} * 4u + {c}u) * {row}u + {mn} / 4u][{mn} % 4u] = {p}.{lane};"
                     for c, lane in enumerate("xyzw")
                 )
                 b.line(f"{open_}{lanes}{close}")
             else:
                 mn, kk = f"({e} / {tk}u)", f"({e} % {tk}u)"
-                b.line(f"{open_}{arr}[{stage} + {kk} * {ext4}u + {mn} / 4u][{mn} % 4u] = {p};{close}")
+                b.line(f"{open_}{arr}[{stage} + {kk} * {row}u + {mn} / 4u][{mn} % 4u] = {p};{close}")
 
     def _emit_output(self, b: WgslBuilder, rm: int, gn_: int, wx: int, wy: int) -> None:
         vec_out = self._modes()[2] == "o4"
