@@ -1,6 +1,6 @@
 """Autotuning: time each candidate configuration of a kernel on this adapter and keep the winner.
 
-For each tunable node of a graph (today the GEMMs: passes.select_kernels.is_gemm), tune_gemm
+For each tunable node of a graph (today the matmuls: GEMMs, GEMVs; passes.select_kernels), tune_gemm
 builds a graph of that one product (the same sizes, dtypes and operand layouts, random data),
 compiles it once per candidate under a tuning table that names the candidate, so the normal
 passes (select_kernels, split_k) build exactly what a tuned program will run, checks the answer
@@ -34,11 +34,10 @@ from passes.fold_views import fold_views
 from passes.fuse_attention import fuse_attention
 from passes.select_kernels import (
     GemmProblem,
-    builtin_gemm_config,
-    builtin_gemm_split,
-    gemm_candidates,
+    builtin_matmul_config,
     gemm_problem,
-    is_gemm,
+    is_tunable_matmul,
+    matmul_candidates,
 )
 
 # |got - numpy| / max(1, max |numpy|) a candidate may reach: f32 accumulation over k in any order
@@ -62,8 +61,7 @@ def describe(p: GemmProblem) -> str:
 
 
 def builtin_config(p: GemmProblem, device: Device) -> str:
-    split = builtin_gemm_split(p)
-    return f"split{split}" if split > 1 else builtin_gemm_config(p, device.caps) or "gemm"
+    return builtin_matmul_config(p, device.caps)
 
 
 def _span(view: View) -> int:
@@ -143,7 +141,7 @@ def tune_gemm(
     device = device or get_device()
     key = p.tuning_key()
     graph, hosts, want = problem_graph(p, np.random.default_rng(seed))
-    names = list(candidates if candidates is not None else gemm_candidates(p, device.caps))
+    names = list(candidates if candidates is not None else matmul_candidates(p, device.caps))
     builtin = builtin_config(p, device)
     if builtin not in names:
         names.append(builtin)
@@ -176,11 +174,11 @@ def gemm_keys(graph: Graph, caps: Any) -> list[str]:
 
 
 def tunable_problems(graphs: list[Graph]) -> dict[str, GemmProblem]:
-    """The distinct GEMM problems (one per tuning key, the first seen) of graphs after fold_views."""
+    """The distinct matmul problems (one per tuning key, the first seen) of graphs after fold_views."""
     found: dict[str, GemmProblem] = {}
     for graph in graphs:
         for node in graph:
-            if is_gemm(graph, node):
+            if is_tunable_matmul(graph, node):
                 p = gemm_problem(graph, node)
                 found.setdefault(p.tuning_key(), p)
     return found

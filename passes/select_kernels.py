@@ -48,7 +48,7 @@ from ir.errors import DTypeError, ShapeError
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import ELEMENTWISE, NO_KERNEL, NORM, REDUCE, ROW, SCAN, Op
-from ir.tuning import bucket
+from ir.tuning import TuningTable, bucket
 from ir.view import View
 from passes.fold_views import view_of_operand
 
@@ -274,21 +274,74 @@ def _select_softmax_regs(graph: Graph, node: Node, caps: DeviceCaps) -> KernelCh
 
 
 def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
-    m, n = node.shape[-2], node.shape[-1]
-    _, b_view = view_of_operand(graph, node.srcs[1])
-    k = graph[node.srcs[0]].shape[-1]
-    b_k_stride, b_n_stride = b_view.strides[-2], b_view.strides[-1]
-    if m == 1:
-        if b_k_stride == 1 and n > 1 or n == 1:
-            # each output column is a dot product of two contiguous runs: a workgroup per column
-            wg, params = _row_walk(k, caps)
-            return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params)
-        if b_n_stride == 1:
-            h8 = graph[node.srcs[1]].dtype is DType.float16 and _vec_along(b_view, -1, 8)
-            return gemv_split_choice(n, k, caps, h8=h8, itemsize=graph[node.srcs[1]].dtype.itemsize)
+    p = gemm_problem(graph, node)
+    if p.family == "gemv":
+        # each output column is a dot product of two contiguous runs: a workgroup per column
+        return gemv_choice(p, caps)
+    if p.family == "gemv_split":
+        return split_gemv_choice(p, caps)
     return _select_gemm(graph, node, caps) or KernelChoice(
         GemmKernel.name, "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16))
     )
+
+
+def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
+    """gemv[k_contig]: the tuned "wg<threads>.u<unroll>" where `wgjit tune` measured one, else the row walk."""
+    tuned = _tuned(p, caps)
+    if tuned is not None:
+        wg, unroll = _gemv_numbers(tuned[0])
+        params: tuple[tuple[str, Any], ...] = (("unroll", unroll),) if unroll > 1 else ()
+        return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params + (("tuned", tuned[1]),))
+    wg, params = _row_walk(p.k, caps)
+    return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params)
+
+
+def split_gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
+    """gemv_split: the tuned "wx<x>.wy<y>.u<unroll>" where `wgjit tune` measured one, else the sizing rule."""
+    h8 = p.dtypes[1] is DType.float16 and _vec_along(p.b, -1, 8)
+    choice = gemv_split_choice(p.n, p.k, caps, h8=h8, itemsize=p.dtypes[1].itemsize)
+    tuned = _tuned(p, caps)
+    if tuned is None:
+        return choice
+    wx, wy, unroll = _gemv_numbers(tuned[0])
+    return replace(choice, workgroup=(wx, wy, 1), params=(("unroll", unroll), ("tuned", tuned[1])))
+
+
+def _gemv_numbers(name: str) -> tuple[int, ...]:
+    """The numbers of a GEMV configuration's name: "wg256.u4" -> (256, 4), "wx8.wy128.u8" -> (8, 128, 8)."""
+    return tuple(int(part.lstrip("wxyguo")) for part in name.split("."))
+
+
+def gemv_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
+    """The GEMV configurations `wgjit tune` times: thread counts and unrolls within the loop budget."""
+    limit = min(1024, caps.max_invocations)
+    if p.family == "gemv":
+        return [
+            f"wg{wg}.u{u}"
+            for wg in (32, 64, 128, 256, 512, 1024)
+            for u in (1, 2, 4, 8)
+            if wg <= limit and -(-p.k // (wg * u)) <= LOOP_STEPS
+        ]
+    return [
+        f"wx{wx}.wy{wy}.u{u}"
+        for wx in (2, 4, 8, 16)
+        for wy in (32, 64, 128, 256)
+        for u in (4, 8)
+        if 64 <= wx * wy <= limit and -(-p.k // wy) // u <= LOOP_STEPS
+    ]
+
+
+def _builtin_gemv(p: GemmProblem, caps: DeviceCaps) -> str:
+    if p.family == "gemv":
+        wg, params = _row_walk(p.k, caps)
+        return f"wg{wg}.u{dict(params).get('unroll', 1)}"
+    c = split_gemv_choice(p, untuned(caps))
+    return f"wx{c.workgroup[0]}.wy{c.workgroup[1]}.u{c.param('unroll')}"
+
+
+def untuned(caps: DeviceCaps) -> DeviceCaps:
+    """caps without a tuning table: what the built-in rules alone choose."""
+    return replace(caps, tuning=TuningTable()) if len(caps.tuning) else caps
 
 
 # gemv_split sizing, from the H200 sweep (benchmarks/sweep.py, RESULTS.md): workgroups of
@@ -424,6 +477,16 @@ class GemmProblem:
     def layout(self) -> str:
         return gemm_variant(self.a, self.b, self.n)
 
+    @property
+    def family(self) -> str:
+        """Which kernel family runs it: one output row reads B along k (gemv) or along n (gemv_split); else gemm."""
+        if self.m != 1:
+            return "gemm"
+        b_k_stride, b_n_stride = self.b.strides[-2], self.b.strides[-1]
+        if b_k_stride == 1 and self.n > 1 or self.n == 1:
+            return "gemv"
+        return "gemv_split" if b_n_stride == 1 else "gemm"
+
     def variant(self, config: GemmConfig) -> str:
         """The layout, and `.x` (no edge checks) when the tiles cover the problem exactly."""
         exact = (
@@ -435,7 +498,7 @@ class GemmProblem:
         """The tuning cache's key: dtypes, operand layout and the power-of-two bucket of each size."""
         dt = ",".join(d.value for d in self.dtypes[:2]) + "->" + self.dtypes[2].value
         sizes = f"b{bucket(self.batch)} m{bucket(self.m)} n{bucket(self.n)} k{bucket(self.k)}"
-        return f"gemm {dt} {self.layout} {sizes}"
+        return f"{self.family} {dt} {self.layout} {sizes}"
 
 
 def gemm_problem(graph: Graph, node: Node) -> GemmProblem:
@@ -448,9 +511,28 @@ def gemm_problem(graph: Graph, node: Node) -> GemmProblem:
 
 def is_gemm(graph: Graph, node: Node) -> bool:
     """A matmul that gemm_blocked may run (not a GEMV, not a quantized product)."""
-    if node.op is not Op.MATMUL or node.dtype.is_quantized or any(graph[s].dtype.is_quantized for s in node.srcs):
+    return is_tunable_matmul(graph, node) and node.shape[-2] > 1
+
+
+def is_tunable_matmul(graph: Graph, node: Node) -> bool:
+    """A matmul whose kernel has configurations `wgjit tune` may time (not a quantized product)."""
+    if node.op is not Op.MATMUL or node.dtype.is_quantized:
         return False
-    return node.shape[-2] > 1
+    return not any(graph[s].dtype.is_quantized for s in node.srcs)
+
+
+def matmul_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
+    """What `wgjit tune` times for one matmul problem, by its family."""
+    return gemm_candidates(p, caps) if p.family == "gemm" else gemv_candidates(p, caps)
+
+
+def builtin_matmul_config(p: GemmProblem, caps: DeviceCaps) -> str:
+    """The name of what the built-in rules pick for `p` (the tuner's baseline)."""
+    caps = untuned(caps)
+    if p.family != "gemm":
+        return _builtin_gemv(p, caps)
+    split = builtin_gemm_split(p)
+    return f"split{split}" if split > 1 else builtin_gemm_config(p, caps) or "gemm"
 
 
 def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
@@ -498,10 +580,7 @@ def _tuned(p: GemmProblem, caps: DeviceCaps) -> tuple[str, str] | None:
     entry = caps.tuning.get(p.tuning_key())
     if entry is None:
         return None
-    usable = entry.config.startswith("split") or (
-        entry.config in GEMM_CONFIGS and GEMM_CONFIGS[entry.config].fits(caps)
-    )
-    if not usable:
+    if not _usable(p, entry.config, caps):
         return None
     source = caps.tuning.source or "the tuning cache"
     said = (
@@ -509,6 +588,13 @@ def _tuned(p: GemmProblem, caps: DeviceCaps) -> tuple[str, str] | None:
         f"built-in {entry.builtin} {entry.builtin_seconds * 1e6:.1f} us)"
     )
     return entry.config, said
+
+
+def _usable(p: GemmProblem, config: str, caps: DeviceCaps) -> bool:
+    """Can `config` (a cache entry's name) run `p` on this adapter? A stale or foreign entry cannot."""
+    if p.family == "gemm":
+        return config.startswith("split") or (config in GEMM_CONFIGS and GEMM_CONFIGS[config].fits(caps))
+    return config in gemv_candidates(p, caps)
 
 
 def gemm_split(graph: Graph, node: Node, caps: DeviceCaps) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gemm_tuning import gemm_keys, run_tuned
+from gemm_tuning import gemm_keys, run_tuned, table_for
 
 import tracer as tr
 from backend_wgpu import get_device
@@ -195,7 +195,7 @@ def test_tune_graphs_saves_installs_and_is_used(cache_dir: Path, monkeypatch: py
     import backend_wgpu.autotune as at
 
     # two candidates keep lavapipe quick (the CLI times every configuration that fits)
-    monkeypatch.setattr(at, "gemm_candidates", lambda p, caps: ["b64", "b32x64"])
+    monkeypatch.setattr(at, "matmul_candidates", lambda p, caps: ["b64", "b32x64"])
     dev = get_device()
     monkeypatch.setattr(dev, "caps", dev.caps)  # restored afterwards: tune_graphs installs its table
     a, b = randn(24, 40), randn(40, 28)
@@ -277,3 +277,32 @@ def test_wgjit_tune_needs_a_script() -> None:
     from tracer.cli import main
 
     assert main(["tune"]) == 2
+
+
+# --- GEMVs --------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["gemv", "gemv_split"])
+def test_gemv_configs_are_tuned_checked_and_used(layout: str) -> None:
+    """One output row: x @ W.T reads W along k (gemv), x @ W along n (gemv_split); each candidate named
+    in the table runs with its threads and gives numpy's answer, and the tuner's baseline is a candidate."""
+    x, w = randn(1, 300), randn(300, 52)
+    tw = tr.tensor(np.ascontiguousarray(w.T)).T if layout == "gemv" else tr.tensor(w)
+    y = tr.tensor(x) @ tw
+    dev = get_device()
+    g = fold_views(dce(_graph(y), dev.caps), dev.caps)
+    (p,) = tunable_problems([g]).values()
+    assert p.family == layout and p.tuning_key().startswith(f"{layout} float32,float32->float32")
+    names = sk.matmul_candidates(p, dev.caps)
+    assert sk.builtin_matmul_config(p, dev.caps) in names
+    for name in names[:: max(1, len(names) // 4)]:  # a few across the range, to keep lavapipe quick
+        got, program = run_tuned(tr.tensor(x) @ tw, name)
+        (d,) = program.dispatches
+        numbers = sk._gemv_numbers(name)
+        assert d.kernel == layout and d.workgroup_size[: len(numbers) - 1] == numbers[:-1], (name, d)
+        np.testing.assert_allclose(got, x.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+    result = tune_gemm(p, dev, repeats=1, candidates=names[:2])
+    assert not result.rejected and result.entry.config in names[:2] + [result.entry.builtin]
+    tuned_caps = dataclasses.replace(dev.caps, tuning=table_for([p.tuning_key()], names[0]))
+    g2 = run_pipeline(_graph(tr.tensor(x) @ tw), tuned_caps).graph
+    (mm,) = [n for n in g2 if n.kernel is not None and n.kernel.name == layout]
+    assert "; tuned (test table, entry" in why(g2, mm)

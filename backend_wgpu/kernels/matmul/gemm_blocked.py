@@ -25,7 +25,7 @@ driver keeps them in registers.
 from __future__ import annotations
 
 from backend_wgpu.kernel import Workload
-from backend_wgpu.kernels.matmul.base import MatmulKernel
+from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
@@ -39,7 +39,7 @@ class BlockedGemmKernel(MatmulKernel):
     def reason(cls, graph: Graph, node: Node) -> str:
         k = node.kernel
         tiles = "x".join(str(k.param(p)) for p in ("tile_m", "tile_n", "tile_k"))
-        rule = k.param("tuned") or "built-in rule"
+        rule = rule_said(node)
         edges = ", no edge checks" if k.variant.endswith(".x") else ""
         return f"general matmul: {k.param('config')} tiles {tiles}, register-blocked, loads {k.variant}{edges}; {rule}"
 
