@@ -9,6 +9,7 @@ chooses. KernelElement width is decided later by passes.vectorize.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -385,12 +386,16 @@ class GemmConfig:
     wy: int
     lanes: tuple[int, int] | None = None
     conflict_free: bool = False  # k-major tiles stored without bank conflicts (a padded row, 16x2 loads)
+    # f16 operands multiplied and summed in f16 within a k tile, tiles summed in f32: never chosen unless
+    # asked for (WGJIT_TUNE_F16_PRODUCTS=1 lets `wgjit tune` try it), as it rounds more than f32 sums
+    half_products: bool = False
     kernel: str = BlockedGemmKernel.name
 
     @property
     def smem(self) -> int:
-        pad = 2 * 2 * 16 * self.tile_k if self.conflict_free else 0  # a vec4 per k row, both stages and operands
-        return 2 * 4 * self.tile_k * (self.tile_m + self.tile_n) + pad  # two stages of f32 A and B tiles
+        item = 2 if self.half_products else 4
+        pad = 2 * 2 * 4 * item * self.tile_k if self.conflict_free else 0  # a vec4 per k row, stages, operands
+        return 2 * item * self.tile_k * (self.tile_m + self.tile_n) + pad  # two stages of A and B tiles
 
     def fits(self, caps: DeviceCaps) -> bool:
         return self.smem <= caps.max_workgroup_storage and self.wx * self.wy <= caps.max_invocations
@@ -411,6 +416,12 @@ GEMM_CONFIGS: dict[str, GemmConfig] = {
     "b128k16c": GemmConfig(128, 128, 16, 16, 16, conflict_free=True),
     "b128k16lc": GemmConfig(128, 128, 16, 16, 16, lanes=(8, 4), conflict_free=True),
     "b128c": GemmConfig(128, 128, 8, 16, 16, conflict_free=True),
+    # 16x8 / 8x16 per thread: fewer workgroup-memory reads per FMA, more registers
+    "b256x128": GemmConfig(256, 128, 8, 16, 16, conflict_free=True),
+    "b128x256": GemmConfig(128, 256, 8, 16, 16, conflict_free=True),
+    "b128k16h": GemmConfig(128, 128, 16, 16, 16, conflict_free=True, half_products=True),
+    "b128h": GemmConfig(128, 128, 8, 16, 16, conflict_free=True, half_products=True),
+    "b64h": GemmConfig(64, 64, 16, 16, 16, conflict_free=True, half_products=True),
     "b128x64c": GemmConfig(128, 64, 16, 8, 16, conflict_free=True),
     "b64c": GemmConfig(64, 64, 16, 16, 16, conflict_free=True),
     "b64t8c": GemmConfig(64, 64, 16, 8, 8, conflict_free=True),
@@ -450,6 +461,8 @@ def gemm_choice(config: str, variant: str, tuned: str = "") -> KernelChoice:
         params += (("lanes", c.lanes),)
     if c.conflict_free:
         params += (("cf", True),)
+    if c.half_products:
+        params += (("h16", True),)
     if tuned:
         params += (("tuned", tuned),)
     return KernelChoice(c.kernel, variant, workgroup=(c.wx, c.wy, 1), params=params)
@@ -566,9 +579,17 @@ def builtin_gemm_split(p: GemmProblem) -> int:
     return split
 
 
-def gemm_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
-    """What `wgjit tune` times for one problem: every configuration that fits, and k splits for thin ones."""
-    names = [name for name, c in GEMM_CONFIGS.items() if c.fits(caps)]
+def gemm_candidates(p: GemmProblem, caps: DeviceCaps, f16_products: bool | None = None) -> list[str]:
+    """What `wgjit tune` times for one problem: every configuration that fits, and k splits for thin ones.
+
+    f16 products (half_products) only for f16 operands, and only when asked (`f16_products`, by
+    default WGJIT_TUNE_F16_PRODUCTS=1).
+    """
+    if f16_products is None:
+        f16_products = os.environ.get("WGJIT_TUNE_F16_PRODUCTS", "") == "1"
+    names = [
+        name for name, c in GEMM_CONFIGS.items() if _config_runs(p, c, caps) and (f16_products or not c.half_products)
+    ]
     tiles = p.batch * -(-p.m // 64) * -(-p.n // 64)
     if tiles < 2 * THIN_TILES:
         names += [f"split{s}" for s in GEMM_SPLITS if p.k // s >= THIN_MIN_DEPTH]
@@ -590,10 +611,16 @@ def _tuned(p: GemmProblem, caps: DeviceCaps) -> tuple[str, str] | None:
     return entry.config, said
 
 
+def _config_runs(p: GemmProblem, c: GemmConfig, caps: DeviceCaps) -> bool:
+    """The configuration fits the adapter, and f16 products only meet f16 operands."""
+    f16 = p.dtypes[0] is DType.float16 and p.dtypes[1] is DType.float16 and caps.shader_f16
+    return c.fits(caps) and (f16 or not c.half_products)
+
+
 def _usable(p: GemmProblem, config: str, caps: DeviceCaps) -> bool:
     """Can `config` (a cache entry's name) run `p` on this adapter? A stale or foreign entry cannot."""
     if p.family == "gemm":
-        return config.startswith("split") or (config in GEMM_CONFIGS and GEMM_CONFIGS[config].fits(caps))
+        return config.startswith("split") or (config in GEMM_CONFIGS and _config_runs(p, GEMM_CONFIGS[config], caps))
     return config in gemv_candidates(p, caps)
 
 

@@ -14,7 +14,12 @@ from gemm_tuning import run_tuned
 
 import tracer as tr
 from backend_wgpu import get_device
+from backend_wgpu.autotune import tunable_problems
+from passes import select_kernels as sk
+from passes.dce import dce
+from passes.fold_views import fold_views
 from passes.select_kernels import GEMM_CONFIGS
+from tracer.graph_builder import build_graph
 
 pytestmark = pytest.mark.gpu
 RNG = np.random.default_rng(77)
@@ -56,7 +61,11 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("config", list(GEMM_CONFIGS))
+F32_CONFIGS = [name for name, c in GEMM_CONFIGS.items() if not c.half_products]
+HALF_CONFIGS = [name for name, c in GEMM_CONFIGS.items() if c.half_products]
+
+
+@pytest.mark.parametrize("config", F32_CONFIGS)
 @pytest.mark.parametrize("sa,sb,trans", SHAPES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
 def test_config_against_numpy(config: str, sa: tuple, sb: tuple, trans: bool) -> None:
     if config not in fitting_configs():
@@ -92,17 +101,35 @@ def test_strided_operands(config: str) -> None:
     close(got, a.T.astype(np.float64) @ b[1:41, ::2])
 
 
-@pytest.mark.parametrize("config", ["b64", "b128k16l", "b64t8", "b32x64"])
-@pytest.mark.parametrize("m,k,n", [(64, 64, 64), (33, 70, 18)])
-def test_float16_inputs_accumulate_in_f32(config: str, m: int, k: int, n: int) -> None:
+@pytest.mark.parametrize("config", ["b64", "b128k16l", "b64t8", "b32x64", "b64c", *HALF_CONFIGS])
+@pytest.mark.parametrize("sa,sb", [((64, 64), (64, 64)), ((33, 70), (70, 18)), ((2, 3, 256), (256, 40))])
+def test_float16_inputs(config: str, sa: tuple, sb: tuple) -> None:
+    """f16 operands: f32 accumulation, or (half_products) f16 sums within a k tile added up in f32."""
     if not get_device().caps.shader_f16:
         pytest.skip("no shader-f16")
     if config not in fitting_configs():
         pytest.skip(f"{config} does not fit this adapter")
-    a, b = randn(m, k, dtype="float16"), randn(k, n, dtype="float16")
+    a, b = randn(*sa, dtype="float16"), randn(*sb, dtype="float16")
     got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), config)
     assert tile_text(config) in gemm_dispatch(program).variant
-    close(got, a.astype(np.float64) @ b.astype(np.float64), tol=3e-3)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    close(got, want, tol=3e-3)
+    if config in HALF_CONFIGS:  # f16 sums round more, but never past a few f16 steps of the largest value
+        assert ":h16" in gemm_dispatch(program).variant
+
+
+def test_half_products_only_for_f16_operands() -> None:
+    """A float32 product never runs f16 products, even when a table names them; f16 ones only when asked."""
+    a, b = randn(64, 64), randn(64, 64)
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), "b64h")
+    assert ":h16" not in gemm_dispatch(program).variant and ":64x64x16:" in gemm_dispatch(program).variant
+    close(got, a.astype(np.float64) @ b)
+    h = tr.tensor(a.astype("float16")) @ tr.tensor(b.astype("float16"))
+    caps = get_device().caps
+    (p,) = tunable_problems([fold_views(dce(build_graph([h._lazy]).graph, caps), caps)]).values()
+    assert not set(HALF_CONFIGS) & set(sk.gemm_candidates(p, caps, f16_products=False))
+    if caps.shader_f16:
+        assert set(HALF_CONFIGS) <= set(sk.gemm_candidates(p, caps, f16_products=True))
 
 
 @pytest.mark.parametrize("split", [2, 4, 8])

@@ -9,10 +9,12 @@ batched attention products (384 heads of q @ k.T: 128x128x64, and p @ v: 128x64x
 thin prefill GEMMs (128x2048x2048, 128x8192x2048); each in float32 and float16 (f32
 accumulation). For each case every candidate `wgjit tune` would time (passes.select_kernels:
 gemm_candidates, each configuration forced through a tuning table, so the normal passes build
-it) is checked against torch on the GPU (TF32 off; f16 inputs multiplied in f32), then the
-passing ones and torch are timed interleaved in blocks: each block runs every contender
-`--runs` times; the median over blocks of each contender's block medians is reported. wgjit is
-timed with timestamps around its compute pass, torch with CUDA events.
+it; for f16 also the f16-products configurations, names ending in "h", which `wgjit tune` tries
+only under WGJIT_TUNE_F16_PRODUCTS=1) is checked against torch on the GPU (TF32 off; f16 inputs
+multiplied in f32), then the passing ones and torch are timed interleaved in blocks (f16 cases:
+the f32 case's five fastest configurations, the rule's and the f16-products ones): each block
+runs every contender `--runs` times; the median over blocks of each contender's block medians is
+reported. wgjit is timed with timestamps around its compute pass, torch with CUDA events.
 The last lines are the table: per case the built-in rule's time, the best candidate and its
 time, torch's, best/torch (> 1: faster than torch), the rate, and for f16 the speedup over
 the best f32 time of the same shape.
@@ -38,10 +40,12 @@ from ir.tuning import TuningTable
 from passes import run_pipeline
 from passes.dce import dce
 from passes.fold_views import fold_views
-from passes.select_kernels import gemm_candidates
+from passes.select_kernels import GEMM_CONFIGS, GemmConfig, gemm_candidates
 from tracer.graph_builder import build_graph
 
-BUDGET_S = 225.0  # past this, the remaining cases run with fewer blocks
+BUDGET_S = 200.0  # past this, the remaining cases run with fewer blocks
+
+NO_HALF = GemmConfig(0, 0, 0, 0, 0)  # the stand-in for split candidates (f32 sums)
 
 
 @dataclass(frozen=True)
@@ -125,18 +129,23 @@ def candidates_for(y: tr.Tensor) -> tuple[list[str], str]:
     built = build_graph([y._lazy])
     g = fold_views(dce(built.graph, dev.caps), dev.caps)
     (p,) = tunable_problems([g]).values()
-    names, builtin = gemm_candidates(p, dev.caps), builtin_config(p, dev)
+    names, builtin = gemm_candidates(p, dev.caps, f16_products=True), builtin_config(p, dev)
     return names + ([builtin] if builtin not in names else []), builtin
 
 
-def run_case(case: Case, timer: ProgramTimer, device: str, blocks: int, runs: int) -> tuple[dict[str, float], str, int]:
-    """Check every candidate, time the passing ones and torch; medians (ms) by contender, the rule's name, failures."""
+def run_case(
+    case: Case, timer: ProgramTimer, device: str, blocks: int, runs: int, keep: list[str] | None = None
+) -> tuple[dict[str, float], str, int]:
+    """Check every candidate (or those in `keep`, the rule's and the f16-products ones), time the passing
+    ones and torch; medians (ms) by contender, the rule's name, failures."""
     a, b = case_data(case)
     ta, tb = tr.tensor(a).realize(), tr.tensor(b).realize()
     run_torch, ref = torch_setup(case, a, b, device)
     scale = max(1.0, float(np.abs(ref).max()))
     tol = 4e-3 if case.dtype == "float16" else 1e-4
     names, builtin = candidates_for(wgjit_product(ta, tb, case))
+    if keep is not None:
+        names = [n for n in names if n in keep or n == builtin or GEMM_CONFIGS.get(n, NO_HALF).half_products]
     contenders: dict[str, tuple[Program, list[Any]]] = {}
     failures = 0
     for name in names:  # the built-in rule's choice (`builtin`) is one of them
@@ -196,14 +205,19 @@ def main() -> int:
     rows = []
     failures = 0
     best_f32: dict[str, float] = {}
+    per_case: dict[tuple[str, str], dict[str, float]] = {}
     for case in cases:
         if case.dtype == "float16" and not dev.caps.shader_f16:
             print(f"{case.name} float16: skipped (no shader-f16)")
             continue
         blocks = args.blocks if time.perf_counter() - t_start < BUDGET_S else 2
-        medians, builtin, bad = run_case(case, timer, device, blocks, args.runs)
+        # f16 cases time the f32 run's five fastest configurations of the same shape (and the rule's)
+        f32 = per_case.get((case.name, "float32"))
+        keep = sorted(f32, key=f32.__getitem__)[:5] if case.dtype == "float16" and f32 else None
+        medians, builtin, bad = run_case(case, timer, device, blocks, args.runs, keep)
         failures += bad
         ours = {n: ms for n, ms in medians.items() if n != "torch"}
+        per_case[(case.name, case.dtype)] = ours
         if not ours:
             continue
         best = min(ours, key=ours.__getitem__)
@@ -222,6 +236,20 @@ def main() -> int:
             f"{case.name:<32} {case.dtype:<7} {rule_ms:>8.4f} {builtin:<8} {best:<9} {best_ms:>8.4f} {torch_ms:>8.4f} "
             f"{torch_ms / best_ms:>9.2f}x {case.flops / best_ms / 1e9:>7.1f} {f16:>7}"
         )
+    half = [r for r in rows if r[0].dtype == "float16" and r[0].name in best_f32]
+    if half:
+        print(
+            f"\n{'f16 case':<32} {'f32-sum best':<13} {'ms':>8} {'vs f32':>7} {'f16-products best':<18} {'ms':>8} {'vs f32':>7}"
+        )
+    for case, *_ in half:
+        ours = per_case[(case.name, case.dtype)]
+        exact = {n: ms for n, ms in ours.items() if not GEMM_CONFIGS.get(n, NO_HALF).half_products}
+        products = {n: ms for n, ms in ours.items() if GEMM_CONFIGS.get(n, NO_HALF).half_products}
+        base = best_f32[case.name]
+        e = min(exact, key=exact.__getitem__) if exact else "-"
+        h = min(products, key=products.__getitem__) if products else "-"
+        e_ms, h_ms = exact.get(e, float("nan")), products.get(h, float("nan"))
+        print(f"{case.name:<32} {e:<13} {e_ms:>8.4f} {base / e_ms:>6.2f}x {h:<18} {h_ms:>8.4f} {base / h_ms:>6.2f}x")
     return 1 if failures else 0
 
 

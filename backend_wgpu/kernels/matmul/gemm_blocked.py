@@ -53,6 +53,13 @@ class BlockedGemmKernel(MatmulKernel):
         return a, b, o
 
     @property
+    def h16(self) -> bool:
+        """f16 products (h16): workgroup memory holds f16, each tile's products are summed in f16 (two
+        per lane-instruction on most GPUs) and added to f32 accumulators once per tile. Only for f16
+        operands, and only where asked for: it rounds more than an f32 sum (select_kernels)."""
+        return bool(self.choice.param("h16"))
+
+    @property
     def exact(self) -> bool:
         """The tiles cover the problem exactly (passes.select_kernels checked the shapes): no edge checks."""
         return self.choice.variant.endswith(".x")
@@ -68,6 +75,7 @@ class BlockedGemmKernel(MatmulKernel):
         lanes = self.choice.param("lanes")
         lanes = f":l{lanes[0]}x{lanes[1]}" if lanes else ""
         cf = ":cf" if self.choice.param("cf") else ""
+        cf += ":h16" if self.h16 else ""
         return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{lanes}{cf}{fused}"
 
     def operand_type(self, i: int) -> str:
@@ -93,8 +101,9 @@ class BlockedGemmKernel(MatmulKernel):
         gn_ = rn // 4  # vec4 groups per thread along n
         assert rm % 4 == 0 and rn % 4 == 0 and tk % 4 == 0, "gemm_blocked: per-thread blocks must be multiples of 4"
         stage_a, stage_b = tk * self._row("a"), tk * self._row("b")  # vec4 per stage
-        b.workgroup_var(f"sa: array<vec4<f32>, {2 * stage_a}>")
-        b.workgroup_var(f"sb: array<vec4<f32>, {2 * stage_b}>")
+        elem = "vec4<f16>" if self.h16 else "vec4<f32>"
+        b.workgroup_var(f"sa: array<{elem}, {2 * stage_a}>")
+        b.workgroup_var(f"sb: array<{elem}, {2 * stage_b}>")
         if self.code:
             self.code.describe(b)
         self._tile_origin(b)
@@ -125,8 +134,16 @@ class BlockedGemmKernel(MatmulKernel):
         self._emit_load(b, "b", "k_next", b_loads, threads, indent=indent)
         if self.exact:
             b.line("  }")
+        if self.h16:  # this tile's products summed in f16, then added to the f32 accumulators
+            for r in range(rm):
+                for h in range(gn_):
+                    b.line(f"  var h{r}_{h} = vec4<f16>(0.0);")
         for kk in range(tk):
             self._k_step(b, kk)
+        if self.h16:
+            for r in range(rm):
+                for h in range(gn_):
+                    b.line(f"  c{r}_{h} += vec4<f32>(h{r}_{h});")
         b.line(f"  let nxt_a = {stage_a}u - cur_a;")
         b.line(f"  let nxt_b = {stage_b}u - cur_b;")
         self._emit_store(b, "a", "nxt_a", a_loads, threads, indent="  ")
@@ -175,10 +192,12 @@ class BlockedGemmKernel(MatmulKernel):
             b.line(f"    let a{g} = sa[cur_a + {kk * self._row('a') + g * wy}u + ty];")
         for h in range(gn_):
             b.line(f"    let b{h} = sb[cur_b + {kk * self._row('b') + h * wx}u + tx];")
+        acc, vec = ("h", "vec4<f16>") if self.h16 else ("c", "vec4<f32>")
         for g in range(gm_):
             for c, lane in enumerate("xyzw"):
                 for h in range(gn_):
-                    b.line(f"    c{g * 4 + c}_{h} = fma(vec4<f32>(a{g}.{lane}), b{h}, c{g * 4 + c}_{h});")
+                    r = g * 4 + c
+                    b.line(f"    {acc}{r}_{h} = fma({vec}(a{g}.{lane}), b{h}, {acc}{r}_{h});")
         b.line("  }")
 
     def loop_iterations(self) -> int:
@@ -264,24 +283,25 @@ class BlockedGemmKernel(MatmulKernel):
         extent = tm if which == "a" else tn
         ext4 = extent // 4
         row = self._row(which)
+        vec, one = ("vec4<f16>", "f16") if self.h16 else ("", "")
         total = (extent * tk) // (1 if mode.endswith("_s") else 4)
         for li in range(count):
             p = f"p{which}{li}"
             e = f"(lidx + {li * threads}u)"
             open_, close = (f"{indent}if ({e} < {total}u) {{ ", " }") if count * threads > total else (indent, "")
             if mode in ("a_m4", "b_n4"):
-                b.line(f"{open_}{arr}[{stage} + ({e} / {ext4}u) * {row}u + {e} % {ext4}u] = {p};{close}")
+                b.line(f"{open_}{arr}[{stage} + ({e} / {ext4}u) * {row}u + {e} % {ext4}u] = {vec}({p});{close}")
             elif mode in ("a_k4", "b_k4"):
                 # a vec4 along k lands in four rows k..k+3 of one column mn
                 mn, kq = (f"({x})" for x in self._k4_coords(e, extent))
                 lanes = " ".join(
-                    f"{arr}[{stage} + ({kq} * 4u + {c}u) * {row}u + {mn} / 4u][{mn} % 4u] = {p}.{lane};"
+                    f"{arr}[{stage} + ({kq} * 4u + {c}u) * {row}u + {mn} / 4u][{mn} % 4u] = {one}({p}.{lane});"
                     for c, lane in enumerate("xyzw")
                 )
                 b.line(f"{open_}{lanes}{close}")
             else:
                 mn, kk = f"({e} / {tk}u)", f"({e} % {tk}u)"
-                b.line(f"{open_}{arr}[{stage} + {kk} * {row}u + {mn} / 4u][{mn} % 4u] = {p};{close}")
+                b.line(f"{open_}{arr}[{stage} + {kk} * {row}u + {mn} / 4u][{mn} % 4u] = {one}({p});{close}")
 
     def _emit_output(self, b: WgslBuilder, rm: int, gn_: int, wx: int, wy: int) -> None:
         vec_out = self._modes()[2] == "o4"
