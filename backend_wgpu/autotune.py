@@ -173,6 +173,11 @@ def gemm_keys(graph: Graph, caps: Any) -> list[str]:
     return list(tunable_problems([g]))
 
 
+def _static(view: View) -> bool:
+    """Plain integers only: a view at a runtime offset (a position bound per call) has no stand-in graph."""
+    return all(type(x) is int for x in (view.offset, *view.strides, *view.shape))
+
+
 def tunable_problems(graphs: list[Graph]) -> dict[str, GemmProblem]:
     """The distinct matmul problems (one per tuning key, the first seen) of graphs after fold_views."""
     found: dict[str, GemmProblem] = {}
@@ -180,7 +185,8 @@ def tunable_problems(graphs: list[Graph]) -> dict[str, GemmProblem]:
         for node in graph:
             if is_tunable_matmul(graph, node):
                 p = gemm_problem(graph, node)
-                found.setdefault(p.tuning_key(), p)
+                if _static(p.a) and _static(p.b):
+                    found.setdefault(p.tuning_key(), p)
     return found
 
 
