@@ -34,11 +34,15 @@ from passes.fold_views import fold_views
 from passes.fuse_attention import fuse_attention
 from passes.select_kernels import (
     GemmProblem,
+    QuantGemvProblem,
     builtin_matmul_config,
     gemm_problem,
     is_tunable_matmul,
     matmul_candidates,
+    qgemv_problem,
 )
+
+Problem = GemmProblem | QuantGemvProblem
 
 # |got - numpy| / max(1, max |numpy|) a candidate may reach: f32 accumulation over k in any order
 TOLERANCE = {"float32": 1e-4, "float16": 4e-3}
@@ -55,12 +59,14 @@ class TuneResult:
     rejected: dict[str, str] = field(default_factory=dict)
 
 
-def describe(p: GemmProblem) -> str:
+def describe(p: Problem) -> str:
+    if isinstance(p, QuantGemvProblem):
+        return f"1x{p.n}x{p.k} {p.dtypes[1].value}"
     batch = f"{p.batch}x" if p.batch > 1 else ""
     return f"{batch}{p.m}x{p.n}x{p.k} {p.dtypes[0].value}"
 
 
-def builtin_config(p: GemmProblem, device: Device) -> str:
+def builtin_config(p: Problem, device: Device) -> str:
     return builtin_matmul_config(p, device.caps)
 
 
@@ -71,8 +77,10 @@ def _span(view: View) -> int:
     return view.offset + sum((d - 1) * s for d, s in zip(view.shape, view.strides, strict=True) if s > 0) + 1
 
 
-def problem_graph(p: GemmProblem, rng: np.random.Generator) -> tuple[Graph, list[np.ndarray], np.ndarray]:
+def problem_graph(p: Problem, rng: np.random.Generator) -> tuple[Graph, list[np.ndarray], np.ndarray]:
     """A graph of this one product over random data laid out as `p`'s views, its inputs and numpy's answer."""
+    if isinstance(p, QuantGemvProblem):
+        return quant_problem_graph(p, rng)
     nodes: list[Node] = []
     hosts: list[np.ndarray] = []
     for i, (view, dtype) in enumerate(((p.a, p.dtypes[0]), (p.b, p.dtypes[1]))):
@@ -85,6 +93,22 @@ def problem_graph(p: GemmProblem, rng: np.random.Generator) -> tuple[Graph, list
     graph = Graph({n.id: n for n in nodes}, (4,))
     a, b = (_strided(h, v) for h, v in zip(hosts, (p.a, p.b), strict=True))
     return graph, hosts, np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def quant_problem_graph(p: QuantGemvProblem, rng: np.random.Generator) -> tuple[Graph, list[np.ndarray], np.ndarray]:
+    """x (1, k) @ w.T with w (n, k) quantized on the host (tr.quantize), and numpy's product with w's values."""
+    import tracer as tr
+    from ir.quant import dequantize
+    from tracer.graph_builder import build_graph
+
+    x = rng.standard_normal((1, p.k)).astype(p.dtypes[0].np)
+    wq = tr.quantize(rng.standard_normal((p.n, p.k)).astype(np.float32), p.dtypes[1])
+    values = dequantize(wq._lazy.host, p.dtypes[1], (p.n, p.k))
+    # x1: x read through a stride of 2 (a column slice), as a strided x is
+    tx = tr.tensor(x) if p.layout == "x4" else tr.tensor(np.repeat(x, 2, axis=1))[:, ::2]
+    built = build_graph([(tx @ wq.T).astype(p.dtypes[2])._lazy])
+    hosts = [lz.host for lz in built.inputs]
+    return built.graph, hosts, x.astype(np.float64) @ values.astype(np.float64).T
 
 
 def _strided(flat: np.ndarray, view: View) -> np.ndarray:
@@ -130,7 +154,7 @@ def check(got: np.ndarray, want: np.ndarray, dtype: str) -> str:
 
 
 def tune_gemm(
-    p: GemmProblem,
+    p: Problem,
     device: Device | None = None,
     repeats: int = 5,
     candidates: list[str] | None = None,
@@ -178,11 +202,14 @@ def _static(view: View) -> bool:
     return all(type(x) is int for x in (view.offset, *view.strides, *view.shape))
 
 
-def tunable_problems(graphs: list[Graph]) -> dict[str, GemmProblem]:
+def tunable_problems(graphs: list[Graph]) -> dict[str, Problem]:
     """The distinct matmul problems (one per tuning key, the first seen) of graphs after fold_views."""
-    found: dict[str, GemmProblem] = {}
+    found: dict[str, Problem] = {}
     for graph in graphs:
         for node in graph:
+            q = qgemv_problem(graph, node) if node.op is Op.MATMUL and graph[node.srcs[1]].dtype.is_quantized else None
+            if q is not None:
+                found.setdefault(q.tuning_key(), q)
             if is_tunable_matmul(graph, node):
                 p = gemm_problem(graph, node)
                 if _static(p.a) and _static(p.b):

@@ -66,7 +66,7 @@ def select_kernels(graph: Graph, caps: DeviceCaps) -> Graph:
 
 def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if any(graph[s].dtype.is_quantized for s in node.srcs) or node.dtype.is_quantized:
-        return _select_quantized(graph, node)
+        return _select_quantized(graph, node, caps)
     if node.op in ELEMENTWISE:
         return KernelChoice(ElementwiseKernel.name, node.op.value, workgroup=(256, 1, 1))
     if node.op in REDUCE:
@@ -177,10 +177,16 @@ QGEMV_WX, QGEMV_WY, QGEMV_ROWS, QGEMV_UNROLL = 32, 4, 4, 2
 MAX_LOOP = 65535  # lavapipe ends a loop after this many iterations
 
 
-def _select_quantized(graph: Graph, node: Node) -> KernelChoice:
+def _select_quantized(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     """Kernels that read quantized blocks: the tracer lets only matmul (x @ w.T), gather and cast reach here."""
     if node.op is Op.MATMUL:
-        return quant_matmul_choice(graph, node)
+        p = qgemv_problem(graph, node)
+        tuned = _tuned(p, caps) if p is not None else None
+        if tuned is None:
+            return quant_matmul_choice(graph, node)
+        wx, wy, rows, unroll = _gemv_numbers(tuned[0])
+        choice = quant_matmul_choice(graph, node, wx, wy, rows, unroll)
+        return replace(choice, params=choice.params + (("tuned", tuned[1]),))
     if node.op is Op.CAST:
         return KernelChoice(DequantKernel.name, workgroup=(256, 1, 1))
     if node.op is Op.GATHER:
@@ -192,23 +198,81 @@ def quant_matmul_choice(
     graph: Graph, node: Node, wx: int = QGEMV_WX, wy: int = QGEMV_WY, rows: int = QGEMV_ROWS, unroll: int = QGEMV_UNROLL
 ) -> KernelChoice:
     """qgemv for one row of x, qgemm for more; x read as vec4 where its view allows."""
-    m, n = node.shape
+    m = node.shape[0]
     w = graph[node.srcs[1]]
     k = graph[node.srcs[0]].shape[-1]
     _, a_view = view_of_operand(graph, node.srcs[0])
     variant = "x4" if row_vector(a_view, 1, 4) else "x1"
+    return quant_choice(m, k, w.dtype, variant, wx, wy, rows, unroll)
+
+
+def quant_choice(
+    m: int,
+    k: int,
+    wdtype: DType,
+    variant: str,
+    wx: int = QGEMV_WX,
+    wy: int = QGEMV_WY,
+    rows: int = QGEMV_ROWS,
+    unroll: int = QGEMV_UNROLL,
+) -> KernelChoice:
+    """quant_matmul_choice from the sizes: wx doubled (wy halved) while a row's units would pass the loop budget."""
     if m == 1:
-        units = k // (16 if w.dtype is DType.q8_0 else 32)
+        units = k // (16 if wdtype is DType.q8_0 else 32)
         while -(-units // wx) > MAX_LOOP and wx < 256:
             wx *= 2
             wy = max(1, wy // 2)
         if -(-units // wx) > MAX_LOOP:
-            raise ShapeError(f"matmul: k={k} is too long for one {w.dtype.value} GEMV row")
+            raise ShapeError(f"matmul: k={k} is too long for one {wdtype.value} GEMV row")
         params = (("rows", rows), ("unroll", unroll))
         return KernelChoice(QuantGemvKernel.name, variant, workgroup=(wx, wy, 1), params=params)
     if k // 32 > MAX_LOOP:
-        raise ShapeError(f"matmul: k={k} is too long for the {w.dtype.value} GEMM (at most {MAX_LOOP * 32})")
+        raise ShapeError(f"matmul: k={k} is too long for the {wdtype.value} GEMM (at most {MAX_LOOP * 32})")
     return KernelChoice(QuantGemmKernel.name, variant, workgroup=(16, 16, 1))
+
+
+@dataclass(frozen=True)
+class QuantGemvProblem:
+    """What the qgemv rules look at: one row of x (k) times a quantized weight (n, k), read as w.T."""
+
+    n: int
+    k: int
+    dtypes: tuple[DType, DType, DType]  # x, the weight's format, the output
+    layout: str  # x4 (x read as vec4) or x1
+    family: str = "qgemv"
+
+    def tuning_key(self) -> str:
+        dt = ",".join(d.value for d in self.dtypes[:2]) + "->" + self.dtypes[2].value
+        return f"qgemv {dt} {self.layout} n{bucket(self.n)} k{bucket(self.k)}"
+
+
+def qgemv_problem(graph: Graph, node: Node) -> QuantGemvProblem | None:
+    """The qgemv problem of a quantized matmul of one row (None for more rows: qgemm has no knobs)."""
+    if node.op is not Op.MATMUL or node.shape[0] != 1:
+        return None
+    _, a_view = view_of_operand(graph, node.srcs[0])
+    w = graph[node.srcs[1]]
+    dtypes = (graph[node.srcs[0]].dtype, w.dtype, node.dtype)
+    return QuantGemvProblem(node.shape[1], a_view.shape[-1], dtypes, "x4" if row_vector(a_view, 1, 4) else "x1")
+
+
+def qgemv_candidates(p: QuantGemvProblem, caps: DeviceCaps) -> list[str]:
+    """The qgemv configurations `wgjit tune` times: "wx<threads along a row>.wy<row groups>.r<rows>.u<unroll>"."""
+    units = p.k // (16 if p.dtypes[1] is DType.q8_0 else 32)
+    return [
+        f"wx{wx}.wy{wy}.r{rows}.u{u}"
+        for wx in (16, 32, 64)
+        for wy in (2, 4, 8)
+        for rows in (2, 4)
+        for u in (1, 2, 4)
+        if wx * wy <= caps.max_invocations and 4 * rows * wx * wy <= caps.max_workgroup_storage
+        if -(-units // wx) <= MAX_LOOP
+    ]
+
+
+def builtin_qgemv_config(p: QuantGemvProblem) -> str:
+    c = quant_choice(1, p.k, p.dtypes[1], p.layout)
+    return f"wx{c.workgroup[0]}.wy{c.workgroup[1]}.r{c.param('rows')}.u{c.param('unroll')}"
 
 
 def fused_group_choice() -> KernelChoice:
@@ -309,8 +373,9 @@ def split_gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
 
 
 def _gemv_numbers(name: str) -> tuple[int, ...]:
-    """The numbers of a GEMV configuration's name: "wg256.u4" -> (256, 4), "wx8.wy128.u8" -> (8, 128, 8)."""
-    return tuple(int(part.lstrip("wxyguo")) for part in name.split("."))
+    """The numbers of a GEMV configuration's name: "wg256.u4" -> (256, 4), "wx8.wy128.u8" -> (8, 128, 8),
+    "wx32.wy4.r4.u2" -> (32, 4, 4, 2)."""
+    return tuple(int(part.lstrip("wxygur")) for part in name.split("."))
 
 
 def gemv_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
@@ -534,14 +599,18 @@ def is_tunable_matmul(graph: Graph, node: Node) -> bool:
     return not any(graph[s].dtype.is_quantized for s in node.srcs)
 
 
-def matmul_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
+def matmul_candidates(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -> list[str]:
     """What `wgjit tune` times for one matmul problem, by its family."""
+    if isinstance(p, QuantGemvProblem):
+        return qgemv_candidates(p, caps)
     return gemm_candidates(p, caps) if p.family == "gemm" else gemv_candidates(p, caps)
 
 
-def builtin_matmul_config(p: GemmProblem, caps: DeviceCaps) -> str:
+def builtin_matmul_config(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -> str:
     """The name of what the built-in rules pick for `p` (the tuner's baseline)."""
     caps = untuned(caps)
+    if isinstance(p, QuantGemvProblem):
+        return builtin_qgemv_config(p)
     if p.family != "gemm":
         return _builtin_gemv(p, caps)
     split = builtin_gemm_split(p)
@@ -596,7 +665,7 @@ def gemm_candidates(p: GemmProblem, caps: DeviceCaps, f16_products: bool | None 
     return names
 
 
-def _tuned(p: GemmProblem, caps: DeviceCaps) -> tuple[str, str] | None:
+def _tuned(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -> tuple[str, str] | None:
     """(configuration, what explain says) from the tuning table, when it has a usable entry for `p`."""
     entry = caps.tuning.get(p.tuning_key())
     if entry is None:
@@ -617,8 +686,10 @@ def _config_runs(p: GemmProblem, c: GemmConfig, caps: DeviceCaps) -> bool:
     return c.fits(caps) and (f16 or not c.half_products)
 
 
-def _usable(p: GemmProblem, config: str, caps: DeviceCaps) -> bool:
+def _usable(p: GemmProblem | QuantGemvProblem, config: str, caps: DeviceCaps) -> bool:
     """Can `config` (a cache entry's name) run `p` on this adapter? A stale or foreign entry cannot."""
+    if p.family == "qgemv":
+        return config in qgemv_candidates(p, caps)
     if p.family == "gemm":
         return config.startswith("split") or (config in GEMM_CONFIGS and _config_runs(p, GEMM_CONFIGS[config], caps))
     return config in gemv_candidates(p, caps)

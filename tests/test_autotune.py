@@ -306,3 +306,30 @@ def test_gemv_configs_are_tuned_checked_and_used(layout: str) -> None:
     g2 = run_pipeline(_graph(tr.tensor(x) @ tw), tuned_caps).graph
     (mm,) = [n for n in g2 if n.kernel is not None and n.kernel.name == layout]
     assert "; tuned (test table, entry" in why(g2, mm)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])
+def test_qgemv_configs_are_tuned_checked_and_used(fmt: str) -> None:
+    """One row times a quantized weight: the tuner's stand-in matches the dequantized product, a tuned
+    configuration runs with its threads and rows, and explain names the entry."""
+    rng = np.random.default_rng(3)
+    wf, x = rng.standard_normal((40, 256)).astype(np.float32), rng.standard_normal((1, 256)).astype(np.float32)
+    wq = tr.quantize(wf, fmt)
+    values = tr.quantize(wf, fmt).astype(tr.float32).numpy()  # the weight's dequantized values
+    dev = get_device()
+    g = fold_views(dce(_graph(tr.tensor(x) @ wq.T), dev.caps), dev.caps)
+    (p,) = tunable_problems([g]).values()
+    assert p.tuning_key() == f"qgemv float32,{fmt}->float32 x4 n64 k256"
+    names = sk.matmul_candidates(p, dev.caps)
+    assert sk.builtin_matmul_config(p, dev.caps) in names
+    result = tune_gemm(p, dev, repeats=1, candidates=["wx16.wy2.r2.u1", "wx64.wy4.r4.u4"])
+    assert not result.rejected and set(result.times) == {"wx16.wy2.r2.u1", "wx64.wy4.r4.u4", result.entry.builtin}
+    got, program = run_tuned(tr.tensor(x) @ wq.T, "wx64.wy4.r4.u4")
+    (d,) = program.dispatches
+    assert d.kernel == "qgemv" and d.workgroup_size[:2] == (64, 4) and "rows4" in d.variant, d
+    np.testing.assert_allclose(got, x.astype(np.float64) @ values.T, rtol=1e-4, atol=1e-4)
+    tuned_caps = dataclasses.replace(dev.caps, tuning=table_for([p.tuning_key()], "wx64.wy4.r4.u4"))
+    g2 = run_pipeline(_graph(tr.tensor(x) @ wq.T), tuned_caps).graph
+    (mm,) = [n for n in g2 if n.kernel is not None and n.kernel.name == "qgemv"]
+    assert "4 weight rows per thread, 64 threads along each row" in why(g2, mm) and "tuned (test table" in why(g2, mm)
