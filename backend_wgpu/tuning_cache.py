@@ -85,7 +85,7 @@ def load_table(caps: DeviceCaps, path: Path | None = None) -> TuningTable:
 
 
 def save_table(caps: DeviceCaps, table: TuningTable, path: Path | None = None) -> Path:
-    """Write this adapter's table into the cache file (other adapters' tables are kept); returns the path.
+    """Write this adapter's entries into the cache file (other keys and adapters are kept); returns the path.
 
     A cache file that cannot be read is replaced (load_table warned about it already).
     """
@@ -95,7 +95,12 @@ def save_table(caps: DeviceCaps, table: TuningTable, path: Path | None = None) -
     except (OSError, ValueError):
         data = {}
     adapters = data.get("adapters", {})
-    adapters[adapter_key(caps)] = {"entries": {k: e.to_json() for k, e in table.entries}}
+    # entries already in the file stay unless `table` has a newer one for their key (a table loaded
+    # under WGJIT_AUTOTUNE=0 is empty, and saving it must not forget what was tuned before)
+    kept = adapters.get(adapter_key(caps), {}).get("entries", {})
+    entries = dict(kept) if isinstance(kept, dict) else {}
+    entries.update({k: e.to_json() for k, e in table.entries})
+    adapters[adapter_key(caps)] = {"entries": entries}
     out = {"wgjit_tuning": FORMAT, "adapters": adapters}
     path.parent.mkdir(parents=True, exist_ok=True)
     # write a temporary file beside it and rename: a crash never leaves half a file

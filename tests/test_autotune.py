@@ -92,6 +92,10 @@ def test_autotune_off_ignores_the_cache(cache_dir: Path, monkeypatch: pytest.Mon
     save_table(CAPS_A, TuningTable().with_entry("gemm k1", ENTRY))
     monkeypatch.setenv("WGJIT_AUTOTUNE", "0")
     assert len(load_table(CAPS_A)) == 0
+    # tuning more under WGJIT_AUTOTUNE=0 adds to the file and forgets nothing
+    save_table(CAPS_A, TuningTable().with_entry("gemm k2", ENTRY))
+    monkeypatch.setenv("WGJIT_AUTOTUNE", "1")
+    assert {k for k, _ in load_table(CAPS_A).entries} == {"gemm k1", "gemm k2"}
 
 
 def test_bucket() -> None:
