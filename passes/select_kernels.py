@@ -239,7 +239,7 @@ class QuantGemvProblem:
     k: int
     dtypes: tuple[DType, DType, DType]  # x, the weight's format, the output
     layout: str  # x4 (x read as vec4) or x1
-    family: str = "qgemv"
+    family: str = QuantGemvKernel.name
 
     def tuning_key(self) -> str:
         dt = ",".join(d.value for d in self.dtypes[:2]) + "->" + self.dtypes[2].value
@@ -340,10 +340,10 @@ def _select_softmax_regs(graph: Graph, node: Node, caps: DeviceCaps) -> KernelCh
 
 def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     p = gemm_problem(graph, node)
-    if p.family == "gemv":
+    if p.family == GemvKernel.name:
         # each output column is a dot product of two contiguous runs: a workgroup per column
         return gemv_choice(p, caps)
-    if p.family == "gemv_split":
+    if p.family == SplitGemvKernel.name:
         return split_gemv_choice(p, caps)
     return _select_gemm(graph, node, caps) or KernelChoice(
         GemmKernel.name, "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16))
@@ -381,7 +381,7 @@ def _gemv_numbers(name: str) -> tuple[int, ...]:
 def gemv_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
     """The GEMV configurations `wgjit tune` times: thread counts and unrolls within the loop budget."""
     limit = min(1024, caps.max_invocations)
-    if p.family == "gemv":
+    if p.family == GemvKernel.name:
         return [
             f"wg{wg}.u{u}"
             for wg in (32, 64, 128, 256, 512, 1024)
@@ -398,7 +398,7 @@ def gemv_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
 
 
 def _builtin_gemv(p: GemmProblem, caps: DeviceCaps) -> str:
-    if p.family == "gemv":
+    if p.family == GemvKernel.name:
         wg, params = _row_walk(p.k, caps)
         return f"wg{wg}.u{dict(params).get('unroll', 1)}"
     c = split_gemv_choice(p, untuned(caps))
@@ -559,11 +559,11 @@ class GemmProblem:
     def family(self) -> str:
         """Which kernel family runs it: one output row reads B along k (gemv) or along n (gemv_split); else gemm."""
         if self.m != 1:
-            return "gemm"
+            return BlockedGemmKernel.name
         b_k_stride, b_n_stride = self.b.strides[-2], self.b.strides[-1]
         if b_k_stride == 1 and self.n > 1 or self.n == 1:
-            return "gemv"
-        return "gemv_split" if b_n_stride == 1 else "gemm"
+            return GemvKernel.name
+        return SplitGemvKernel.name if b_n_stride == 1 else BlockedGemmKernel.name
 
     def variant(self, config: GemmConfig) -> str:
         """The layout, and `.x` (no edge checks) when the tiles cover the problem exactly."""
@@ -603,7 +603,7 @@ def matmul_candidates(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -> li
     """What `wgjit tune` times for one matmul problem, by its family."""
     if isinstance(p, QuantGemvProblem):
         return qgemv_candidates(p, caps)
-    return gemm_candidates(p, caps) if p.family == "gemm" else gemv_candidates(p, caps)
+    return gemm_candidates(p, caps) if p.family == BlockedGemmKernel.name else gemv_candidates(p, caps)
 
 
 def builtin_matmul_config(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -> str:
@@ -611,10 +611,10 @@ def builtin_matmul_config(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -
     caps = untuned(caps)
     if isinstance(p, QuantGemvProblem):
         return builtin_qgemv_config(p)
-    if p.family != "gemm":
+    if p.family != BlockedGemmKernel.name:
         return _builtin_gemv(p, caps)
     split = builtin_gemm_split(p)
-    return f"split{split}" if split > 1 else builtin_gemm_config(p, caps) or "gemm"
+    return f"split{split}" if split > 1 else builtin_gemm_config(p, caps) or GemmKernel.name
 
 
 def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
@@ -688,9 +688,9 @@ def _config_runs(p: GemmProblem, c: GemmConfig, caps: DeviceCaps) -> bool:
 
 def _usable(p: GemmProblem | QuantGemvProblem, config: str, caps: DeviceCaps) -> bool:
     """Can `config` (a cache entry's name) run `p` on this adapter? A stale or foreign entry cannot."""
-    if p.family == "qgemv":
+    if p.family == QuantGemvKernel.name:
         return config in qgemv_candidates(p, caps)
-    if p.family == "gemm":
+    if p.family == BlockedGemmKernel.name:
         return config.startswith("split") or (config in GEMM_CONFIGS and _config_runs(p, GEMM_CONFIGS[config], caps))
     return config in gemv_candidates(p, caps)
 

@@ -111,7 +111,7 @@ def test_select_kernels_uses_a_tuned_entry_and_explain_says_so() -> None:
     y = tr.tensor(randn(70, 50)) @ tr.tensor(randn(50, 90))
     graph, caps = _graph(y), DeviceCaps(max_workgroup_storage=32768)
     (key,) = gemm_keys(graph, caps)
-    assert key == "gemm float32,float32->float32 a_s.b_s.o1 b1 m128 n128 k64"  # k = 50, n = 90: no vec4 loads
+    assert key == "gemm_blocked float32,float32->float32 a_s.b_s.o1 b1 m128 n128 k64"  # k = 50, n = 90: no vec4 loads
     tuned = dataclasses.replace(caps, tuning=TuningTable(((key, ENTRY),), source="/x/tuning.json"))
     g = run_pipeline(graph, tuned).graph
     (mm,) = [n for n in g if n.kernel is not None and n.kernel.name == "gemm_blocked"]
@@ -253,7 +253,7 @@ def test_wgjit_tune_on_a_tiny_script(tmp_path: Path) -> None:
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert "tiny done" in out.stderr  # the script's prints go to stderr
-    assert "[tune] [1/1] gemm float32,float32->float32 a_k4.b_n4.o4 b1 m64 n64 k64" in out.stderr
+    assert "[tune] [1/1] gemm_blocked float32,float32->float32 a_k4.b_n4.o4 b1 m64 n64 k64" in out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].split() == ["problem", "winner", "us", "built-in", "us", "speedup", "rejected"]
     winner, _, builtin = lines[2].split()[2:5]
@@ -273,7 +273,7 @@ def test_wgjit_tune_on_a_tiny_script(tmp_path: Path) -> None:
     )
     assert explain.returncode == 0, explain.stderr
     assert (
-        f"{winner} tiles" in explain.stdout and "tuned (" in explain.stdout and "entry 'gemm float32" in explain.stdout
+        f"{winner} tiles" in explain.stdout and "tuned (" in explain.stdout and "entry 'gemm_blocked float32" in explain.stdout
     )
 
 
