@@ -273,7 +273,9 @@ def test_wgjit_tune_on_a_tiny_script(tmp_path: Path) -> None:
     )
     assert explain.returncode == 0, explain.stderr
     assert (
-        f"{winner} tiles" in explain.stdout and "tuned (" in explain.stdout and "entry 'gemm_blocked float32" in explain.stdout
+        f"{winner} tiles" in explain.stdout
+        and "tuned (" in explain.stdout
+        and "entry 'gemm_blocked float32" in explain.stdout
     )
 
 
