@@ -223,10 +223,12 @@ def tune_graphs(
     repeats: int = 5,
     progress: Callable[[str], None] | None = None,
     save: bool = True,
+    families: set[str] | None = None,
 ) -> list[TuneResult]:
-    """Tune every distinct problem of `graphs`; keep the winners in the cache and on the device."""
+    """Tune every distinct problem of `graphs` (of these kernel `families` only, when given: kernel
+    names such as gemm_blocked, gemv, gemv_split, qgemv); keep the winners in the cache and on the device."""
     device = device or get_device()
-    problems = tunable_problems(graphs)
+    problems = {k: p for k, p in tunable_problems(graphs).items() if families is None or p.family in families}
     results = []
     table = device.caps.tuning
     for i, (key, p) in enumerate(problems.items()):

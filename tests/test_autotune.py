@@ -279,10 +279,23 @@ def test_wgjit_tune_on_a_tiny_script(tmp_path: Path) -> None:
     )
 
 
-def test_wgjit_tune_needs_a_script() -> None:
+def test_wgjit_tune_needs_a_script_and_known_families(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from tracer.cli import main
 
     assert main(["tune"]) == 2
+    script = tmp_path / "never_run.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+    assert main(["tune", str(script), "--only", "gemv,gemm"]) == 2
+    assert "--only gemm: choose among gemm_blocked, gemv, gemv_split, qgemv" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_tune_graphs_only_the_families_asked_for(cache_dir: Path) -> None:
+    dev = get_device()
+    g = fold_views(dce(_graph(tr.tensor(randn(24, 40)) @ tr.tensor(randn(40, 28))), dev.caps), dev.caps)
+    before = dev.caps
+    assert tune_graphs([g], dev, repeats=1, families={"gemv", "qgemv"}) == []
+    assert dev.caps is before and not (cache_dir / "tuning.json").exists()
 
 
 # --- GEMVs --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`wgjit tune SCRIPT.py [script args] [--repeats N]`: tune the kernels a script compiles on this adapter.
+"""`wgjit tune SCRIPT.py [script args] [--repeats N] [--only FAMILIES]`: tune a script's kernels on this adapter.
 
 Runs the script (its own output goes to stderr), collects the GEMMs of every program it
 compiled, times each one's candidate configurations (backend_wgpu.autotune: each checked
@@ -14,6 +14,7 @@ import traceback
 
 # graphs are tuned as passes.split_k sees them: after fold_views and fuse_attention, before any split
 TUNED_STAGE = "fuse_attention"
+FAMILIES = {"gemm_blocked", "gemv", "gemv_split", "qgemv"}  # the kernels with tunable configurations
 
 
 def _add_options(p: argparse.ArgumentParser, default: object) -> None:
@@ -22,6 +23,11 @@ def _add_options(p: argparse.ArgumentParser, default: object) -> None:
 
     p.add_argument("--repeats", type=int, default=d(5), help="timed runs per candidate; the median counts (default 5)")
     p.add_argument("--dry-run", action="store_true", default=d(False), help="time and print, but write no cache")
+    p.add_argument(
+        "--only",
+        default=d(""),
+        help="comma-separated kernel families to tune: gemm_blocked, gemv, gemv_split, qgemv (default: all)",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,6 +78,14 @@ def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print(f"wgjit tune: --repeats must be at least 1, got {args.repeats}", file=sys.stderr)
         return 2
+    families = {f.strip() for f in args.only.split(",") if f.strip()} or None
+    unknown = (families or set()) - FAMILIES
+    if unknown:
+        print(
+            f"wgjit tune: --only {','.join(sorted(unknown))}: choose among {', '.join(sorted(FAMILIES))}",
+            file=sys.stderr,
+        )
+        return 2
     recorder = Recorder()
     try:
         saved, sys.stdout = sys.stdout, sys.stderr
@@ -90,7 +104,15 @@ def run(args: argparse.Namespace) -> int:
     say = stderr_progress("tune")
     device = get_device()
     say(f"{len(graphs)} programs from {args.script}; tuning on {device.caps.name} ({device.caps.backend})")
-    results = tune_graphs(graphs, device, repeats=args.repeats, progress=say, save=not args.dry_run)
+    families = {f.strip() for f in args.only.split(",") if f.strip()} or None
+    unknown = (families or set()) - FAMILIES
+    if unknown:
+        print(
+            f"wgjit tune: --only {','.join(sorted(unknown))}: choose among {', '.join(sorted(FAMILIES))}",
+            file=sys.stderr,
+        )
+        return 2
+    results = tune_graphs(graphs, device, repeats=args.repeats, progress=say, save=not args.dry_run, families=families)
     if not results:
         print("wgjit tune: the script compiled no kernel with tunable configurations (GEMMs)")
         return status
