@@ -64,28 +64,19 @@ def winners_table(results: list) -> str:
     return plain_table(headers, rows)
 
 
-def run(args: argparse.Namespace) -> int:
-    from backend_wgpu import get_device
-    from backend_wgpu.autotune import tune_graphs
-    from backend_wgpu.tuning_cache import autotune_enabled, cache_path
-    from tracer.cmd_dump import split_script_args
-    from tracer.inspect.profiling import stderr_progress
-    from tracer.inspect.record import Recorder, run_script
-
-    if not split_script_args(args, _add_options):
-        print("wgjit tune: name the script to run: wgjit tune SCRIPT.py [ARGS] [--repeats N]", file=sys.stderr)
-        return 2
-    if args.repeats < 1:
-        print(f"wgjit tune: --repeats must be at least 1, got {args.repeats}", file=sys.stderr)
-        return 2
+def _families(args: argparse.Namespace) -> set[str] | None:
+    """The kernel families --only names (None: all); ValueError naming any unknown one."""
     families = {f.strip() for f in args.only.split(",") if f.strip()} or None
     unknown = (families or set()) - FAMILIES
     if unknown:
-        print(
-            f"wgjit tune: --only {','.join(sorted(unknown))}: choose among {', '.join(sorted(FAMILIES))}",
-            file=sys.stderr,
-        )
-        return 2
+        raise ValueError(f"--only {','.join(sorted(unknown))}: choose among {', '.join(sorted(FAMILIES))}")
+    return families
+
+
+def _record(args: argparse.Namespace) -> tuple[list, int]:
+    """Run the script (its prints to stderr); the graphs of what it compiled, at TUNED_STAGE, and its status."""
+    from tracer.inspect.record import Recorder, run_script
+
     recorder = Recorder()
     try:
         saved, sys.stdout = sys.stdout, sys.stderr
@@ -93,28 +84,39 @@ def run(args: argparse.Namespace) -> int:
             status = run_script(args.script, args.script_args, recorder)
         finally:
             sys.stdout = saved
-    except FileNotFoundError as e:
-        print(f"wgjit tune: {e}", file=sys.stderr)
-        return 2
+    except FileNotFoundError:
+        raise
     except Exception:  # noqa: BLE001  tune what was compiled before the failure
         traceback.print_exc()
         status = 1
     graphs = [dict(rec.stages).get(TUNED_STAGE) for rec in recorder.programs]
-    graphs = [g for g in graphs if g is not None]
+    return [g for g in graphs if g is not None], status
+
+
+def run(args: argparse.Namespace) -> int:
+    from backend_wgpu import get_device
+    from backend_wgpu.autotune import tune_graphs
+    from backend_wgpu.tuning_cache import autotune_enabled, cache_path
+    from tracer.cmd_dump import split_script_args
+    from tracer.inspect.profiling import stderr_progress
+
+    if not split_script_args(args, _add_options):
+        print("wgjit tune: name the script to run: wgjit tune SCRIPT.py [ARGS] [--repeats N]", file=sys.stderr)
+        return 2
+    try:
+        if args.repeats < 1:
+            raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+        families = _families(args)
+        graphs, status = _record(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"wgjit tune: {e}", file=sys.stderr)
+        return 2
     say = stderr_progress("tune")
     device = get_device()
     say(f"{len(graphs)} programs from {args.script}; tuning on {device.caps.name} ({device.caps.backend})")
-    families = {f.strip() for f in args.only.split(",") if f.strip()} or None
-    unknown = (families or set()) - FAMILIES
-    if unknown:
-        print(
-            f"wgjit tune: --only {','.join(sorted(unknown))}: choose among {', '.join(sorted(FAMILIES))}",
-            file=sys.stderr,
-        )
-        return 2
     results = tune_graphs(graphs, device, repeats=args.repeats, progress=say, save=not args.dry_run, families=families)
     if not results:
-        print("wgjit tune: the script compiled no kernel with tunable configurations (GEMMs)")
+        print("wgjit tune: the script compiled no kernel with tunable configurations (matrix products)")
         return status
     print(winners_table(results))
     where = "not written (--dry-run)" if args.dry_run else f"written to {cache_path()}"
