@@ -8,12 +8,13 @@ import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import wgpu
 
+from backend_wgpu.tuning_cache import load_table
 from ir.caps import DeviceCaps
 from ir.errors import DeviceError, KernelCompileError
 
@@ -141,7 +142,10 @@ class Device:
             uniform_align=int(dl["min-uniform-buffer-offset-alignment"]),
             storage_align=int(dl["min-storage-buffer-offset-alignment"]),
             max_workgroups_per_dim=int(dl["max-compute-workgroups-per-dimension"]),
+            driver=str(info.get("description", "")),
         )
+        # what `wgjit tune` measured on this adapter (empty under WGJIT_AUTOTUNE=0 or without a cache)
+        self.caps = replace(self.caps, tuning=load_table(self.caps))
         # kernel key -> (pipeline, bind-group layout), least recently used first; bounded because
         # every distinct shape class/dtype/width is a key and lavapipe keeps ~0.2 MB per pipeline.
         # Evicting never breaks a cached Program: it holds its own pipeline objects.

@@ -146,8 +146,9 @@ class Kernel:
         wg = "x".join(map(str, self.choice.workgroup))
         # which operands are read through `out` changes the WGSL, not just whether any is
         ip = ",".join(str(i) for i in range(len(self.operands)) if self.reads_output(i)) if self.inplace else ""
-        # a fused group's node ids (the "group" param) name it for tools; they change no code
-        extra = "".join(f" {k}={v}" for k, v in self.choice.params if k != "group")
+        # a fused group's node ids (the "group" param) name it for tools, and "tuned" says which tuning
+        # cache entry chose it (for explain): neither changes the code
+        extra = "".join(f" {k}={v}" for k, v in self.choice.params if k not in ("group", "tuned"))
         rw = ",".join(
             str(i) for i in range(len(self.operands)) if self.writable_operand(i) and not self.reads_output(i)
         )

@@ -97,7 +97,7 @@ def program_for(graph: Graph) -> Program:
 
 def _program(structure: tuple, make_graph: Callable[[], Graph]) -> Program:
     """The program for a structure: cached, or compiled from make_graph() (only called on a miss or for listeners)."""
-    key = (structure, fusion_enabled())
+    key = (structure, fusion_enabled(), get_device().caps.tuning.digest())  # a new tuning compiles anew
     program = _PROGRAMS.get(key)
     if program is not None:
         _PROGRAMS.move_to_end(key)
