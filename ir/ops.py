@@ -75,6 +75,7 @@ class Op(enum.Enum):
     WHERE = "where"
     # reductions over the last `arg` axes (the tracer permutes the reduced axes last)
     SUM = "sum"
+    PROD = "prod"
     MAX = "max"
     MIN = "min"
     ARGMAX = "argmax"
@@ -82,6 +83,9 @@ class Op(enum.Enum):
     # scans along the last axis
     CUMSUM = "cumsum"
     CUMPROD = "cumprod"
+    # stable sorting along the last axis (int32 indices); arg: SortArg
+    ARGSORT = "argsort"  # srcs: x; each run of arg.run elements (0: the whole row) sorted on its own
+    ARGSORT_MERGE = "argsort_merge"  # srcs: x, an argsort of x by runs of arg.run; out: by runs of 2 * arg.run
     # row ops over the last axis
     SOFTMAX = "softmax"
     LOG_SOFTMAX = "log_softmax"
@@ -169,6 +173,15 @@ class NormArg:
     eps: float
     weight: bool = False
     bias: bool = False
+
+
+@dataclass(frozen=True)
+class SortArg:
+    """How an ARGSORT or ARGSORT_MERGE node orders a row: ascending (NaN last) or descending (NaN
+    first), ties in index order; `run`: the length of the runs sorted on their own (0: the whole row)."""
+
+    descending: bool = False
+    run: int = 0
 
 
 @dataclass(frozen=True)

@@ -125,8 +125,8 @@ def _is_core(graph: Graph, node: Node) -> bool:
         return False
     if node.shape[-2] != 1 or math.prod(node.shape[:-2]) != 1:
         return False
-    if any(graph[s].dtype.is_quantized for s in node.srcs):  # qgemv's blocks: gemv_multi reads plain floats
-        return False
+    if any(view_of_operand(graph, s)[0].dtype.is_quantized for s in node.srcs):
+        return False  # quantized weights are qgemv's: gemv_multi reads float rows (it gave garbage ids)
     b_view = view_of_operand(graph, node.srcs[1])[1]
     return b_view.strides[-2] == 1 or b_view.shape[-2] == 1
 

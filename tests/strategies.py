@@ -36,6 +36,7 @@ Per-op error bounds (relative, float32; float16 results use at least `F16_EPS`, 
   tanh, gelu, silu, rsqrt, reciprocal, / . 1e-5, plus `mag` where an approximation is absolute
   pow .................................... 1e-5 times (1 + |y log2 x|): exp2(y * log2 x) scales it
   sum, mean, matmul ...................... 1e-6 times the sum of |terms| (order of summation)
+  prod ................................... 1e-7 times n |result| (n roundings, in any order)
   softmax, log_softmax ................... 1e-5 times (1 + |x - max|); log_softmax also 5e-7 absolute
 """
 
@@ -603,6 +604,19 @@ def _sum(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Result:
         total = np.sum(np.abs(a.astype(F64)), axis=axis, keepdims=keepdims)
         return Result(r, sums_exact(total, granularity(a), a), total)
     return Result(np.sum(a, axis=axis, keepdims=keepdims, dtype=I32), True)
+
+
+def _prod(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Result:
+    """np.prod as wgjit computes it: bools as int32, ints wrapping in their type, floats in float32
+    (float16 rounded once); a product of n terms is off by up to n roundings, in any order."""
+    dt = I32 if x.dtype == BOOL else x.dtype
+    a = x.astype(dt)
+    if dt.kind != "f":
+        return Result(np.prod(a, axis=axis, keepdims=keepdims, dtype=dt), True)
+    r = np.prod(_up(a), axis=axis, keepdims=keepdims, dtype=F32)
+    n = a.size // max(r.size, 1)
+    with np.errstate(all="ignore"):
+        return Result(r.astype(dt), False, np.abs(r.astype(F64)) * n)
 
 
 def _mean(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Result:
@@ -1320,6 +1334,55 @@ def _scan(fn: Callable[..., np.ndarray]) -> Callable[..., Result]:
     return ref
 
 
+def d_sort(b: Builder) -> Call | None:
+    """An operand, an axis (None flattens; a 0-d operand takes only None) and a direction."""
+    x = operand(b, _ANY)
+    nd = b.value(x).ndim
+    axis = None if nd == 0 or b.draw(st.integers(0, 3)) == 0 else b.draw(st.integers(-nd, nd - 1))
+    return Call((x,), (("axis", axis), ("descending", b.draw(st.booleans()))))
+
+
+def d_topk(b: Builder) -> Call | None:
+    x = b.pick(lambda v: v.dtype in _ANY and v.ndim >= 1)
+    if x is None:
+        return None
+    v = b.value(x)
+    axis = b.draw(st.integers(-v.ndim, v.ndim - 1))
+    k = b.draw(st.integers(0, v.shape[axis]))
+    return Call((x,), (("k", k), ("axis", axis), ("largest", b.draw(st.booleans()))))
+
+
+def sort_order(x: np.ndarray, axis: int | None = -1, descending: bool = False) -> np.ndarray:
+    """The stable argsort numpy's way: ascending NaN last; descending NaN first, then the largest;
+    ties in index order (written from numpy's lexsort, apart from ir/optable/sorting.py's keys)."""
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    if not descending:
+        return np.argsort(x, axis=axis, kind="stable").astype(I32)
+    moved = np.moveaxis(x, axis, -1)
+    nan = np.isnan(moved) if moved.dtype.kind == "f" else np.zeros(moved.shape, bool)
+    neg = -np.where(nan, 0, moved).astype(np.float64 if moved.dtype.kind == "f" else np.int64)
+    ids = np.broadcast_to(np.arange(moved.shape[-1]), moved.shape)
+    return np.moveaxis(np.lexsort((ids, neg, ~nan), axis=-1), -1, axis).astype(I32)
+
+
+def _argsort(x: np.ndarray, axis: int | None = -1, descending: bool = False) -> Result:
+    return Result(sort_order(x, axis, descending), True)
+
+
+def _sort(x: np.ndarray, axis: int | None = -1, descending: bool = False) -> Result:
+    a = x.reshape(-1) if axis is None else x
+    return Result(np.take_along_axis(a, sort_order(a, -1 if axis is None else axis, descending), axis=axis or 0), True)
+
+
+def _topk(what: str) -> Callable[..., Result]:
+    def ref(x: np.ndarray, k: int, axis: int, largest: bool) -> Result:
+        ids = np.take(sort_order(x, axis, largest), np.arange(k), axis=axis)
+        return Result(ids if what == "indices" else np.take_along_axis(x, ids, axis=axis), True)
+
+    return ref
+
+
 def d_nan_to_num(b: Builder) -> Call | None:
     return Call((operand(b, _ANY),), (("nan", b.draw(st.sampled_from([0.0, -1.0, 2.5]))),))
 
@@ -1573,8 +1636,8 @@ def d_attention(b: Builder) -> Call | None:
         if kind == "bool":
             args.append(b.fresh(shape, BOOL))
         else:
-            data = b._data(shape, F32).astype(F64)
-            data[b.rng.random(shape) < 0.25] = -np.inf
+            data = np.array(b._data(shape, F32), dtype=F64)  # an array even when shape is ()
+            data[np.asarray(b.rng.random(shape) < 0.25)] = -np.inf
             with np.errstate(over="ignore"):
                 args.append(_fresh_with(b, data.astype(F16 if kind == "add16" else F32)))
     params = (
@@ -1901,6 +1964,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec("contiguous", d_unary(_ANY), "{0}.contiguous()", lambda x: x.copy(), "always"),
         # reductions and row ops
         OpSpec("sum", d_reduce(_ANY), "{0}.sum(axis={axis!r}, keepdims={keepdims!r})", _sum, eps=1e-6),
+        OpSpec("prod", d_reduce(_ANY), "{0}.prod(axis={axis!r}, keepdims={keepdims!r})", _prod, eps=1e-7),
         OpSpec("mean", d_reduce(_ANY), "tr.mean({0}, axis={axis!r}, keepdims={keepdims!r})", _mean, eps=1e-6),
         OpSpec(
             "max",
@@ -2055,6 +2119,12 @@ OPS: dict[str, OpSpec] = {
         ),
         OpSpec("cumsum", d_scan, "{0}.cumsum({axis!r})", _scan(np.cumsum), eps=1e-6),
         OpSpec("cumprod", d_scan, "tr.cumprod({0}, {axis!r})", _scan(np.cumprod), eps=1e-6),
+        OpSpec("argsort", d_sort, "{0}.argsort({axis!r}, descending={descending!r})", _argsort, "always"),
+        OpSpec("sort", d_sort, "tr.sort({0}, {axis!r}, descending={descending!r})", _sort, "always"),
+        OpSpec("topk", d_topk, "{0}.topk({k!r}, {axis!r}, largest={largest!r}).values", _topk("values"), "always"),
+        OpSpec(
+            "topk_indices", d_topk, "tr.topk({0}, {k!r}, {axis!r}, {largest!r}).indices", _topk("indices"), "always"
+        ),
         OpSpec("logsumexp", d_reduce(_ANY), "tr.logsumexp({0}, axis={axis!r}, keepdims={keepdims!r})", _logsumexp),
         OpSpec("masked_fill", d_masked_fill, "{0}.masked_fill({1}, {value!r})", _masked_fill, "always"),
         OpSpec(
