@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ir.symbolic import Sym
+
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = []
@@ -60,10 +62,14 @@ class View:
         return View(tuple(shape), tuple(strides), self.offset)
 
     def slice(self, spec: tuple[tuple[int, int, int], ...]) -> View:
-        """Each axis gets (start, stop, step) already normalized as range() takes them."""
+        """Each axis gets (start, stop, step) already normalized as range() takes them.
+
+        A start may be a runtime integer (ir.symbolic.Sym, with stop = start + n and step 1):
+        the offset is then one too.
+        """
         shape, strides, offset = [], [], self.offset
         for (start, stop, step), stride in zip(spec, self.strides):
-            n = len(range(start, stop, step))
+            n = stop - start if isinstance(start, Sym) else len(range(start, stop, step))
             shape.append(n)
             strides.append(stride * step)
             if n:

@@ -19,6 +19,7 @@ from ir.errors import (
 )
 from ir.ops import Op as _Op
 from tracer import nn
+from tracer.dynamic import RuntimeInt, dynamic
 from tracer.factories import (
     arange,
     eye,

@@ -45,6 +45,7 @@ class Lazy:
         "handles",
         "consumers",
         "pinned",
+        "dyn",
         "__weakref__",
     )
 
@@ -59,6 +60,7 @@ class Lazy:
         self.handles: list[weakref.ref] = []  # Tensors made to show this value (see live_handles)
         self.consumers: list[weakref.ref] = []  # Lazies made to read it (see live_consumers)
         self.pinned = False  # never donated to an in-place kernel (cached constants)
+        self.dyn = False  # arg holds runtime integers (ir.symbolic.Sym of tracer.dynamic variables)
         if srcs:
             me = weakref.ref(self)
             for s in srcs:
@@ -109,5 +111,6 @@ class Lazy:
         self.buffer = buffer
         self.op = Op.INPUT
         self.arg = None
+        self.dyn = False
         self.host = None
         self.srcs = ()  # no longer a consumer of them: live_consumers() checks srcs

@@ -192,7 +192,7 @@ def realize_lazies(lazies: Sequence[Lazy]) -> None:
         w = walk(targets)
         program = _program(w.structure, lambda: graph_of(w))
         inputs = [device_buffer(lz) for lz in w.inputs]
-        outputs = program.run(inputs)
+        outputs = program.run(inputs, ints=w.ints)
         note_run(program)
         for lz, buf in zip(w.outputs, outputs, strict=True):
             lz.mark_realized(buf)

@@ -27,6 +27,7 @@ from ir.dtypes import DType, promote, scalar_dtype, to_dtype
 from ir.errors import DTypeError, ShapeError
 from ir.graph import Graph
 from ir.ops import MOVEMENT, Op
+from tracer.dynamic import RuntimeInt
 from tracer.graph_builder import build_graph
 from tracer.host import CONSTANTS, host_scalar, lazy_from_data
 from tracer.indexing import resolve_index
@@ -471,15 +472,81 @@ class Tensor:
         return make(Op.COPY, (self,), self.shape, self.dtype)
 
     def __getitem__(self, index: Any) -> Tensor:
-        """Basic indexing (ints, slices, None, ...): a view. tracer.advanced extends it to integer and bool arrays."""
+        """Basic indexing (ints, slices, None, ...): a view. tracer.advanced extends it to integer and bool arrays.
+
+        Runtime integers (tr.dynamic) may be starts, indices or a slice's stop (tracer.dynamic).
+        """
         view = resolve_index(self.shape, index)
         y = self if view.slices is None else self._movement(Op.SLICE, view.sliced_shape, view.slices)
-        return y.reshape(view.shape)
+        if view.runtime:
+            y._lazy.dyn = True
+        y = y.reshape(view.shape)
+        if view.runtime_length is None:
+            return y
+        axis, length, largest = view.runtime_length
+        return RuntimeLengthTensor(y, axis, length, largest)
 
     # --- debugging ----------------------------------------------------------------
     def graph(self) -> Graph:
         """The ir.Graph that would compute this tensor (nothing runs)."""
         return build_graph([self._lazy]).graph
+
+
+class RuntimeLengthTensor(Tensor):
+    """A slice whose length along one axis is a runtime integer (`cache[:, :, : pos + 1]`, tracer.dynamic).
+
+    It stores the slice to the length's bucket; `shape` shows the RuntimeInt on that axis,
+    `numpy()` the true length, and scaled_dot_product_attention attends over the true length.
+    Other ops refuse it (`make`): their result's shape would be known only at run time.
+    """
+
+    __slots__ = ("axis", "length", "largest")
+
+    def __init__(self, padded: Tensor, axis: int, length: RuntimeInt, largest: int) -> None:
+        super().__init__(padded._lazy)
+        _register_view(self, padded._viewof)
+        self.axis, self.length, self.largest = axis, length, largest
+
+    @property
+    def shape(self) -> tuple[Any, ...]:
+        s = list(self._lazy.shape)
+        s[self.axis] = self.length
+        return tuple(s)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def padded(self) -> Tensor:
+        """The stored slice, to the bucket length (what lies past the true length is whatever x holds there)."""
+        out = Tensor(self._lazy)
+        _register_view(out, self._viewof)
+        return out
+
+    def numpy(self) -> np.ndarray:
+        full = super().numpy()
+        return full[(slice(None),) * self.axis + (slice(0, int(self.length)),)].copy()
+
+    def __getitem__(self, index: Any) -> Tensor:
+        raise ShapeError(
+            f"index: a tensor with a runtime length along axis {self.axis} (shape {self.shape}) cannot be indexed; "
+            "index the tensor it was sliced from"
+        )
+
+    def __repr__(self) -> str:
+        return f"Tensor(shape={self.shape}, dtype={self.dtype.value}, runtime length, stored as {self._lazy.shape})"
+
+
+def refuse_runtime_length(op: str, srcs: tuple[Tensor, ...]) -> None:
+    """ShapeError when an operand has a runtime length (RuntimeLengthTensor): only attention reads those."""
+    for s in srcs:
+        if type(s) is RuntimeLengthTensor:
+            raise ShapeError(
+                f"{op}: an operand of shape {s.shape} has a runtime length along axis {s.axis} (a slice ending at a "
+                "tr.dynamic value); only scaled_dot_product_attention reads such a tensor. Slice with python ints "
+                "for a fixed shape"
+            )
 
 
 # --- realization of several tensors at once ------------------------------------------
@@ -512,6 +579,9 @@ _F16 = DType.float16
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
     """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
+    for s in srcs:
+        if s.__class__ is not Tensor:
+            refuse_runtime_length(op.value, srcs)
     if any(s._lazy.dtype.is_quantized for s in srcs):
         check_quantized_operands(op, tuple(s._lazy for s in srcs), dtype, arg)
     n = math.prod(shape)
