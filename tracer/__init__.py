@@ -143,5 +143,7 @@ __all__ = [
     "swapaxes", "tile", "tril", "triu", "dot", "einsum", "outer", "tensordot", "vdot", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
     # quantized weights and GGUF files (tracer/gguf.py, tracer/quantized.py)
     "FormatError", "gguf_metadata", "load_gguf", "q4_0", "q8_0", "quantize",
+    # runtime positions and lengths (tracer/dynamic.py)
+    "RuntimeInt", "dynamic",
 ]  # fmt: skip
 __all__ += _TABLE_UNARY  # abs, exp, log, sqrt, sin, tanh, silu, erf, ... (the op table's plain unary ops)
