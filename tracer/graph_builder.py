@@ -28,7 +28,7 @@ class Walk:
     outputs: list[Lazy]  # by position in graph.outputs
     structure: tuple  # ir.graph.Graph.structure() of graph_of(this walk)
     args: dict[int, Any]  # id(Lazy) -> its arg with runtime variables numbered (only Lazies with some)
-    variables: list[Any]  # the runtime variables (tracer.dynamic.Var) by slot
+    variables: list[Any]  # the runtime variables (tracer.runtime_ints.Var) by slot
     ints: tuple[int, ...]  # their values: the program's runtime integers
 
     def arg(self, lz: Lazy) -> Any:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.symbolic import Sym
-from tracer.dynamic import RuntimeInt, bucket
+from tracer.runtime_ints import RuntimeInt, bucket
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class IndexView:
     sliced_shape: tuple[int, ...]
     shape: tuple[int, ...]  # with the int axes dropped and the None axes added
     # a slice whose length is a runtime integer: (axis of `shape`, the length, its largest value);
-    # the slice then reaches the length's bucket (tracer.dynamic) and shape holds the bucket
+    # the slice then reaches the length's bucket (tracer.runtime_ints) and shape holds the bucket
     runtime_length: tuple[int, RuntimeInt, int] | None = None
     runtime: bool = False  # some slice start is a runtime integer (ir.symbolic.Sym)
 
@@ -132,7 +132,7 @@ def _is_runtime(it: Any) -> bool:
 
 
 def _runtime_slice(it: Any, axis: int, dim: int, shape: tuple[int, ...]) -> tuple[Any, Any, int | RuntimeInt]:
-    """(start, stop, length) of an index item holding a runtime integer (tracer.dynamic).
+    """(start, stop, length) of an index item holding a runtime integer (tracer.runtime_ints).
 
     A runtime start of a fixed length becomes a Sym (the view's offset is read at run time);
     a runtime length from a fixed start becomes the static slice to its bucket.

@@ -60,7 +60,7 @@ class Lazy:
         self.handles: list[weakref.ref] = []  # Tensors made to show this value (see live_handles)
         self.consumers: list[weakref.ref] = []  # Lazies made to read it (see live_consumers)
         self.pinned = False  # never donated to an in-place kernel (cached constants)
-        self.dyn = False  # arg holds runtime integers (ir.symbolic.Sym of tracer.dynamic variables)
+        self.dyn = False  # arg holds runtime integers (ir.symbolic.Sym of tracer.runtime_ints variables)
         if srcs:
             me = weakref.ref(self)
             for s in srcs:

@@ -31,8 +31,8 @@ from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.ops import Op
 from ir.symbolic import Sym
 from ir.view import View
-from tracer.dynamic import RuntimeInt, dynamic
 from tracer.indexing import is_advanced, resolve_index
+from tracer.runtime_ints import RuntimeInt, dynamic
 from tracer.tensor import Tensor, as_tensor, broadcast_to, broadcasts_to, constant, from_data, make, rebind, where
 from tracer.views import as_box, coordinates, positions
 

@@ -27,7 +27,6 @@ from ir.dtypes import DType, promote, scalar_dtype, to_dtype
 from ir.errors import DTypeError, ShapeError
 from ir.graph import Graph
 from ir.ops import MOVEMENT, Op
-from tracer.dynamic import RuntimeInt
 from tracer.graph_builder import build_graph
 from tracer.host import CONSTANTS, host_scalar, lazy_from_data
 from tracer.indexing import resolve_index
@@ -35,6 +34,7 @@ from tracer.lazy import Lazy
 from tracer.limits import LARGEST_SAFE_BINDING, check_binding_size, check_float16, max_storage_buffers
 from tracer.quantized import check_quantized_operands, refuse, refuse_read, transposed_leaf
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
+from tracer.runtime_ints import RuntimeInt
 from tracer.tracing import note_rebind
 from tracer.views import RootCell, ViewInfo, child_view, derive, same_view
 
@@ -474,7 +474,7 @@ class Tensor:
     def __getitem__(self, index: Any) -> Tensor:
         """Basic indexing (ints, slices, None, ...): a view. tracer.advanced extends it to integer and bool arrays.
 
-        Runtime integers (tr.dynamic) may be starts, indices or a slice's stop (tracer.dynamic).
+        Runtime integers (tr.dynamic) may be starts, indices or a slice's stop (tracer.runtime_ints).
         """
         view = resolve_index(self.shape, index)
         y = self if view.slices is None else self._movement(Op.SLICE, view.sliced_shape, view.slices)
@@ -493,7 +493,7 @@ class Tensor:
 
 
 class RuntimeLengthTensor(Tensor):
-    """A slice whose length along one axis is a runtime integer (`cache[:, :, : pos + 1]`, tracer.dynamic).
+    """A slice whose length along one axis is a runtime integer (`cache[:, :, : pos + 1]`, tracer.runtime_ints).
 
     It stores the slice to the length's bucket; `shape` shows the RuntimeInt on that axis,
     `numpy()` the true length, and scaled_dot_product_attention attends over the true length.

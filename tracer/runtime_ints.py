@@ -149,7 +149,7 @@ class RuntimeInt:
 def dynamic(value: int) -> RuntimeInt:
     """A runtime integer holding `value`: programs that use it as a position or length take any value.
 
-    See tracer.dynamic. Positions and lengths are never negative.
+    See tracer.runtime_ints. Positions and lengths are never negative.
     """
     if isinstance(value, RuntimeInt):
         return value
