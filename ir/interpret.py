@@ -33,15 +33,17 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
     return np.array(np.asarray(result).astype(node.dtype.np).reshape(node.shape), order="C")
 
 
-def interpret(graph: Graph, inputs: Sequence[np.ndarray], ints: Sequence[int] = ()) -> list[np.ndarray]:
+def interpret(graph: Graph, inputs: Sequence[np.ndarray], ints: Sequence[int] | None = None) -> list[np.ndarray]:
     """Evaluate `graph` on host arrays given by input index; returns the outputs.
 
-    `ints`: the graph's runtime integers by slot (ir.symbolic), for the nodes whose args hold them.
+    `ints`: the graph's runtime integers by slot (ir.symbolic), for the nodes whose args hold them
+    (default: the values it was traced with, `graph.ints`).
 
     A quantized input (ir/quant.py) is given as its GPU layout (u32 words) and evaluated as
     its float32 values; the ops that read it (matmul, gather, cast) then need no rule of their own.
     """
     values: dict[int, np.ndarray] = {}
+    ints = graph.ints if ints is None else ints
     for node in graph:
         if node.op is Op.INPUT and node.dtype.is_quantized:  # its blocks (u32 words), as float32 values
             values[node.id] = dequantize(np.asarray(inputs[node.arg.index]), node.dtype, node.shape)

@@ -119,7 +119,7 @@ def graph_of(w: Walk) -> Graph:
             nodes.append(Node(nid, Op.INPUT, (), lz.shape, lz.dtype, InputArg(i, w.donatable[i])))
         else:
             nodes.append(Node(nid, lz.op, tuple(ids[id(s)] for s in lz.srcs), lz.shape, lz.dtype, w.arg(lz)))
-    return Graph({n.id: n for n in nodes}, tuple(ids[id(lz)] for lz in w.outputs))
+    return Graph({n.id: n for n in nodes}, tuple(ids[id(lz)] for lz in w.outputs), ints=w.ints)
 
 
 def build_graph(targets: list[Lazy]) -> BuiltGraph:
