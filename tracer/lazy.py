@@ -46,6 +46,7 @@ class Lazy:
         "consumers",
         "pinned",
         "dyn",
+        "ragged",
         "__weakref__",
     )
 
@@ -61,6 +62,7 @@ class Lazy:
         self.consumers: list[weakref.ref] = []  # Lazies made to read it (see live_consumers)
         self.pinned = False  # never donated to an in-place kernel (cached constants)
         self.dyn = False  # arg holds runtime integers (ir.symbolic.Sym of tracer.runtime_ints variables)
+        self.ragged = False  # a runtime-length slice (tracer.tensor.RuntimeLengthTensor): only attention reads it
         if srcs:
             me = weakref.ref(self)
             for s in srcs:

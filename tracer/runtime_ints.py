@@ -120,6 +120,18 @@ class RuntimeInt:
 
     __int__ = __index__
 
+    def __mod__(self, other: Any) -> int:
+        return self.value % operator.index(other)
+
+    def __rmod__(self, other: Any) -> int:
+        return operator.index(other) % self.value
+
+    def __floordiv__(self, other: Any) -> int:
+        return self.value // operator.index(other)
+
+    def __rfloordiv__(self, other: Any) -> int:
+        return operator.index(other) // self.value
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RuntimeInt):
             return (self.var, self.scale, self.const) == (other.var, other.scale, other.const)

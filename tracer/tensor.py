@@ -497,14 +497,17 @@ class RuntimeLengthTensor(Tensor):
 
     It stores the slice to the length's bucket; `shape` shows the RuntimeInt on that axis,
     `numpy()` the true length, and scaled_dot_product_attention attends over the true length.
-    Other ops refuse it (`make`): their result's shape would be known only at run time.
+    Other ops refuse it (`make`): their result's shape would be known only at run time. It is
+    a snapshot, not a view: slice after writing into x (as a decode step does).
     """
 
     __slots__ = ("axis", "length", "largest")
 
     def __init__(self, padded: Tensor, axis: int, length: RuntimeInt, largest: int) -> None:
-        super().__init__(padded._lazy)
-        _register_view(self, padded._viewof)
+        shape = padded._lazy.shape
+        lz = Lazy(Op.RESHAPE, (padded._lazy,), shape, padded.dtype, shape)  # its own value, marked
+        lz.ragged = True
+        super().__init__(lz)
         self.axis, self.length, self.largest = axis, length, largest
 
     @property
@@ -520,9 +523,8 @@ class RuntimeLengthTensor(Tensor):
     @property
     def padded(self) -> Tensor:
         """The stored slice, to the bucket length (what lies past the true length is whatever x holds there)."""
-        out = Tensor(self._lazy)
-        _register_view(out, self._viewof)
-        return out
+        shape = self._lazy.shape
+        return Tensor(Lazy(Op.RESHAPE, (self._lazy,), shape, self.dtype, shape))
 
     def numpy(self) -> np.ndarray:
         full = super().numpy()
@@ -541,11 +543,10 @@ class RuntimeLengthTensor(Tensor):
 def refuse_runtime_length(op: str, srcs: tuple[Tensor, ...]) -> None:
     """ShapeError when an operand has a runtime length (RuntimeLengthTensor): only attention reads those."""
     for s in srcs:
-        if type(s) is RuntimeLengthTensor:
+        if s._lazy.ragged:
             raise ShapeError(
-                f"{op}: an operand of shape {s.shape} has a runtime length along axis {s.axis} (a slice ending at a "
-                "tr.dynamic value); only scaled_dot_product_attention reads such a tensor. Slice with python ints "
-                "for a fixed shape"
+                f"{op}: an operand of shape {s.shape} has a runtime length (a slice ending at a tr.dynamic value); "
+                "only scaled_dot_product_attention reads such a tensor. Slice with python ints for a fixed shape"
             )
 
 
@@ -580,7 +581,7 @@ _F16 = DType.float16
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
     """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
     for s in srcs:
-        if s.__class__ is not Tensor:
+        if s._lazy.ragged:
             refuse_runtime_length(op.value, srcs)
     if any(s._lazy.dtype.is_quantized for s in srcs):
         check_quantized_operands(op, tuple(s._lazy for s in srcs), dtype, arg)
