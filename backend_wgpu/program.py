@@ -315,16 +315,20 @@ class Program:
         `timestamp_writes` (a wgpu ComputePassTimestampWrites dict) brackets the one compute
         pass with GPU timestamps: the benchmark harness times programs with it.
         """
-        if self._runtime or ints:
-            words = self._runtime_words(tuple(ints))
+        words = self._runtime_words(tuple(ints)) if self._runtime else None
         dev = self.device
         with dev.guard("running a program"):
-            with self._lock:
-                self._forget_released()
-                if self._runtime and words is not None:
-                    dev.queue.write_buffer(self._uniform, 0, words)
-                    self._written_ints = tuple(ints)
-                return self._run_locked(inputs, timestamp_writes)
+            return self._run(inputs, timestamp_writes, words, tuple(ints))
+
+    def _run(
+        self, inputs: list[DeviceBuffer], timestamp_writes: dict | None, words: np.ndarray | None, ints: tuple[int, ...]
+    ) -> list[DeviceBuffer]:
+        with self._lock:
+            self._forget_released()
+            if words is not None:  # this run's runtime integers, into the uniform before the dispatches read it
+                self.device.queue.write_buffer(self._uniform, 0, words)
+                self._written_ints = ints
+            return self._run_locked(inputs, timestamp_writes)
 
     def _runtime_words(self, ints: tuple[int, ...]) -> np.ndarray | None:
         """The uniform with these runtime integers written in (None: it holds them already); checks their ranges."""
