@@ -244,6 +244,7 @@ class Program:
         self._uniform_words = np.frombuffer(bytes(uniform), dtype=np.uint32).copy() if self._runtime else None
         self._written_ints: tuple[int, ...] | None = None  # the runtime integers the uniform holds now
         self.int_count = 1 + max((s.slot for _, _, s in self._runtime), default=-1)
+        self.ints: tuple[int, ...] = self.graph.ints  # run()'s default runtime integers
         self._temps = self._allocate_temps()
         for launch in self._launches:
             launch.io_slots = tuple(
@@ -304,21 +305,23 @@ class Program:
         return arena + sum(s.nbytes for s in self.slots if s.kind != "input" and s.offset is None)
 
     def run(
-        self, inputs: list[DeviceBuffer], timestamp_writes: dict | None = None, ints: tuple[int, ...] = ()
+        self, inputs: list[DeviceBuffer], timestamp_writes: dict | None = None, ints: tuple[int, ...] | None = None
     ) -> list[DeviceBuffer]:
         """Run on these input buffers (by input index); returns one buffer per output.
 
         `ints`: the graph's runtime integers by slot (ir.symbolic): positions and lengths that
         are written into the uniform before the run (IndexOutOfRangeError when one is outside
-        the range its op allows, before anything runs).
+        the range its op allows, before anything runs). None: `self.ints`, the values of the
+        graph this program was last compiled or fetched for (tracer.realize sets them).
 
         `timestamp_writes` (a wgpu ComputePassTimestampWrites dict) brackets the one compute
         pass with GPU timestamps: the benchmark harness times programs with it.
         """
-        words = self._runtime_words(tuple(ints)) if self._runtime else None
+        ints = self.ints if ints is None else tuple(ints)
+        words = self._runtime_words(ints) if self._runtime else None
         dev = self.device
         with dev.guard("running a program"):
-            return self._run(inputs, timestamp_writes, words, tuple(ints))
+            return self._run(inputs, timestamp_writes, words, ints)
 
     def _run(
         self, inputs: list[DeviceBuffer], timestamp_writes: dict | None, words: np.ndarray | None, ints: tuple[int, ...]
