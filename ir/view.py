@@ -7,12 +7,14 @@ expresses: `reshape` then returns None and the caller materializes a copy first.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from ir.symbolic import Sym
 
 
+@functools.lru_cache(maxsize=4096)  # tracing asks for the same few shapes again and again
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = []
     acc = 1
@@ -36,7 +38,7 @@ class View:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @functools.cached_property  # noqa: B019  (frozen dataclass: computed once per View)
     def is_contiguous(self) -> bool:
         """True when this view reads its buffer from `offset` in plain row-major order."""
         return self._canonical() == contiguous_strides(self.shape)

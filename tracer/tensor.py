@@ -576,15 +576,17 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 
 MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
 _F16 = DType.float16
+_QUANTIZED = frozenset(d for d in DType if d.is_quantized)
 
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
     """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
-    for s in srcs:
-        if s._lazy.ragged:
+    lazies = tuple([s._lazy for s in srcs])
+    for lz in lazies:  # the rare operands (one loop: this runs for every op)
+        if lz.ragged or lz.dtype in _QUANTIZED:
             refuse_runtime_length(op.value, srcs)
-    if any(s._lazy.dtype.is_quantized for s in srcs):
-        check_quantized_operands(op, tuple(s._lazy for s in srcs), dtype, arg)
+            check_quantized_operands(op, lazies, dtype, arg)
+            break
     n = math.prod(shape)
     nbytes = dtype.nbytes(n) if dtype.is_quantized else n * dtype.itemsize
     if nbytes > LARGEST_SAFE_BINDING or n > MAX_ELEMENTS:
@@ -595,9 +597,9 @@ def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType,
             )
         if op not in MOVEMENT:  # views add no bytes
             check_binding_size(op.value, shape, dtype, nbytes)
-    if dtype is _F16 and not any(s._lazy.dtype is _F16 for s in srcs):
+    if dtype is _F16 and not any(lz.dtype is _F16 for lz in lazies):
         check_float16(op.value, shape)  # where float16 enters a graph, not later at realize
-    return Tensor(Lazy(op, tuple([s._lazy for s in srcs]), shape, dtype, arg))
+    return Tensor(Lazy(op, lazies, shape, dtype, arg))
 
 
 def from_data(data: Any, dtype: DType | str | None = None, op: str = "tensor") -> Tensor:
