@@ -275,3 +275,22 @@ def test_random_runtime_int_programs(program) -> None:
     """tests/strategies.py's runtime-integer steps through the fuzzer's oracles (numpy, ir.interpret on the
     traced graph and after every pass, the GPU)."""
     check_program(program)
+
+
+# --- inspection ------------------------------------------------------------------------------------
+
+
+def test_dumps_show_the_traced_values_of_runtime_fields() -> None:
+    import json
+
+    from tracer.inspect import dump
+
+    x = tr.zeros((4, 8))
+    tr.realize(x)
+    x.index_write(tr.ones((1, 8)), (tr.dynamic(2), 0))
+    with tr.record() as r:
+        tr.realize(x)
+    doc = json.loads(json.dumps(dump.dump_document(r.programs)))
+    metas = [n["dispatch"]["metadata"] for p in doc["programs"] for n in p["nodes"] if n.get("dispatch")]
+    assert any(m.get("lo0") == 2 and m.get("hi0") == 3 for m in metas), metas
+    assert "index_write" in str(tr.explain(x.index_write(tr.ones((1, 8)), (tr.dynamic(3), 0))))
