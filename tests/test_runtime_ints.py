@@ -294,3 +294,27 @@ def test_dumps_show_the_traced_values_of_runtime_fields() -> None:
     metas = [n["dispatch"]["metadata"] for p in doc["programs"] for n in p["nodes"] if n.get("dispatch")]
     assert any(m.get("lo0") == 2 and m.get("hi0") == 3 for m in metas), metas
     assert "index_write" in str(tr.explain(x.index_write(tr.ones((1, 8)), (tr.dynamic(3), 0))))
+
+
+def test_jit_values_read_at_a_runtime_argument_are_not_frozen() -> None:
+    table = np.arange(40, dtype=np.float32).reshape(10, 4)
+    t = tr.tensor(table)
+    kept: dict[str, tr.Tensor] = {}
+
+    @tr.jit
+    def f(x, p):
+        row = t[p]
+        kept["row"] = row  # still visible after the trace: not computed once as a constant
+        return x + row
+
+    x = np.ones(4, np.float32)
+    for p in (2, 7, 0):
+        np.testing.assert_array_equal(f(tr.tensor(x), tr.dynamic(p)).numpy(), table[p] + 1)
+    assert f.trace_count == 1
+
+    @tr.jit
+    def g(p):
+        return t[p].numpy()
+
+    with pytest.raises(tr.JitError):
+        g(tr.dynamic(1))
