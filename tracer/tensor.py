@@ -681,8 +681,8 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
     operands = f"{a.dtype.value} {a.shape} and {b.dtype.value} {b.shape}"
     dt = rule.compute_dtype(name, promote(a.dtype, b.dtype, name), operands)
     shape = shapes.broadcast_shapes(name, a.shape, b.shape)
-    a = broadcast_to(a.astype(dt), shape)
-    b = broadcast_to(b.astype(dt), shape)
+    a = broadcast_to(a if a.dtype is dt else a.astype(dt), shape)  # operands only: no copy when already right
+    b = broadcast_to(b if b.dtype is dt else b.astype(dt), shape)
     return make(op, (a, b), shape, rule.result_dtype(dt))
 
 
@@ -797,7 +797,8 @@ def matmul(a: Any, b: Any) -> Tensor:
             "dim of the left operand must equal the second-to-last of the right (transpose one?)"
         )
     sa, sb, so = shapes.matmul_shapes(a2.shape, b2.shape)
-    out = make(Op.MATMUL, (broadcast_to(a2.astype(dt), sa), broadcast_to(b2.astype(dt), sb)), so, dt)
+    a2, b2 = (t if t.dtype is dt else t.astype(dt) for t in (a2, b2))  # operands only: no copy when already right
+    out = make(Op.MATMUL, (broadcast_to(a2, sa), broadcast_to(b2, sb)), so, dt)
     if a.ndim == 1 and b.ndim == 1:
         return out.reshape(())
     if a.ndim == 1:
