@@ -2348,3 +2348,106 @@ def decode_programs(draw: Callable[[st.SearchStrategy], Any], f16: bool = True) 
     last = len(b.values) - 1
     extra = draw(st.lists(st.integers(0, last), max_size=2, unique=True))
     return Program(b.inputs, b.steps, tuple(dict.fromkeys([last, *extra])), (), "together")
+
+
+# --- runtime integers (tr.dynamic: tracer/runtime_ints.py) ------------------------------------------
+#
+# Positions and lengths that programs read from their uniform: an index, a slice's start, an
+# index_write's offsets (tr.dynamic, or plain ints into a tensor that owns its values) and
+# attention over keys sliced to a runtime length (stored at a bucket). The steps name their
+# integer (`p := tr.dynamic(3)`), so one variable serves both bounds of `x[p : p + n]`.
+
+
+def d_dyn_index(b: Builder) -> Call | None:
+    """x[p] or x[..., p : p + n, ...] at a runtime start p on one axis."""
+    x = b.pick(lambda v: v.ndim >= 1 and v.size > 0) or b.fresh(b.shape(b.draw(st.integers(1, 3))), b.dtype())
+    v = b.value(x)
+    axis = b.draw(st.integers(0, v.ndim - 1))
+    d = v.shape[axis]
+    if d == 0:
+        return None
+    if b.draw(st.booleans()):
+        return Call((x,), (("axis", axis), ("start", b.draw(st.integers(0, d - 1))), ("length", None)))
+    n = b.draw(st.integers(0, d))
+    return Call((x,), (("axis", axis), ("start", b.draw(st.integers(0, d - n))), ("length", n)))
+
+
+def _dyn_index_code(s: list[str], p: dict[str, Any]) -> str:
+    pre = "".join([":, "] * p["axis"])
+    item = "p" if p["length"] is None else f"p : p + {p['length']}"
+    return f"(p := tr.dynamic({p['start']}), {s[0]}[{pre}{item}])[1]"
+
+
+def _dyn_index(x: np.ndarray, axis: int, start: int, length: int | None) -> Result:
+    item = start if length is None else slice(start, start + length)
+    return Result(np.array(x[(slice(None),) * axis + (item,)]), True)
+
+
+def d_dyn_write(b: Builder) -> Call | None:
+    """A copy of x with src written at offsets, some of them runtime integers (or plain ints: runtime too)."""
+    x = b.pick(lambda v: v.ndim >= 1 and v.size > 0) or b.fresh(b.shape(b.draw(st.integers(1, 3))), b.dtype())
+    v = b.value(x)
+    if v.size == 0:
+        return None
+    box = tuple(b.draw(st.integers(1, d)) for d in v.shape)
+    offsets = tuple(b.draw(st.integers(0, d - n)) for d, n in zip(v.shape, box, strict=True))
+    runtime = tuple(b.draw(st.booleans()) for _ in box)
+    src = b.fresh(box, v.dtype)
+    return Call((x, src), (("offsets", offsets), ("runtime", runtime)))
+
+
+def _dyn_write_code(s: list[str], p: dict[str, Any]) -> str:
+    items = [f"tr.dynamic({o})" if r else str(o) for o, r in zip(p["offsets"], p["runtime"], strict=True)]
+    return f"{s[0]}.copy().index_write({s[1]}, ({', '.join(items)},))"
+
+
+def _dyn_write(x: np.ndarray, src: np.ndarray, offsets: tuple[int, ...], runtime: tuple[bool, ...]) -> Result:
+    out = x.copy()
+    out[tuple(slice(o, o + n) for o, n in zip(offsets, src.shape, strict=True))] = src
+    return Result(out, True)
+
+
+def d_dyn_attention(b: Builder) -> Call | None:
+    """Attention over the first `length` keys of k and v (runtime length, stored at its bucket), causal or not."""
+    dt = b.dtype(FLOATS)
+    qlead, klead = _attention_heads(b)
+    lq, n = b.draw(st.sampled_from([1, 1, 2, 5])), b.draw(st.sampled_from([1, 3, 17, 40]))
+    e, ev = (b.draw(st.sampled_from([1, 4, 8])) for _ in range(2))
+    if max(math.prod(qlead) * lq * max(e, ev), math.prod(klead) * n * max(e, ev)) > MAX_SIZE:
+        return None
+    q, k = b.fresh(qlead + (lq, e), dt), b.fresh(klead + (n, e), dt)
+    with np.errstate(all="ignore"):
+        vals = np.nan_to_num(b._data(klead + (n, ev), dt).astype(F64), nan=1.0, posinf=2.0, neginf=-2.0)
+    v = _fresh_with(b, vals.astype(dt))
+    params = (("length", b.draw(st.integers(0, n))), ("causal", b.draw(st.booleans())))
+    return Call((q, k, v), params)
+
+
+def _dyn_attention_code(s: list[str], p: dict[str, Any]) -> str:
+    keys, values = f"{s[1]}[..., :n, :]", f"{s[2]}[..., :n, :]"
+    sdpa = f"tr.nn.scaled_dot_product_attention({s[0]}, {keys}, {values}, is_causal={p['causal']})"
+    return f"(n := tr.dynamic({p['length']}), {sdpa})[1]"
+
+
+def _dyn_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, length: int, causal: bool) -> Result:
+    return _attention(q, k[..., :length, :], v[..., :length, :], mask=False, causal=causal, scale=None)
+
+
+RUNTIME_INT_OPS = ("dyn_index", "dyn_write", "dyn_attention")
+OPS.update(
+    {
+        spec.name: spec
+        for spec in [
+            OpSpec("dyn_index", d_dyn_index, _dyn_index_code, _dyn_index, "always"),
+            OpSpec("dyn_write", d_dyn_write, _dyn_write_code, _dyn_write, "always"),
+            OpSpec("dyn_attention", d_dyn_attention, _dyn_attention_code, _dyn_attention),
+        ]
+    }
+)  # after DRAWN: `programs` draws them only when asked (runtime_int_programs)
+
+
+@st.composite
+def runtime_int_programs(draw: Callable[[st.SearchStrategy], Any], f16: bool = True) -> Program:
+    """Programs whose steps use runtime integers, between ordinary ops that read their results."""
+    ops = list(RUNTIME_INT_OPS) * 4 + ["add", "mul", "sum", "reshape", "permute", "where", "cast", "index"]
+    return draw(programs(max_steps=5, f16=f16, ops=[o for o in ops if o in OPS]))

@@ -34,6 +34,7 @@ from tracer.lazy import Lazy
 from tracer.limits import LARGEST_SAFE_BINDING, check_binding_size, check_float16, max_storage_buffers
 from tracer.quantized import check_quantized_operands, refuse, refuse_read, transposed_leaf
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
+from tracer.runtime_ints import RuntimeInt
 from tracer.tracing import note_rebind
 from tracer.views import RootCell, ViewInfo, child_view, derive, same_view
 
@@ -471,15 +472,82 @@ class Tensor:
         return make(Op.COPY, (self,), self.shape, self.dtype)
 
     def __getitem__(self, index: Any) -> Tensor:
-        """Basic indexing (ints, slices, None, ...): a view. tracer.advanced extends it to integer and bool arrays."""
+        """Basic indexing (ints, slices, None, ...): a view. tracer.advanced extends it to integer and bool arrays.
+
+        Runtime integers (tr.dynamic) may be starts, indices or a slice's stop (tracer.runtime_ints).
+        """
         view = resolve_index(self.shape, index)
         y = self if view.slices is None else self._movement(Op.SLICE, view.sliced_shape, view.slices)
-        return y.reshape(view.shape)
+        if view.runtime:
+            y._lazy.dyn = True
+        y = y.reshape(view.shape)
+        if view.runtime_length is None:
+            return y
+        axis, length, largest = view.runtime_length
+        return RuntimeLengthTensor(y, axis, length, largest)
 
     # --- debugging ----------------------------------------------------------------
     def graph(self) -> Graph:
         """The ir.Graph that would compute this tensor (nothing runs)."""
         return build_graph([self._lazy]).graph
+
+
+class RuntimeLengthTensor(Tensor):
+    """A slice whose length along one axis is a runtime integer (`cache[:, :, : pos + 1]`, tracer.runtime_ints).
+
+    It stores the slice to the length's bucket; `shape` shows the RuntimeInt on that axis,
+    `numpy()` the true length, and scaled_dot_product_attention attends over the true length.
+    Other ops refuse it (`make`): their result's shape would be known only at run time. It is
+    a snapshot, not a view: slice after writing into x (as a decode step does).
+    """
+
+    __slots__ = ("axis", "length", "largest")
+
+    def __init__(self, padded: Tensor, axis: int, length: RuntimeInt, largest: int) -> None:
+        shape = padded._lazy.shape
+        lz = Lazy(Op.RESHAPE, (padded._lazy,), shape, padded.dtype, shape)  # its own value, marked
+        lz.ragged = True
+        super().__init__(lz)
+        self.axis, self.length, self.largest = axis, length, largest
+
+    @property
+    def shape(self) -> tuple[Any, ...]:
+        s = list(self._lazy.shape)
+        s[self.axis] = self.length
+        return tuple(s)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def padded(self) -> Tensor:
+        """The stored slice, to the bucket length (what lies past the true length is whatever x holds there)."""
+        shape = self._lazy.shape
+        return Tensor(Lazy(Op.RESHAPE, (self._lazy,), shape, self.dtype, shape))
+
+    def numpy(self) -> np.ndarray:
+        full = super().numpy()
+        return full[(slice(None),) * self.axis + (slice(0, int(self.length)),)].copy()
+
+    def __getitem__(self, index: Any) -> Tensor:
+        raise ShapeError(
+            f"index: a tensor with a runtime length along axis {self.axis} (shape {self.shape}) cannot be indexed; "
+            "index the tensor it was sliced from"
+        )
+
+    def __repr__(self) -> str:
+        return f"Tensor(shape={self.shape}, dtype={self.dtype.value}, runtime length, stored as {self._lazy.shape})"
+
+
+def refuse_runtime_length(op: str, srcs: tuple[Tensor, ...]) -> None:
+    """ShapeError when an operand has a runtime length (RuntimeLengthTensor): only attention reads those."""
+    for s in srcs:
+        if s._lazy.ragged:
+            raise ShapeError(
+                f"{op}: an operand of shape {s.shape} has a runtime length (a slice ending at a tr.dynamic value); "
+                "only scaled_dot_product_attention reads such a tensor. Slice with python ints for a fixed shape"
+            )
 
 
 # --- realization of several tensors at once ------------------------------------------
@@ -508,12 +576,17 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 
 MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
 _F16 = DType.float16
+_QUANTIZED = frozenset(d for d in DType if d.is_quantized)
 
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
     """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
-    if any(s._lazy.dtype.is_quantized for s in srcs):
-        check_quantized_operands(op, tuple(s._lazy for s in srcs), dtype, arg)
+    lazies = tuple([s._lazy for s in srcs])
+    for lz in lazies:  # the rare operands (one loop: this runs for every op)
+        if lz.ragged or lz.dtype in _QUANTIZED:
+            refuse_runtime_length(op.value, srcs)
+            check_quantized_operands(op, lazies, dtype, arg)
+            break
     n = math.prod(shape)
     nbytes = dtype.nbytes(n) if dtype.is_quantized else n * dtype.itemsize
     if nbytes > LARGEST_SAFE_BINDING or n > MAX_ELEMENTS:
@@ -524,9 +597,9 @@ def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType,
             )
         if op not in MOVEMENT:  # views add no bytes
             check_binding_size(op.value, shape, dtype, nbytes)
-    if dtype is _F16 and not any(s._lazy.dtype is _F16 for s in srcs):
+    if dtype is _F16 and not any(lz.dtype is _F16 for lz in lazies):
         check_float16(op.value, shape)  # where float16 enters a graph, not later at realize
-    return Tensor(Lazy(op, tuple([s._lazy for s in srcs]), shape, dtype, arg))
+    return Tensor(Lazy(op, lazies, shape, dtype, arg))
 
 
 def from_data(data: Any, dtype: DType | str | None = None, op: str = "tensor") -> Tensor:
