@@ -210,7 +210,7 @@ class Program:
             self.sources[key] = source.code
             if dump_dir:
                 _dump(dump_dir, key, source.code)
-            pipeline, layout = self.device.pipeline(key, source.code, source.layout_entries())
+            pipeline, layout = self.device.pipeline(key, source.code, source.layout_entries(), kernel.unchecked())
             meta = kernel.pack_metadata()
             offset = len(uniform)
             uniform += meta + b"\0" * ((-len(meta)) % align)
