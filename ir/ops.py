@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from ir.optable import OPDEFS, Kind, OpDef
 
@@ -75,6 +76,7 @@ class Op(enum.Enum):
     WHERE = "where"
     # reductions over the last `arg` axes (the tracer permutes the reduced axes last)
     SUM = "sum"
+    PROD = "prod"
     MAX = "max"
     MIN = "min"
     ARGMAX = "argmax"
@@ -82,6 +84,9 @@ class Op(enum.Enum):
     # scans along the last axis
     CUMSUM = "cumsum"
     CUMPROD = "cumprod"
+    # stable sorting along the last axis (int32 indices); arg: SortArg
+    ARGSORT = "argsort"  # srcs: x; each run of arg.run elements (0: the whole row) sorted on its own
+    ARGSORT_MERGE = "argsort_merge"  # srcs: x, an argsort of x by runs of arg.run; out: by runs of 2 * arg.run
     # row ops over the last axis
     SOFTMAX = "softmax"
     LOG_SOFTMAX = "log_softmax"
@@ -172,6 +177,15 @@ class NormArg:
 
 
 @dataclass(frozen=True)
+class SortArg:
+    """How an ARGSORT or ARGSORT_MERGE node orders a row: ascending (NaN last) or descending (NaN
+    first), ties in index order; `run`: the length of the runs sorted on their own (0: the whole row)."""
+
+    descending: bool = False
+    run: int = 0
+
+
+@dataclass(frozen=True)
 class Conv1dArg:
     """A 1-D convolution's hyper-parameters, as torch.nn.functional.conv1d takes them."""
 
@@ -197,6 +211,9 @@ class AttentionArg:
     hide      a bool mask's True hides the key instead (masked_fill's sense)
     fill      a scalar operand is the score of a key the bool mask hides (else -inf)
     scale_by  "mul" or "div": a scalar operand multiplies or divides the scores after `scale`
+    length    the keys attended: the first `length` of k and v's S rows (None: all S). A runtime
+              integer (ir.symbolic.Sym) when k and v are slices to a bucket (tracer.runtime_ints);
+              causal alignment and the softmax then use this length, never S
     The scalar operands (a view of one element) follow the mask: scale_by's first, then fill's.
     passes.fuse_attention sets hide, fill and scale_by for attention written by hand.
     """
@@ -208,10 +225,13 @@ class AttentionArg:
     hide: bool = False
     fill: bool = False
     scale_by: str = ""
+    length: Any = None
 
     def __post_init__(self) -> None:
         if self.mask not in ("none", "bool", "add"):
             raise ValueError(f"AttentionArg: mask must be 'none', 'bool' or 'add', got {self.mask!r}")
+        if self.length is not None and self.mask != "none":
+            raise ValueError("AttentionArg: a mask over a runtime key length is not supported")
         if self.scale_by not in ("", "mul", "div") or (self.hide or self.fill) and self.mask != "bool":
             raise ValueError(f"AttentionArg: inconsistent {self}")
 

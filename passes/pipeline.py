@@ -21,17 +21,19 @@ from passes.schedule import schedule
 from passes.select_kernels import select_kernels
 from passes.split_attention import split_attention
 from passes.split_k import split_k
+from passes.split_sort import split_sort
 from passes.vectorize import vectorize
 
 Pass = Callable[[Graph, DeviceCaps], Graph]
 
 # fuse_attention reads the views fold_views made; split_k cuts GEMMs whose k a thread could not
-# walk within lavapipe's loop budget; split_attention comes before select_kernels (which picks the
+# walk within lavapipe's loop budget; split_sort cuts rows longer than one workgroup sorts into
+# runs and merges; split_attention comes before select_kernels (which picks the
 # kernels of both halves); fuse_gemv and fuse come after it (legality asks which kernel each
 # reduction/matmul got) and before vectorize, inplace and plan_memory (which then see one node per kernel)
 PIPELINE: list[Pass] = [
-    dce, fold_views, fuse_attention, split_k, split_attention, select_kernels, fuse_gemv, fuse, vectorize, inplace,
-    plan_memory, schedule,
+    dce, fold_views, fuse_attention, split_k, split_sort, split_attention, select_kernels, fuse_gemv, fuse,
+    vectorize, inplace, plan_memory, schedule,
 ]  # fmt: skip
 
 

@@ -40,9 +40,11 @@ from backend_wgpu.kernels import (
     ScanKernel,
     SoftmaxKernel,
     SoftmaxRegsKernel,
+    SortMergeKernel,
     SplitGemvKernel,
 )
 from backend_wgpu.kernels.blocks import LOOP_STEPS, unroll_for
+from backend_wgpu.kernels.sort.bitonic import SIZES, BitonicSortKernel, padded, run_length
 from ir.caps import DeviceCaps
 from ir.dtypes import DType
 from ir.errors import DTypeError, ShapeError
@@ -96,6 +98,13 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if node.op in SCAN:  # short rows one thread each, in numpy's order; long ones a workgroup each
         serial = (node.shape[-1] if node.shape else 1) <= ScanKernel.serial_max
         return KernelChoice(ScanKernel.name, "serial" if serial else "blocks", workgroup=(64 if serial else 256, 1, 1))
+    if node.op is Op.ARGSORT:  # a workgroup per run; passes.split_sort cut longer rows into runs and merges
+        if padded(run_length(node)) > BitonicSortKernel.block:
+            raise RuntimeError(f"argsort {node.shape}: a run of {run_length(node)} is past one workgroup (split_sort)")
+        variant = BitonicSortKernel.variant_for(node)
+        return KernelChoice(BitonicSortKernel.name, variant, workgroup=(SIZES[variant][1], 1, 1))
+    if node.op is Op.ARGSORT_MERGE:
+        return KernelChoice(SortMergeKernel.name, workgroup=(256, 1, 1))
     if node.op in (Op.ATTENTION, Op.ATTENTION_SPLITS):
         plan = decode_attention_plan(graph, node, caps)
         if plan is not None:

@@ -9,6 +9,7 @@ import tracer as tr
 from tests.helpers import assert_close
 
 
+@pytest.mark.f16  # uses float16 among other dtypes
 def test_tensor_from_lists_scalars_and_arrays() -> None:
     assert tr.tensor([[1, 2], [3, 4]]).dtype == tr.int32
     assert tr.tensor([1.5, 2]).dtype == tr.float32

@@ -128,6 +128,7 @@ def test_int_pow_and_negative_base_float_pow() -> None:
         assert_close((tr.tensor(f) ** tr.tensor(e)).numpy(), np.power(f, e))
 
 
+@pytest.mark.f16  # uses float16 among other dtypes
 def test_scalars_on_either_side_and_weak_promotion() -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     t = tr.tensor(x)

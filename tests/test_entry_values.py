@@ -66,6 +66,7 @@ def test_issue_16_item_5_reproducers_are_refused(call, words) -> None:
         assert w in str(info.value), (w, str(info.value))
 
 
+@pytest.mark.f16  # uses float16 among other dtypes
 def test_values_that_fit_enter_exactly() -> None:
     np.testing.assert_array_equal(tr.full((2,), 2**31 - 1).numpy(), [2**31 - 1] * 2)
     np.testing.assert_array_equal(tr.full((2,), 2**32 - 1, tr.uint32).numpy(), [2**32 - 1] * 2)

@@ -45,6 +45,25 @@ def _conv1d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.stack([np.einsum("bck,ock->bo", xp[..., i : i + k], w) for i in range(xp.shape[-1] - k + 1)], -1)
 
 
+def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]  # the half form's pairs (x[i], x[i + d/2])
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def _dequantized(w: np.ndarray, fmt: str) -> np.ndarray:
+    """What tr.quantize(w, fmt) holds, by the gguf package's own quantize and dequantize."""
+    import gguf
+
+    kind = gguf.GGMLQuantizationType[fmt.upper()]
+    return gguf.quants.dequantize(gguf.quants.quantize(w, kind), kind).reshape(w.shape)
+
+
 def _written(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = a.copy()
     out[4:6, 5:8] = b
@@ -57,9 +76,14 @@ class Case:
     run: Callable[..., tr.Tensor]  # on the inputs as tensors
     ref: Callable[..., np.ndarray]  # on the inputs as arrays
     caps: dict[str, Any] = field(default_factory=dict)  # changed caps that make the rules pick this kernel
+    needs: str = ""  # a package the case needs (skipped, saying so, without it)
 
 
 M, N, K = _f32(70, 40), _f32(40, 36), _f32(130, 300)
+W = _f32(17, 64)  # quantized weights: 17 rows of two 32-element blocks
+Q, KV = _f32(1, 2, 16, 8), _f32(1, 2, 20, 8)
+QD, KD = _f32(1, 4, 1, 16), _f32(1, 4, 700, 16)  # one query row over many keys: flash-decoding
+SWIGLU = (_f32(1, 32), _f32(24, 32), _f32(24, 32))
 CASES: dict[str, Case] = {
     "elementwise": Case(
         (M,), lambda a: tr.maximum(a.exp() * 0.5 - 1.0, 0.0), lambda a: np.maximum(np.exp(a) * 0.5 - 1, 0)
@@ -78,6 +102,39 @@ CASES: dict[str, Case] = {
     "gather": Case((M,), lambda a: tr.index_select(a, [3, 0, 69], 0), lambda a: a[[3, 0, 69]]),
     "index_write": Case((M, N[:2, :3]), lambda a, b: a.realize().index_write(b, (4, 5)), _written),
     "conv1d": Case((_f32(2, 4, 20), _f32(6, 4, 3)), lambda x, w: tr.nn.conv1d(x, w, padding=1), _conv1d),
+    "scan": Case((K,), lambda a: a.cumsum(axis=0), lambda a: np.cumsum(a, axis=0)),
+    "bitonic_sort": Case((K,), lambda a: tr.argsort(a, axis=0), lambda a: np.argsort(a, axis=0, kind="stable")),
+    "sort_merge": Case((_f32(2, 5000),), lambda a: tr.sort(a, descending=True), lambda a: -np.sort(-a)),
+    "rope": Case((_f32(2, 3, 8), _f32(3, 4), _f32(3, 4)), tr.nn.rope, _rope),
+    "flash_attention": Case((Q, KV, KV), tr.nn.scaled_dot_product_attention, _attention),
+    "attention_decode": Case((QD, KD, KD), tr.nn.scaled_dot_product_attention, _attention),
+    "attention_combine": Case(
+        (QD, KD, KD), tr.nn.scaled_dot_product_attention, _attention, {"max_workgroup_storage": 16384}
+    ),
+    "gemv_multi": Case(
+        SWIGLU,
+        lambda x, g, u: (x @ g.T).silu() * (x @ u.T),
+        lambda x, g, u: (x @ g.T) / (1 + np.exp(-x @ g.T)) * (x @ u.T),
+    ),
+    "sample": Case((K,), lambda a: tr.sample(a, temperature=0), lambda a: a.argmax(axis=-1)),
+    "dequant": Case(
+        (), lambda: tr.quantize(W, tr.q8_0).astype(tr.float32), lambda: _dequantized(W, "q8_0"), needs="gguf"
+    ),
+    "qgemv": Case(
+        (K[0, :64],),
+        lambda x: tr.nn.linear(x, tr.quantize(W, tr.q4_0)),
+        lambda x: _dequantized(W, "q4_0") @ x,
+        needs="gguf",
+    ),
+    "qgemm": Case(
+        (K[:5, :64],), lambda x: x @ tr.quantize(W, tr.q8_0).T, lambda x: x @ _dequantized(W, "q8_0").T, needs="gguf"
+    ),
+    "qgather": Case(
+        (),
+        lambda: tr.nn.embedding(tr.tensor([3, 0, 16]), tr.quantize(W, tr.q4_0)),
+        lambda: _dequantized(W, "q4_0")[[3, 0, 16]],
+        needs="gguf",
+    ),
 }
 
 
@@ -89,6 +146,8 @@ def test_every_registered_kernel_has_a_case() -> None:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_kernel_runs_and_matches_numpy(name: str) -> None:
     case = CASES[name]
+    if case.needs:
+        pytest.importorskip(case.needs, reason=f"the {name} case needs the {case.needs} package")
     y = case.run(*(tr.tensor(a) for a in case.inputs))
     got, program = run_with_caps(y, **case.caps)
     kernels = {d.kernel for d in program.dispatches}
@@ -98,7 +157,8 @@ def test_kernel_runs_and_matches_numpy(name: str) -> None:
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-4, atol=1e-4 * scale)
 
 
-def test_float16_is_refused_cleanly_without_shader_f16() -> None:
+def test_half_floats_are_refused_cleanly_without_the_feature() -> None:
+    """Named without float16 or f16: conftest skips those on adapters lacking shader-f16, exactly where this must run."""
     if get_device().caps.shader_f16:
         pytest.skip("this adapter has shader-f16 (the refusal is tested with patched caps in test_bad_inputs)")
     with pytest.raises(tr.DTypeError, match="shader-f16"):

@@ -166,6 +166,7 @@ def test_cast_feeding_a_reduction(monkeypatch):
     assert_close(got_u, want)
 
 
+@pytest.mark.f16  # uses float16 among other dtypes
 def test_mixed_dtypes_where_and_compare(monkeypatch):
     a = tr.randn(4, 6, seed=12)
     b = tr.tensor(np.arange(24, dtype=np.int32).reshape(4, 6) % 5)

@@ -50,6 +50,7 @@ def test_traces_once_per_signature_and_replays():
     assert layer.trace_count == 3
 
 
+@pytest.mark.f16  # uses float16 among other dtypes
 def test_retrace_reason_on_stderr(monkeypatch, capsys):
     monkeypatch.setenv("WGJIT_DEBUG", "1")
     layer, _, _ = make_layer()

@@ -120,6 +120,7 @@ def test_inplace_casting_is_same_kind_as_numpy(dtype, stmt: str) -> None:
     same(x, np.ones(4, dtype))  # unchanged
 
 
+@pytest.mark.f16  # uses float16 among other dtypes
 def test_inplace_downcast_within_kind() -> None:
     a = np.ones(4, np.float16)
     x = tr.tensor(a)

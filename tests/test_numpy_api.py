@@ -94,6 +94,60 @@ def test_any_all_count_nan_as_true_and_0d() -> None:
     assert tr.tensor(np.int32(3)).all().item() is True
 
 
+# --- prod -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES + ["uint32"])
+def test_prod(dtype: str, axis: Any, keepdims: bool) -> None:
+    """numpy's product, its int64 narrowed to int32 (so ints wrap), floats within their roundings."""
+    needs(dtype)
+    for shape in SHAPES:
+        x = data(shape, dtype) if dtype != "uint32" else data(shape, "int32").astype(np.uint32)
+        up = x.astype(np.float32) if dtype == "float16" else x  # float16 multiplies in float32, rounded once
+        with np.errstate(over="ignore"):  # products past 65504 are inf in float16, as numpy's
+            want = np.prod(up, axis=axis, keepdims=keepdims).astype(np.int32 if dtype == "bool" else x.dtype)
+        got = tr.prod(tr.tensor(x), axis=axis, keepdims=keepdims)
+        assert got.dtype.np == (np.int32 if dtype == "bool" else x.dtype)
+        if dtype in ("int32", "uint32", "bool"):
+            np.testing.assert_array_equal(got.numpy(), want)
+        else:  # each term's rounding in any order: n ulp of the product
+            n = x.size // max(want.size, 1)
+            close(got.numpy(), want, dtype, rtol=n * 1.2e-7 + 1e-7, atol=0)
+        np.testing.assert_array_equal(tr.tensor(x).prod(axis, keepdims=keepdims).numpy(), got.numpy())
+
+
+def test_prod_edges_wrapping_and_long_rows() -> None:
+    x = np.array([[NAN, 1, 0], [INF, 0, 1], [-INF, 2, 3], [1e30, 1e30, -1.0], [-0.0, 1, 1]], np.float32)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(tr.prod(tr.tensor(x), 1).numpy(), np.prod(x, 1))  # NaN, inf*0, overflow, -0
+    seven = np.full((3, 40), 7, np.int32)  # 7**40 wraps: numpy's int64 product narrowed to int32
+    np.testing.assert_array_equal(tr.prod(tr.tensor(seven), 1).numpy(), np.prod(seven, 1).astype(np.int32))
+    assert tr.prod(tr.zeros((3, 0))).item() == 1.0  # the empty product
+    np.testing.assert_array_equal(tr.prod(tr.zeros((3, 0)), 1).numpy(), [1, 1, 1])
+    assert tr.tensor(np.float32(2.5)).prod().item() == 2.5
+    assert tr.prod(tr.tensor([True, True, False])).item() == 0
+    np.testing.assert_array_equal(tr.prod(tr.tensor([[1, 2], [3, 4]]), dtype=tr.float32).numpy(), 24.0)
+    # long rows: a workgroup per row, vec4 loads where contiguous, fused with what comes before and after
+    y = np.random.default_rng(0).uniform(0.99, 1.01, (3, 20_000)).astype(np.float32)
+    got = (tr.tensor(y) * 1.0001).prod(axis=1) + 1.0
+    ((kernel, variant, width),) = kernels_of(got)  # one kernel: the multiply, the product and the add
+    assert (kernel, variant.split(":")[0], width) == ("reduce", "prod_rows", 4)
+    want = np.prod(y.astype(np.float64) * 1.0001, axis=1) + 1.0
+    assert_close(got.numpy(), want, rtol=20_000 * 1.2e-7, atol=0)
+    strided = tr.tensor(y.T.copy()).prod(axis=0)  # the same rows read down columns
+    assert_close(strided.numpy(), np.prod(y.astype(np.float64), axis=1), rtol=20_000 * 1.2e-7, atol=0)
+
+
+def test_prod_through_numpy_and_the_array_api() -> None:
+    x = data((3, 4), "int32")
+    t = tr.tensor(x)
+    for got in (np.prod(t, axis=1), np.multiply.reduce(t, axis=1), t.__array_namespace__().prod(t, axis=1)):
+        assert isinstance(got, tr.Tensor)  # lazy, on the GPU
+        np.testing.assert_array_equal(got.numpy(), np.prod(x, axis=1).astype(np.int32))
+
+
 def _logsumexp(x: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
     """scipy.special.logsumexp, written out in float64."""
     axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, int) else axis
@@ -387,3 +441,48 @@ def test_scans_propagate_nan_and_inf_and_take_dtype() -> None:
     np.testing.assert_array_equal(tr.cumsum(tr.tensor(np.float32(3.0))).numpy(), np.cumsum(np.float32(3.0)))  # 0-d
     got = tr.cumsum(tr.tensor(np.array([1, 2, 3], np.int32)), dtype=tr.float32)
     assert got.dtype == tr.float32 and got.numpy().tolist() == [1.0, 3.0, 6.0]
+
+
+# --- quantile, percentile, median; isclose, allclose -----------------------------------------------
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", [None, 0, -1, (0, 2)], ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32"])
+def test_quantile_percentile_median(dtype: str, axis: Any, keepdims: bool) -> None:
+    """numpy's linear interpolation between the sorted neighbours; ints as float32."""
+    needs(dtype)
+    x = data((4, 7, 6), dtype)
+    f = x.astype(np.float32)
+    for q in (0.0, 0.25, 0.5, 0.9, 1.0, [0.1, 0.5, 0.75]):
+        got = tr.quantile(tr.tensor(x), q, axis=axis, keepdims=keepdims)
+        close(got.numpy(), np.quantile(f, q, axis=axis, keepdims=keepdims).astype(got.dtype.np), dtype, 1e-6, 1e-6)
+    got = tr.percentile(tr.tensor(x), [5, 50], axis=axis, keepdims=keepdims)
+    close(got.numpy(), np.percentile(f, [5, 50], axis=axis, keepdims=keepdims).astype(got.dtype.np), dtype, 1e-6, 1e-6)
+    got = tr.median(tr.tensor(x), axis=axis, keepdims=keepdims)
+    close(got.numpy(), np.median(f, axis=axis, keepdims=keepdims).astype(got.dtype.np), dtype, 1e-6, 1e-6)
+
+
+def test_quantile_nan_empty_and_bad_q() -> None:
+    x = np.array([[1.0, NAN, 3.0], [4.0, 5.0, 6.0], [-INF, 0.0, INF]], np.float32)
+    np.testing.assert_array_equal(tr.median(tr.tensor(x), axis=1).numpy(), np.median(x, axis=1))  # NaN row: NaN
+    np.testing.assert_array_equal(tr.median(tr.zeros((3, 0)), axis=1).numpy(), [NAN] * 3)  # numpy: NaN, warning
+    assert tr.median(tr.tensor([3, 1, 2, 10])).item() == np.median([3, 1, 2, 10])
+    for bad in (1.5, -0.1, [[0.5]]):
+        with pytest.raises(ValueError, match="quantile: q must be"):
+            tr.quantile(tr.tensor(x), bad)
+    with pytest.raises(ValueError, match="percentile: q must be in"):
+        tr.percentile(tr.tensor(x), 101)
+    with pytest.raises(ValueError, match="method='linear'"):
+        tr.quantile(tr.tensor(x), 0.5, method="nearest")
+
+
+def test_isclose_allclose() -> None:
+    a = np.array([1.0, INF, -INF, NAN, 1.0, 0.0, 1e-9], np.float32)
+    b = np.array([1.000001, INF, INF, NAN, 1.1, 1e-9, 0.0], np.float32)
+    for kw in ({}, {"equal_nan": True}, {"rtol": 0.2}, {"atol": 0.0}):
+        np.testing.assert_array_equal(tr.isclose(tr.tensor(a), tr.tensor(b), **kw).numpy(), np.isclose(a, b, **kw))
+        assert tr.allclose(tr.tensor(a[:3:2]), b[:3:2], **kw) == np.allclose(a[:3:2], b[:3:2], **kw)
+    i = np.arange(5, dtype=np.int32)
+    np.testing.assert_array_equal(tr.isclose(tr.tensor(i), i + 1, atol=1).numpy(), np.isclose(i, i + 1, atol=1))
+    assert tr.allclose(tr.tensor(i), i) is True

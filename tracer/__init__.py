@@ -39,9 +39,10 @@ from tracer.gguf import gguf_metadata, load_gguf, quantize
 from tracer.jit import jit
 from tracer.linalg import dot, einsum, outer, tensordot, vdot
 from tracer.nn import clamp, gather, index_select, masked_fill, pow
-from tracer.numeric import clip, nan_to_num
+from tracer.numeric import allclose, clip, isclose, nan_to_num
 from tracer.realize import reset_device
-from tracer.reductions import all, any, cumprod, cumsum, logsumexp, std, var
+from tracer.reductions import all, any, cumprod, cumsum, logsumexp, median, percentile, prod, quantile, std, var
+from tracer.runtime_ints import RuntimeInt, dynamic
 from tracer.sampling import sample
 from tracer.shaping import (
     array_split,
@@ -56,13 +57,16 @@ from tracer.shaping import (
     tile,
     transpose,
 )
+from tracer.sorting import argsort, sort, topk
 from tracer.tensor import Tensor, compile, concat, hypot, logaddexp, matmul, maximum, minimum, realize, stack, where
 from tracer.weights import load_safetensors
 
 # these add Tensor methods when imported (x[i] = v, x[array], numpy's protocols, the Array API)
 from tracer import advanced, array_api, interop, mutation  # noqa: E402, F401, I001  isort: skip
+from tracer import missing  # noqa: E402, I001  isort: skip
 
 bool = bool_  # noqa: A001  tr.bool, as numpy spells it
+__getattr__ = missing.module_attribute  # a numpy name wgjit lacks says what to use instead
 
 
 def _unary(name: str):  # noqa: ANN202
@@ -137,10 +141,12 @@ __all__ = [
     # transformer inference (tracer/nn.py, tracer/weights.py)
     "clamp", "erf", "gather",
     # numpy's everyday API (tracer/reductions.py, numeric.py)
-    "all", "any", "clip", "cumprod", "cumsum", "logsumexp", "nan_to_num", "std", "var",
+    "all", "any", "argsort", "clip", "cumprod", "cumsum", "logsumexp", "nan_to_num", "prod", "sort", "allclose", "isclose", "median", "percentile", "quantile", "std", "topk", "var",
     "array_split", "chunk", "concatenate", "eye", "flip", "linspace", "moveaxis", "repeat", "roll", "split",
     "swapaxes", "tile", "tril", "triu", "dot", "einsum", "outer", "tensordot", "vdot", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
     # quantized weights and GGUF files (tracer/gguf.py, tracer/quantized.py)
     "FormatError", "gguf_metadata", "load_gguf", "q4_0", "q8_0", "quantize",
+    # runtime positions and lengths (tracer/runtime_ints.py)
+    "RuntimeInt", "dynamic",
 ]  # fmt: skip
 __all__ += _TABLE_UNARY  # abs, exp, log, sqrt, sin, tanh, silu, erf, ... (the op table's plain unary ops)

@@ -27,7 +27,7 @@ from ir import shapes
 from ir.dtypes import DType, promote, to_dtype
 from ir.errors import DTypeError, ShapeError, WgjitError
 from ir.ops import Op
-from tracer import factories
+from tracer import factories, sorting
 from tracer.nn import gather, index_select
 from tracer.tensor import (
     Tensor,
@@ -595,7 +595,8 @@ def _cumulative(name: str) -> Any:
             axis = 0
         out = getattr(t, method)(axis=axis)
         if include_initial:
-            first = full_like(out[(slice(None),) * (axis % t.ndim) + (slice(0, 1),)], 0 if method == "cumsum" else 1)
+            a = axis % t.ndim  # the initial value's slice has size 1 along the axis, even when x is empty there
+            first = factories.full(out.shape[:a] + (1,) + out.shape[a + 1 :], 0 if method == "cumsum" else 1, out.dtype)
             out = _concat([first, out], axis)
         return out
 
@@ -816,18 +817,11 @@ def take_along_axis(x: Tensor, indices: Tensor, /, *, axis: int = -1) -> Tensor:
 
 
 def sort(x: Tensor, /, *, axis: int = -1, descending: builtins.bool = False, stable: builtins.bool = True) -> Tensor:
-    if not hasattr(x, "sort"):
-        raise ArrayAPIUnsupported("sort: no sorting kernel in wgjit yet")
-    out = x.sort(axis=axis)
-    return flip(out, axis=axis) if descending else out
+    return sorting.sort(x, axis, descending=descending)  # always stable
 
 
 def argsort(x: Tensor, /, *, axis: int = -1, descending: builtins.bool = False, stable: builtins.bool = True) -> Tensor:
-    if not hasattr(x, "argsort"):
-        raise ArrayAPIUnsupported("argsort: no sorting kernel in wgjit yet")
-    if descending:
-        return argsort(-x if x.dtype.is_float or x.dtype is DType.int32 else ~x, axis=axis)
-    return x.argsort(axis=axis)
+    return sorting.argsort(x, axis, descending=descending)  # always stable: ties in index order
 
 
 # --- what is not provided -----------------------------------------------------------------

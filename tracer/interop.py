@@ -25,6 +25,7 @@ from ir import shapes
 from ir.dtypes import DType, to_dtype
 from ir.errors import DTypeError, ShapeError
 from ir.ops import Op
+from tracer import sorting
 from tracer.factories import full
 from tracer.mutation import assign_result
 from tracer.nn import gather, index_select
@@ -356,10 +357,19 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "size": lambda a, axis=None: _tensor(a, "size").size if axis is None else _tensor(a, "size").shape[axis],
     "matmul": matmul,
     # the ops' table (issue 15 item 1) adds these as Tensor methods; numpy's signature where it matches
-    **{name: _by_method(name) for name in ("var", "std", "cumsum", "cumprod", "sort", "argsort", "flip", "roll",
+    "sort": sorting.sort,  # x.sort() sorts in place, as ndarray.sort; np.sort returns a copy
+    "argsort": sorting.argsort,
+    **{name: _by_method(name) for name in ("var", "std", "cumsum", "cumprod", "flip", "roll",
                                            "tile", "repeat", "swapaxes", "moveaxis", "dot", "vdot", "outer",
                                            "round", "nan_to_num", "tril", "triu", "logsumexp", "split")},
 }  # fmt: skip
+
+
+def stays_lazy(name: str) -> bool:
+    """Whether `np.<name>(x)` on a Tensor stays lazy on the GPU (else numpy computes it on the host)."""
+    if name in FUNCTIONS or name in _binary_methods() or name in ("negative", "positive", "logical_not", "reciprocal"):
+        return True
+    return name in UNARY_METHODS and hasattr(Tensor, UNARY_METHODS[name])
 
 
 def array_function(func: Any, types: tuple[type, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -1,4 +1,5 @@
-"""numpy's elementwise helpers built from wgjit's ops: clip and nan_to_num (functions and methods)."""
+"""numpy's elementwise helpers built from wgjit's ops: clip and nan_to_num (functions and
+methods), isclose and allclose."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from tracer.tensor import Tensor, add_methods, as_tensor, clamp, constant, where
+from ir.dtypes import DType
+from tracer.tensor import Tensor, add_methods, as_tensor, as_tensors, clamp, constant, where
 
 
 def clip(x: Any, a_min: Any = None, a_max: Any = None) -> Tensor:
@@ -25,6 +27,23 @@ def nan_to_num(x: Any, nan: float = 0.0, posinf: float | None = None, neginf: fl
     low = -big if neginf is None else neginf
     y = where(x.isnan(), nan, x)
     return where(y.isinf(), where(y > 0, constant(high, x.dtype), low), y)
+
+
+def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    """|a - b| <= atol + rtol * |b| elementwise, as np.isclose: infinities are close only to
+    themselves, NaN to nothing (to NaN with equal_nan). Ints and bools compare as float32."""
+    x, y = as_tensors("isclose", a, b)
+    x = x if x.dtype.is_float else x.astype(DType.float32)
+    y = y if y.dtype.is_float else y.astype(DType.float32)
+    close = (x - y).abs() <= atol + rtol * y.abs()
+    out = where(x.isfinite() & y.isfinite(), close, x == y)
+    return out | (x.isnan() & y.isnan()) if equal_nan else out
+
+
+def allclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    """Whether every element is close, as np.allclose: a python bool, so it computes (and reads
+    back one value) at once; inside @tr.jit use isclose(...).all()."""
+    return bool(isclose(a, b, rtol, atol, equal_nan).all().item())
 
 
 add_methods(clip, nan_to_num)

@@ -31,6 +31,8 @@ from backend_wgpu.kernels.sample.sample import SampleKernel
 from backend_wgpu.kernels.scan.scan import ScanKernel
 from backend_wgpu.kernels.softmax.softmax import SoftmaxKernel
 from backend_wgpu.kernels.softmax.softmax_regs import SoftmaxRegsKernel
+from backend_wgpu.kernels.sort.bitonic import BitonicSortKernel
+from backend_wgpu.kernels.sort.merge import SortMergeKernel
 
 KERNELS: dict[str, type[Kernel]] = {
     k.name: k
@@ -51,6 +53,8 @@ KERNELS: dict[str, type[Kernel]] = {
         IndexWriteKernel,
         Conv1dKernel,
         ScanKernel,
+        BitonicSortKernel,
+        SortMergeKernel,
         FlashAttentionKernel,
         DecodeAttentionKernel,
         AttentionCombineKernel,

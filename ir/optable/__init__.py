@@ -15,6 +15,7 @@ expressions of backend_wgpu/kernels/expr.py, and the plain unary methods of trac
   accumulate.py  reductions, softmax, norms, matmul, conv1d
   data.py        inputs, arange, movement, views, concat, gather, index_write, fused
   transformer.py rope, attention, and flash-decoding's key ranges and their combine
+  sorting.py     stable argsort along the last axis (its keys: NaN last, -0 == +0) and its merge steps
   sampling.py    one id per row of logits: temperature, top-k, top-p, a counter-based generator
 
 This package imports no wgpu and nothing else of ir but dtypes, errors and view: its WGSL is
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ir.optable import accumulate, binary, data, logic, sampling, transformer, unary
+from ir.optable import accumulate, binary, data, logic, sampling, sorting, transformer, unary
 from ir.optable.record import Dtypes, Kind, OpDef, Wgsl
 
 
@@ -41,6 +42,6 @@ def _records(*modules: ModuleType) -> dict[str, OpDef]:
     return table
 
 
-OPDEFS: dict[str, OpDef] = _records(data, unary, binary, logic, accumulate, transformer, sampling)
+OPDEFS: dict[str, OpDef] = _records(data, unary, binary, logic, accumulate, sorting, transformer, sampling)
 
 __all__ = ["OPDEFS", "Dtypes", "Kind", "OpDef", "Wgsl"]

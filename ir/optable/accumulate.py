@@ -29,6 +29,12 @@ def _sum(node: Node, args: list[np.ndarray]) -> np.ndarray:
     return np.sum(upcast(args[0]), axis=_axes(node), dtype=acc)
 
 
+def _prod(node: Node, args: list[np.ndarray]) -> np.ndarray:
+    # floats multiply in float32 (float16 too, rounded once); ints in their type, wrapping as the GPU's
+    acc = np.float32 if node.dtype.is_float else node.dtype.np
+    return np.prod(upcast(args[0]), axis=_axes(node), dtype=acc)
+
+
 def _max(node: Node, args: list[np.ndarray]) -> np.ndarray:
     return np.max(upcast(args[0]), axis=_axes(node))
 
@@ -47,6 +53,7 @@ def _arg_reduce(fn: np.ufunc) -> object:
 
 
 SUM = OpDef("sum", Kind.REDUCE, 1, NUMERIC, "the sum over the last `arg` axes", evaluate=_sum)
+PROD = OpDef("prod", Kind.REDUCE, 1, NUMERIC, "the product over the last `arg` axes", evaluate=_prod)
 MAX = OpDef("max", Kind.REDUCE, 1, NUMERIC, "the largest element over the last `arg` axes", evaluate=_max)
 MIN = OpDef("min", Kind.REDUCE, 1, NUMERIC, "the smallest element over the last `arg` axes", evaluate=_min)
 _INDEX = Dtypes(NUMERIC.families, result="int32")

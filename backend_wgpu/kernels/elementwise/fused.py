@@ -227,8 +227,13 @@ class FusedCode:
             to, src = vtype(t.dtype, width), arg_dtypes[0]
             if src.is_float and t.dtype.is_int:  # saturating (WGSL) and NaN -> 0 (documented)
                 # float16 goes via float32: i32(f16) clamps to the f16 range, so inf gave 65504
-                x = f"{vtype(DType.float32, width)}({args[0]})" if src is DType.float16 else args[0]
-                return f"select({to}({x}), {to}(0), {expr.isnan(x, vtype(DType.float32, width))})"
+                f32 = vtype(DType.float32, width)
+                x = f"{f32}({args[0]})" if src is DType.float16 else args[0]
+                # clamped to the largest floats inside the range first: WGSL's conversion saturates,
+                # but naga's GLSL (Mesa's GL adapter) gave INT32_MIN for 3e9 and inf
+                lo, hi = ("-2147483648.0", "2147483520.0") if t.dtype is DType.int32 else ("0.0", "4294967040.0")
+                clamped = f"clamp({x}, {f32}({lo}), {f32}({hi}))"
+                return f"select({to}({clamped}), {to}(0), {expr.isnan(x, f32)})"
             if t.dtype is DType.float16 and src is not DType.float16:  # see expr.f16_rounded
                 wide = vtype(DType.float32, width)
                 for name, code in expr.f16_round_helper(wide).items():

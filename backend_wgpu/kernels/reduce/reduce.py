@@ -1,10 +1,11 @@
-"""Reductions (sum, max, min, argmax, argmin) over the last k axes of a strided view.
+"""Reductions (sum, prod, max, min, argmax, argmin) over the last k axes of a strided view.
 
 Two variants, chosen by passes.select_kernels:
   *_rows   - one workgroup per output row: threads stride over the row, then the
              workgroup tree (blocks.tree_fold); vec4 loads when the row is contiguous.
   *_serial - one thread per output row, for short rows (or very many rows).
-Floats accumulate in f32 (also for f16 data); max/min and argmax/argmin propagate NaN
+Floats accumulate in f32 (also for f16 data), ints in their type (a product wraps, as
+numpy's int32 multiply does); max/min and argmax/argmin propagate NaN
 as numpy does (argmax returns the first NaN).
 
 As the core of a fused group (kernels/elementwise/fused.py) the reduction reads its input through an
@@ -44,7 +45,7 @@ class ReduceKernel(Kernel):
 
     @classmethod
     def widest_element(cls, node: Node, views: list[View]) -> int:
-        if node.op in (Op.SUM, Op.MAX, Op.MIN) and node.kernel.variant.endswith("_rows"):
+        if node.op in (Op.SUM, Op.PROD, Op.MAX, Op.MIN) and node.kernel.variant.endswith("_rows"):
             return next(w for w in WIDTHS if row_vector(views[0], node.arg, w))
         return 1  # argmax/argmin compare indices lane by lane; a serial thread walks scalars
 
@@ -119,8 +120,8 @@ class ReduceKernel(Kernel):
     # --- rendering --------------------------------------------------------------------
     def _identity(self, b: WgslBuilder) -> str:
         op, acc = self.core.op, self.acc_type()
-        if op is Op.SUM:
-            return f"{acc}(0)"
+        if op in (Op.SUM, Op.PROD):
+            return f"{acc}({int(op is Op.PROD)})"
         if acc == "f32":
             inf = infinity(b)
             return f"-{inf}" if op in (Op.MAX, Op.ARGMAX) else inf
@@ -129,7 +130,7 @@ class ReduceKernel(Kernel):
         return "0u" if op in (Op.MAX, Op.ARGMAX) else "4294967295u"
 
     def _combine_helpers(self, b: WgslBuilder) -> None:
-        """`combine(a, b)` (sum, max, min; NaN wins) or `better(a, ia, b, ib)` (argmax, argmin; first NaN wins)."""
+        """`combine(a, b)` (sum, prod, max, min; NaN wins) or `better(a, ia, b, ib)` (argmax, argmin; first NaN wins)."""
         acc, op = self.acc_type(), self.core.op
         nan = (
             f"let an = {isnan('a', 'f32')}; let bn = {isnan('b', 'f32')};"
@@ -142,8 +143,9 @@ class ReduceKernel(Kernel):
                 "combine",
                 f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ {nan} return select(select({fn}(a, b), b, bn), a, an); }}",
             )
-        elif op is Op.SUM:
-            b.helper("combine", f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ return a + b; }}")
+        elif op in (Op.SUM, Op.PROD):
+            sign = "+" if op is Op.SUM else "*"
+            b.helper("combine", f"fn combine(a: {acc}, b: {acc}) -> {acc} {{ return a {sign} b; }}")
         else:
             cmp = ">" if op is Op.ARGMAX else "<"
             # true when candidate (a, ia) should replace the best so far (b, ib)

@@ -1,0 +1,1 @@
+"""Sorting: the stable argsort along the last axis (bitonic within a workgroup, then merges)."""
