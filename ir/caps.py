@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ir.tuning import TuningTable
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,16 @@ class DeviceCaps:
     uniform_align: int = 256
     storage_align: int = 256  # min storage buffer offset alignment (binding ranges of one buffer)
     max_workgroups_per_dim: int = 65535
+    driver: str = ""  # the adapter's driver description (keys the tuning cache with name and backend)
+    # configurations `wgjit tune` measured on this adapter (backend_wgpu/autotune.py); empty: built-in rules
+    tuning: TuningTable = field(default_factory=TuningTable)
 
     def key(self) -> tuple:
-        return (self.name, self.backend, self.shader_f16, self.subgroup_size, self.max_storage_binding)
+        return (
+            self.name,
+            self.backend,
+            self.shader_f16,
+            self.subgroup_size,
+            self.max_storage_binding,
+            self.tuning.digest(),
+        )

@@ -41,17 +41,22 @@ class Graph:
     outputs: tuple[int, ...]
     schedule: Schedule | None = None
     _nx: nx.DiGraph | None = field(default=None, repr=False)
+    # the runtime integers (ir.symbolic.Sym slots) the graph was traced with: ir.interpret's default.
+    # Not part of the structure: a program runs with the values of each call.
+    ints: tuple[int, ...] = ()
 
     # --- construction -------------------------------------------------------------
     def with_nodes(self, nodes: Iterable[Node], outputs: tuple[int, ...] | None = None) -> Graph:
         """A new graph with these nodes (topologically ordered) and the same or new outputs."""
-        return Graph({n.id: n for n in nodes}, self.outputs if outputs is None else outputs, self.schedule)
+        return Graph(
+            {n.id: n for n in nodes}, self.outputs if outputs is None else outputs, self.schedule, ints=self.ints
+        )
 
     def replace(self, node: Node) -> Graph:
         """A new graph where the node with `node.id` is replaced (annotation by replacement)."""
         nodes = dict(self.nodes)
         nodes[node.id] = node
-        return Graph(nodes, self.outputs, self.schedule)
+        return Graph(nodes, self.outputs, self.schedule, ints=self.ints)
 
     def next_id(self) -> int:
         return max(self.nodes, default=-1) + 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from ir.optable import OPDEFS, Kind, OpDef
 
@@ -210,6 +211,9 @@ class AttentionArg:
     hide      a bool mask's True hides the key instead (masked_fill's sense)
     fill      a scalar operand is the score of a key the bool mask hides (else -inf)
     scale_by  "mul" or "div": a scalar operand multiplies or divides the scores after `scale`
+    length    the keys attended: the first `length` of k and v's S rows (None: all S). A runtime
+              integer (ir.symbolic.Sym) when k and v are slices to a bucket (tracer.runtime_ints);
+              causal alignment and the softmax then use this length, never S
     The scalar operands (a view of one element) follow the mask: scale_by's first, then fill's.
     passes.fuse_attention sets hide, fill and scale_by for attention written by hand.
     """
@@ -221,10 +225,13 @@ class AttentionArg:
     hide: bool = False
     fill: bool = False
     scale_by: str = ""
+    length: Any = None
 
     def __post_init__(self) -> None:
         if self.mask not in ("none", "bool", "add"):
             raise ValueError(f"AttentionArg: mask must be 'none', 'bool' or 'add', got {self.mask!r}")
+        if self.length is not None and self.mask != "none":
+            raise ValueError("AttentionArg: a mask over a runtime key length is not supported")
         if self.scale_by not in ("", "mul", "div") or (self.hide or self.fill) and self.mask != "bool":
             raise ValueError(f"AttentionArg: inconsistent {self}")
 

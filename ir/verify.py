@@ -6,6 +6,7 @@ from ir.errors import WgjitError
 from ir.fusion import check_fused
 from ir.graph import Graph
 from ir.ops import ELEMENTWISE, MOVEMENT, NO_KERNEL, Op
+from ir.symbolic import lower, upper
 from ir.view import View
 
 
@@ -31,7 +32,7 @@ def verify(graph: Graph) -> None:
             if not isinstance(node.arg, View) or node.arg.shape != node.shape:
                 raise VerifyError(f"%{nid}: view arg does not match shape {node.shape}")
             lo, hi = node.arg.span()
-            if node.arg.size and (lo < 0 or hi > srcs[0].size):
+            if node.arg.size and (lower(lo) < 0 or upper(hi) > srcs[0].size):  # a runtime offset: its range
                 raise VerifyError(f"%{nid}: view {node.arg} reaches outside its source of {srcs[0].size} elements")
         if node.op is Op.FUSED:
             problem = check_fused(node, {s.id: s.shape for s in srcs})

@@ -7,10 +7,14 @@ expresses: `reshape` then returns None and the caller materializes a copy first.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
+from ir.symbolic import Sym
 
+
+@functools.lru_cache(maxsize=4096)  # tracing asks for the same few shapes again and again
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = []
     acc = 1
@@ -34,7 +38,7 @@ class View:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @functools.cached_property  # noqa: B019  (frozen dataclass: computed once per View)
     def is_contiguous(self) -> bool:
         """True when this view reads its buffer from `offset` in plain row-major order."""
         return self._canonical() == contiguous_strides(self.shape)
@@ -60,10 +64,14 @@ class View:
         return View(tuple(shape), tuple(strides), self.offset)
 
     def slice(self, spec: tuple[tuple[int, int, int], ...]) -> View:
-        """Each axis gets (start, stop, step) already normalized as range() takes them."""
+        """Each axis gets (start, stop, step) already normalized as range() takes them.
+
+        A start may be a runtime integer (ir.symbolic.Sym, with stop = start + n and step 1):
+        the offset is then one too.
+        """
         shape, strides, offset = [], [], self.offset
         for (start, stop, step), stride in zip(spec, self.strides):
-            n = len(range(start, stop, step))
+            n = stop - start if isinstance(start, Sym) else len(range(start, stop, step))
             shape.append(n)
             strides.append(stride * step)
             if n:

@@ -58,7 +58,7 @@ def fold_views(graph: Graph, caps: DeviceCaps) -> Graph:
         else:
             outputs.append(o)
     # drop views nobody reads any more (their consumers now read the composed view)
-    g = Graph(_toposort(out), tuple(outputs))
+    g = Graph(_toposort(out), tuple(outputs), ints=graph.ints)
     return _drop_unread_views(g)
 
 

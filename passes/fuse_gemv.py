@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 import networkx as nx
 
 from ir.caps import DeviceCaps
+from ir.dtypes import DType
 from ir.fusion import FusedArg, linear_broadcast, linear_identity
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
@@ -289,9 +290,16 @@ def _assemble(graph: Graph, info: _Info, parts: list[_Part]) -> _Group:
 
 
 def _norm_prologue(graph: Graph, info: _Info, cores: list[int]) -> int | None:
-    """The rms_norm the matmuls read (through plain reshapes) when nothing else reads it."""
+    """The rms_norm the matmuls read (through plain reshapes) when nothing else reads it.
+
+    Only a float32 norm: the folded norm never stores its row, so a float16 one would skip the
+    rounding to float16 every stored value gets (NUMERICS.md), and a row past 65504 would give
+    finite products where the unfused graph gives inf - inf = NaN (found by the H200 fuzz survey).
+    """
     owner, view = view_of_operand(graph, graph[cores[0]].srcs[0])
     if owner.op is not Op.RMS_NORM or owner.id in info.outputs or not linear_identity(view, owner.size):
+        return None
+    if owner.dtype is not DType.float32:
         return None
     return owner.id if sorted(info.readers[owner.id]) == sorted(cores) else None
 

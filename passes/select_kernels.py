@@ -9,7 +9,9 @@ chooses. KernelElement width is decided later by passes.vectorize.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, replace
+from typing import Any
 
 from backend_wgpu.element import row_vector, vector_readable
 from backend_wgpu.kernels import (
@@ -49,6 +51,7 @@ from ir.errors import DTypeError, ShapeError
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import ELEMENTWISE, NO_KERNEL, NORM, REDUCE, ROW, SCAN, Op
+from ir.tuning import TuningTable, bucket
 from ir.view import View
 from passes.fold_views import view_of_operand
 
@@ -65,7 +68,7 @@ def select_kernels(graph: Graph, caps: DeviceCaps) -> Graph:
 
 def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if any(graph[s].dtype.is_quantized for s in node.srcs) or node.dtype.is_quantized:
-        return _select_quantized(graph, node)
+        return _select_quantized(graph, node, caps)
     if node.op in ELEMENTWISE:
         return KernelChoice(ElementwiseKernel.name, node.op.value, workgroup=(256, 1, 1))
     if node.op in REDUCE:
@@ -183,10 +186,16 @@ QGEMV_WX, QGEMV_WY, QGEMV_ROWS, QGEMV_UNROLL = 32, 4, 4, 2
 MAX_LOOP = 65535  # lavapipe ends a loop after this many iterations
 
 
-def _select_quantized(graph: Graph, node: Node) -> KernelChoice:
+def _select_quantized(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     """Kernels that read quantized blocks: the tracer lets only matmul (x @ w.T), gather and cast reach here."""
     if node.op is Op.MATMUL:
-        return quant_matmul_choice(graph, node)
+        p = qgemv_problem(graph, node)
+        tuned = _tuned(p, caps) if p is not None else None
+        if tuned is None:
+            return quant_matmul_choice(graph, node)
+        wx, wy, rows, unroll = _gemv_numbers(tuned[0])
+        choice = quant_matmul_choice(graph, node, wx, wy, rows, unroll)
+        return replace(choice, params=choice.params + (("tuned", tuned[1]),))
     if node.op is Op.CAST:
         return KernelChoice(DequantKernel.name, workgroup=(256, 1, 1))
     if node.op is Op.GATHER:
@@ -198,23 +207,81 @@ def quant_matmul_choice(
     graph: Graph, node: Node, wx: int = QGEMV_WX, wy: int = QGEMV_WY, rows: int = QGEMV_ROWS, unroll: int = QGEMV_UNROLL
 ) -> KernelChoice:
     """qgemv for one row of x, qgemm for more; x read as vec4 where its view allows."""
-    m, n = node.shape
+    m = node.shape[0]
     w = graph[node.srcs[1]]
     k = graph[node.srcs[0]].shape[-1]
     _, a_view = view_of_operand(graph, node.srcs[0])
     variant = "x4" if row_vector(a_view, 1, 4) else "x1"
+    return quant_choice(m, k, w.dtype, variant, wx, wy, rows, unroll)
+
+
+def quant_choice(
+    m: int,
+    k: int,
+    wdtype: DType,
+    variant: str,
+    wx: int = QGEMV_WX,
+    wy: int = QGEMV_WY,
+    rows: int = QGEMV_ROWS,
+    unroll: int = QGEMV_UNROLL,
+) -> KernelChoice:
+    """quant_matmul_choice from the sizes: wx doubled (wy halved) while a row's units would pass the loop budget."""
     if m == 1:
-        units = k // (16 if w.dtype is DType.q8_0 else 32)
+        units = k // (16 if wdtype is DType.q8_0 else 32)
         while -(-units // wx) > MAX_LOOP and wx < 256:
             wx *= 2
             wy = max(1, wy // 2)
         if -(-units // wx) > MAX_LOOP:
-            raise ShapeError(f"matmul: k={k} is too long for one {w.dtype.value} GEMV row")
+            raise ShapeError(f"matmul: k={k} is too long for one {wdtype.value} GEMV row")
         params = (("rows", rows), ("unroll", unroll))
         return KernelChoice(QuantGemvKernel.name, variant, workgroup=(wx, wy, 1), params=params)
     if k // 32 > MAX_LOOP:
-        raise ShapeError(f"matmul: k={k} is too long for the {w.dtype.value} GEMM (at most {MAX_LOOP * 32})")
+        raise ShapeError(f"matmul: k={k} is too long for the {wdtype.value} GEMM (at most {MAX_LOOP * 32})")
     return KernelChoice(QuantGemmKernel.name, variant, workgroup=(16, 16, 1))
+
+
+@dataclass(frozen=True)
+class QuantGemvProblem:
+    """What the qgemv rules look at: one row of x (k) times a quantized weight (n, k), read as w.T."""
+
+    n: int
+    k: int
+    dtypes: tuple[DType, DType, DType]  # x, the weight's format, the output
+    layout: str  # x4 (x read as vec4) or x1
+    family: str = QuantGemvKernel.name
+
+    def tuning_key(self) -> str:
+        dt = ",".join(d.value for d in self.dtypes[:2]) + "->" + self.dtypes[2].value
+        return f"qgemv {dt} {self.layout} n{bucket(self.n)} k{bucket(self.k)}"
+
+
+def qgemv_problem(graph: Graph, node: Node) -> QuantGemvProblem | None:
+    """The qgemv problem of a quantized matmul of one row (None for more rows: qgemm has no knobs)."""
+    if node.op is not Op.MATMUL or node.shape[0] != 1:
+        return None
+    _, a_view = view_of_operand(graph, node.srcs[0])
+    w = graph[node.srcs[1]]
+    dtypes = (graph[node.srcs[0]].dtype, w.dtype, node.dtype)
+    return QuantGemvProblem(node.shape[1], a_view.shape[-1], dtypes, "x4" if row_vector(a_view, 1, 4) else "x1")
+
+
+def qgemv_candidates(p: QuantGemvProblem, caps: DeviceCaps) -> list[str]:
+    """The qgemv configurations `wgjit tune` times: "wx<threads along a row>.wy<row groups>.r<rows>.u<unroll>"."""
+    units = p.k // (16 if p.dtypes[1] is DType.q8_0 else 32)
+    return [
+        f"wx{wx}.wy{wy}.r{rows}.u{u}"
+        for wx in (16, 32, 64)
+        for wy in (2, 4, 8)
+        for rows in (2, 4)
+        for u in (1, 2, 4)
+        if wx * wy <= caps.max_invocations and 4 * rows * wx * wy <= caps.max_workgroup_storage
+        if -(-units // wx) <= MAX_LOOP
+    ]
+
+
+def builtin_qgemv_config(p: QuantGemvProblem) -> str:
+    c = quant_choice(1, p.k, p.dtypes[1], p.layout)
+    return f"wx{c.workgroup[0]}.wy{c.workgroup[1]}.r{c.param('rows')}.u{c.param('unroll')}"
 
 
 def fused_group_choice() -> KernelChoice:
@@ -281,21 +348,75 @@ def _select_softmax_regs(graph: Graph, node: Node, caps: DeviceCaps) -> KernelCh
 
 
 def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
-    m, n = node.shape[-2], node.shape[-1]
-    _, b_view = view_of_operand(graph, node.srcs[1])
-    k = graph[node.srcs[0]].shape[-1]
-    b_k_stride, b_n_stride = b_view.strides[-2], b_view.strides[-1]
-    if m == 1:
-        if b_k_stride == 1 and n > 1 or n == 1:
-            # each output column is a dot product of two contiguous runs: a workgroup per column
-            wg, params = _row_walk(k, caps)
-            return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params)
-        if b_n_stride == 1:
-            h8 = graph[node.srcs[1]].dtype is DType.float16 and _vec_along(b_view, -1, 8)
-            return gemv_split_choice(n, k, caps, h8=h8, itemsize=graph[node.srcs[1]].dtype.itemsize)
+    p = gemm_problem(graph, node)
+    if p.family == GemvKernel.name:
+        # each output column is a dot product of two contiguous runs: a workgroup per column
+        return gemv_choice(p, caps)
+    if p.family == SplitGemvKernel.name:
+        return split_gemv_choice(p, caps)
     return _select_gemm(graph, node, caps) or KernelChoice(
         GemmKernel.name, "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16))
     )
+
+
+def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
+    """gemv[k_contig]: the tuned "wg<threads>.u<unroll>" where `wgjit tune` measured one, else the row walk."""
+    tuned = _tuned(p, caps)
+    if tuned is not None:
+        wg, unroll = _gemv_numbers(tuned[0])
+        params: tuple[tuple[str, Any], ...] = (("unroll", unroll),) if unroll > 1 else ()
+        return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params + (("tuned", tuned[1]),))
+    wg, params = _row_walk(p.k, caps)
+    return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params)
+
+
+def split_gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
+    """gemv_split: the tuned "wx<x>.wy<y>.u<unroll>" where `wgjit tune` measured one, else the sizing rule."""
+    h8 = p.dtypes[1] is DType.float16 and _vec_along(p.b, -1, 8)
+    choice = gemv_split_choice(p.n, p.k, caps, h8=h8, itemsize=p.dtypes[1].itemsize)
+    tuned = _tuned(p, caps)
+    if tuned is None:
+        return choice
+    wx, wy, unroll = _gemv_numbers(tuned[0])
+    return replace(choice, workgroup=(wx, wy, 1), params=(("unroll", unroll), ("tuned", tuned[1])))
+
+
+def _gemv_numbers(name: str) -> tuple[int, ...]:
+    """The numbers of a GEMV configuration's name: "wg256.u4" -> (256, 4), "wx8.wy128.u8" -> (8, 128, 8),
+    "wx32.wy4.r4.u2" -> (32, 4, 4, 2)."""
+    return tuple(int(part.lstrip("wxygur")) for part in name.split("."))
+
+
+def gemv_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
+    """The GEMV configurations `wgjit tune` times: thread counts and unrolls within the loop budget."""
+    limit = min(1024, caps.max_invocations)
+    if p.family == GemvKernel.name:
+        return [
+            f"wg{wg}.u{u}"
+            for wg in (32, 64, 128, 256, 512, 1024)
+            for u in (1, 2, 4, 8)
+            if wg <= limit and -(-p.k // (wg * u)) <= LOOP_STEPS
+        ]
+    return [
+        f"wx{wx}.wy{wy}.u{u}"
+        for wx in (2, 4, 8, 16)
+        for wy in (32, 64, 128, 256)
+        for u in (4, 8)
+        if 64 <= wx * wy <= limit and -(-p.k // wy) // u <= LOOP_STEPS
+    ]
+
+
+def _builtin_gemv(p: GemmProblem, caps: DeviceCaps) -> str:
+    if p.family == GemvKernel.name:
+        wg, params = _row_walk(p.k, caps)
+        return f"wg{wg}.u{dict(params).get('unroll', 1)}"
+    c = split_gemv_choice(p, untuned(caps))
+    return f"wx{c.workgroup[0]}.wy{c.workgroup[1]}.u{c.param('unroll')}"
+
+
+def untuned(caps: DeviceCaps) -> DeviceCaps:
+    """caps without a tuning table: what the built-in rules alone choose."""
+    return replace(caps, tuning=TuningTable()) if len(caps.tuning) else caps
 
 
 # gemv_split sizing, from the H200 sweep (benchmarks/sweep.py, RESULTS.md): workgroups of
@@ -322,12 +443,72 @@ def gemv_split_choice(n: int, k: int, caps: DeviceCaps, h8: bool = False, itemsi
     return KernelChoice(SplitGemvKernel.name, variant, workgroup=(wx, wy, 1), params=(("unroll", unroll),))
 
 
-# gemm_blocked configurations: (tile_m, tile_n, tile_k, (wx, wy)); see backend_wgpu/kernels/matmul/gemm_blocked.py
-GEMM_CONFIGS: dict[str, tuple[int, int, int, tuple[int, int]]] = {
-    "b128k16": (128, 128, 16, (16, 16)),  # 32 KiB of workgroup memory: the fastest on the H200
-    "b128": (128, 128, 8, (16, 16)),  # 16 KiB, for adapters at WebGPU's default limit
-    "b64": (64, 64, 16, (16, 16)),
+@dataclass(frozen=True)
+class GemmConfig:
+    """One gemm_blocked configuration (backend_wgpu/kernels/matmul/gemm_blocked.py).
+
+    A tile_m x tile_n output tile per workgroup of wx x wy threads, k staged tile_k deep; each
+    thread holds (tile_m / wy) x (tile_n / wx) outputs. `lanes` (x, y) places a 32-lane subgroup
+    on an x-by-y block of threads (subgroup-level tiling: fewer distinct workgroup-memory reads
+    per subgroup), None keeps rows of wx threads.
+    """
+
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    wx: int
+    wy: int
+    lanes: tuple[int, int] | None = None
+    conflict_free: bool = False  # k-major tiles stored without bank conflicts (a padded row, 16x2 loads)
+    # f16 operands multiplied and summed in f16 within a k tile, tiles summed in f32: never chosen unless
+    # asked for (WGJIT_TUNE_F16_PRODUCTS=1 lets `wgjit tune` try it), as it rounds more than f32 sums
+    half_products: bool = False
+    # compiled without wgpu's index clamps (Device.pipeline); only for tiles that cover the problem exactly
+    unchecked: bool = False
+    kernel: str = BlockedGemmKernel.name
+
+    @property
+    def smem(self) -> int:
+        item = 2 if self.half_products else 4
+        pad = 2 * 2 * 4 * item * self.tile_k if self.conflict_free else 0  # a vec4 per k row, stages, operands
+        return 2 * item * self.tile_k * (self.tile_m + self.tile_n) + pad  # two stages of A and B tiles
+
+    def fits(self, caps: DeviceCaps) -> bool:
+        return self.smem <= caps.max_workgroup_storage and self.wx * self.wy <= caps.max_invocations
+
+
+# the configurations gemm_blocked runs; the built-in rules use the first three, `wgjit tune` times them all
+GEMM_CONFIGS: dict[str, GemmConfig] = {
+    "b128k16": GemmConfig(128, 128, 16, 16, 16),  # 32 KiB of workgroup memory: the fastest on the H200
+    "b128": GemmConfig(128, 128, 8, 16, 16),  # 16 KiB, for adapters at WebGPU's default limit
+    "b64": GemmConfig(64, 64, 16, 16, 16),
+    "b128k16l": GemmConfig(128, 128, 16, 16, 16, lanes=(8, 4)),  # 8x8 per thread, subgroups on 8x4 threads
+    "b128x64": GemmConfig(128, 64, 16, 8, 16),  # 8x8 per thread, 128 threads
+    "b64x128": GemmConfig(64, 128, 16, 16, 8),
+    "b64l": GemmConfig(64, 64, 16, 16, 16, lanes=(8, 4)),
+    "b64t8": GemmConfig(64, 64, 16, 8, 8),  # 8x8 per thread, 64 threads: fewer, busier threads
+    "b64k32": GemmConfig(64, 64, 32, 16, 16),
+    "b32x64": GemmConfig(32, 64, 16, 16, 8),  # small tiles: more workgroups for small outputs
+    "b128k16c": GemmConfig(128, 128, 16, 16, 16, conflict_free=True),
+    "b128k16lc": GemmConfig(128, 128, 16, 16, 16, lanes=(8, 4), conflict_free=True),
+    "b128c": GemmConfig(128, 128, 8, 16, 16, conflict_free=True),
+    # 16x8 / 8x16 per thread: fewer workgroup-memory reads per FMA, more registers
+    "b256x128": GemmConfig(256, 128, 8, 16, 16, conflict_free=True),
+    "b128x256": GemmConfig(128, 256, 8, 16, 16, conflict_free=True),
+    "b128k16h": GemmConfig(128, 128, 16, 16, 16, conflict_free=True, half_products=True),
+    "b128h": GemmConfig(128, 128, 8, 16, 16, conflict_free=True, half_products=True),
+    "b64h": GemmConfig(64, 64, 16, 16, 16, conflict_free=True, half_products=True),
+    "b128x64c": GemmConfig(128, 64, 16, 8, 16, conflict_free=True),
+    "b64c": GemmConfig(64, 64, 16, 16, 16, conflict_free=True),
+    "b64t8c": GemmConfig(64, 64, 16, 8, 8, conflict_free=True),
+    "b128k16u": GemmConfig(128, 128, 16, 16, 16, unchecked=True),
+    "b128k16cu": GemmConfig(128, 128, 16, 16, 16, conflict_free=True, unchecked=True),
+    "b128cu": GemmConfig(128, 128, 8, 16, 16, conflict_free=True, unchecked=True),
+    "b64u": GemmConfig(64, 64, 16, 16, 16, unchecked=True),
+    "b64cu": GemmConfig(64, 64, 16, 16, 16, conflict_free=True, unchecked=True),
 }
+# split-K candidates: "split4" cuts k into 4 chunks (passes.split_k), each chunk's GEMM chosen by the rules
+GEMM_SPLITS = (2, 4, 8)
 
 
 def _vec4_along(view: View, axis: int) -> bool:
@@ -352,10 +533,22 @@ def gemm_variant(a: View, b: View, n: int) -> str:
     return f"{a_mode}.{b_mode}.{'o4' if n % 4 == 0 else 'o1'}"
 
 
-def gemm_choice(config: str, variant: str) -> KernelChoice:
-    tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
-    params = (("config", config), ("tile_m", tm), ("tile_n", tn), ("tile_k", tk), ("group_m", 8))
-    return KernelChoice(BlockedGemmKernel.name, variant, workgroup=(wx, wy, 1), params=params)
+def gemm_choice(config: str, variant: str, tuned: str = "") -> KernelChoice:
+    """The KernelChoice of a named configuration; `tuned` (the cache entry, said by explain) when a tuning won."""
+    c = GEMM_CONFIGS[config]
+    params: tuple[tuple[str, Any], ...] = (("config", config), ("tile_m", c.tile_m), ("tile_n", c.tile_n))
+    params += (("tile_k", c.tile_k), ("group_m", 8))
+    if c.lanes is not None:
+        params += (("lanes", c.lanes),)
+    if c.conflict_free:
+        params += (("cf", True),)
+    if c.half_products:
+        params += (("h16", True),)
+    if c.unchecked:
+        params += (("unchecked", True),)
+    if tuned:
+        params += (("tuned", tuned),)
+    return KernelChoice(c.kernel, variant, workgroup=(c.wx, c.wy, 1), params=params)
 
 
 # 128x128 tiles only when they alone make this many workgroups (a large GPU has 100+ multiprocessors)
@@ -364,30 +557,190 @@ BIG_GEMM_TILES = 256
 BIG_GEMM_MIN_K = 256
 
 
-def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
-    """Register-blocked GEMM: 128x128 tiles when there are enough of them and few are padding, else 64x64."""
-    m, n = node.shape[-2], node.shape[-1]
-    batch = math.prod(node.shape[:-2])
+@dataclass(frozen=True)
+class GemmProblem:
+    """What the GEMM rules look at: sizes, dtypes and operand views of one matmul."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: View
+    b: View
+    dtypes: tuple[DType, DType, DType]  # A, B, C
+
+    @property
+    def layout(self) -> str:
+        return gemm_variant(self.a, self.b, self.n)
+
+    @property
+    def family(self) -> str:
+        """Which kernel family runs it: one output row reads B along k (gemv) or along n (gemv_split); else gemm."""
+        if self.m != 1:
+            return BlockedGemmKernel.name
+        b_k_stride, b_n_stride = self.b.strides[-2], self.b.strides[-1]
+        if b_k_stride == 1 and self.n > 1 or self.n == 1:
+            return GemvKernel.name
+        return SplitGemvKernel.name if b_n_stride == 1 else BlockedGemmKernel.name
+
+    def variant(self, config: GemmConfig) -> str:
+        """The layout, and `.x` (no edge checks) when the tiles cover the problem exactly."""
+        exact = (
+            self.k > 0 and self.m % config.tile_m == 0 and self.n % config.tile_n == 0 and self.k % config.tile_k == 0
+        )
+        return self.layout + (".x" if exact else "")
+
+    def tuning_key(self) -> str:
+        """The tuning cache's key: dtypes, operand layout and the power-of-two bucket of each size."""
+        dt = ",".join(d.value for d in self.dtypes[:2]) + "->" + self.dtypes[2].value
+        sizes = f"b{bucket(self.batch)} m{bucket(self.m)} n{bucket(self.n)} k{bucket(self.k)}"
+        return f"{self.family} {dt} {self.layout} {sizes}"
+
+
+def gemm_problem(graph: Graph, node: Node) -> GemmProblem:
     _, a_view = view_of_operand(graph, node.srcs[0])
     _, b_view = view_of_operand(graph, node.srcs[1])
-    variant = gemm_variant(a_view, b_view, n)
-    k = graph[node.srcs[0]].shape[-1]
+    m, n, k = node.shape[-2], node.shape[-1], a_view.shape[-1]
+    dtypes = (graph[node.srcs[0]].dtype, graph[node.srcs[1]].dtype, node.dtype)
+    return GemmProblem(math.prod(node.shape[:-2]), m, n, k, a_view, b_view, dtypes)
+
+
+def is_gemm(graph: Graph, node: Node) -> bool:
+    """A matmul that gemm_blocked may run (not a GEMV, not a quantized product)."""
+    return is_tunable_matmul(graph, node) and node.shape[-2] > 1
+
+
+def is_tunable_matmul(graph: Graph, node: Node) -> bool:
+    """A matmul whose kernel has configurations `wgjit tune` may time (not a quantized product)."""
+    if node.op is not Op.MATMUL or node.dtype.is_quantized:
+        return False
+    return not any(graph[s].dtype.is_quantized for s in node.srcs)
+
+
+def matmul_candidates(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -> list[str]:
+    """What `wgjit tune` times for one matmul problem, by its family."""
+    if isinstance(p, QuantGemvProblem):
+        return qgemv_candidates(p, caps)
+    return gemm_candidates(p, caps) if p.family == BlockedGemmKernel.name else gemv_candidates(p, caps)
+
+
+def builtin_matmul_config(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -> str:
+    """The name of what the built-in rules pick for `p` (the tuner's baseline)."""
+    caps = untuned(caps)
+    if isinstance(p, QuantGemvProblem):
+        return builtin_qgemv_config(p)
+    if p.family != BlockedGemmKernel.name:
+        return _builtin_gemv(p, caps)
+    split = builtin_gemm_split(p)
+    return f"split{split}" if split > 1 else builtin_gemm_config(p, caps) or GemmKernel.name
+
+
+def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
+    """The built-in rule: 128x128 tiles when there are enough of them and few are padding, else 64x64."""
     for config in ("b128k16", "b128", "b64"):
-        tm, tn, tk, (wx, wy) = GEMM_CONFIGS[config]
-        tiles = batch * -(-m // tm) * -(-n // tn)
+        c = GEMM_CONFIGS[config]
+        tiles = p.batch * -(-p.m // c.tile_m) * -(-p.n // c.tile_n)
         # the share of the tiles' outputs that exist (an empty output has no tiles: it never runs)
-        useful = batch * m * n / (tiles * tm * tn) if tiles else 1.0
-        if tm == 128 and (tiles < BIG_GEMM_TILES or useful < 0.85 or k < BIG_GEMM_MIN_K):
+        useful = p.batch * p.m * p.n / (tiles * c.tile_m * c.tile_n) if tiles else 1.0
+        if c.tile_m == 128 and (tiles < BIG_GEMM_TILES or useful < 0.85 or p.k < BIG_GEMM_MIN_K):
             continue
-        smem = 2 * 4 * tk * (tm + tn)  # two stages of f32 A and B tiles
-        if smem <= caps.max_workgroup_storage and wx * wy <= caps.max_invocations:
-            return gemm_choice(config, variant)
+        if c.fits(caps):
+            return config
     return None
+
+
+# thin GEMMs (prefill: few rows, long k) leave a large GPU idle: split k when 64x64 tiles make fewer
+# than THIN_TILES workgroups and the product is large enough (THIN_MIN_FLOPS) to pay for the extra sum
+THIN_TILES = 128
+THIN_MIN_FLOPS = 1 << 28
+THIN_MIN_DEPTH = 256  # k per chunk at least
+
+
+def builtin_gemm_split(p: GemmProblem) -> int:
+    tiles = p.batch * -(-p.m // 64) * -(-p.n // 64)
+    if 2 * p.batch * p.m * p.n * p.k < THIN_MIN_FLOPS or tiles >= THIN_TILES:
+        return 1
+    split = 1
+    while tiles * split < 2 * THIN_TILES and p.k // (2 * split) >= THIN_MIN_DEPTH:
+        split *= 2
+    return split
+
+
+def gemm_candidates(p: GemmProblem, caps: DeviceCaps, f16_products: bool | None = None) -> list[str]:
+    """What `wgjit tune` times for one problem: every configuration that fits, and k splits for thin ones.
+
+    f16 products (half_products) only for f16 operands, and only when asked (`f16_products`, by
+    default WGJIT_TUNE_F16_PRODUCTS=1).
+    """
+    if f16_products is None:
+        f16_products = os.environ.get("WGJIT_TUNE_F16_PRODUCTS", "") == "1"
+    names = [
+        name for name, c in GEMM_CONFIGS.items() if _config_runs(p, c, caps) and (f16_products or not c.half_products)
+    ]
+    tiles = p.batch * -(-p.m // 64) * -(-p.n // 64)
+    if tiles < 2 * THIN_TILES and p.m > 1:
+        names += [f"split{s}" for s in GEMM_SPLITS if p.k // s >= THIN_MIN_DEPTH]
+    return names
+
+
+def _tuned(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -> tuple[str, str] | None:
+    """(configuration, what explain says) from the tuning table, when it has a usable entry for `p`."""
+    entry = caps.tuning.get(p.tuning_key())
+    if entry is None:
+        return None
+    if not _usable(p, entry.config, caps):
+        return None
+    source = caps.tuning.source or "the tuning cache"
+    said = (
+        f"tuned ({source}, entry '{p.tuning_key()}': {entry.config} {entry.seconds * 1e6:.1f} us, "
+        f"built-in {entry.builtin} {entry.builtin_seconds * 1e6:.1f} us)"
+    )
+    return entry.config, said
+
+
+def _config_runs(p: GemmProblem, c: GemmConfig, caps: DeviceCaps) -> bool:
+    """The configuration fits the adapter, f16 products only meet f16 operands, unchecked ones exact tiles."""
+    f16 = p.dtypes[0] is DType.float16 and p.dtypes[1] is DType.float16 and caps.shader_f16
+    exact = p.variant(c).endswith(".x")
+    return c.fits(caps) and (f16 or not c.half_products) and (exact or not c.unchecked)
+
+
+def _usable(p: GemmProblem | QuantGemvProblem, config: str, caps: DeviceCaps) -> bool:
+    """Can `config` (a cache entry's name) run `p` on this adapter? A stale or foreign entry cannot."""
+    if p.family == QuantGemvKernel.name:
+        return config in qgemv_candidates(p, caps)
+    if p.family == BlockedGemmKernel.name:
+        return config.startswith("split") or (config in GEMM_CONFIGS and _config_runs(p, GEMM_CONFIGS[config], caps))
+    return config in gemv_candidates(p, caps)
+
+
+def gemm_split(graph: Graph, node: Node, caps: DeviceCaps) -> int:
+    """How many chunks of k passes.split_k cuts a GEMM into (1: none): tuned, else the built-in thin rule."""
+    if not is_gemm(graph, node):
+        return 1
+    p = gemm_problem(graph, node)
+    tuned = _tuned(p, caps)
+    if tuned is not None:
+        return int(tuned[0][len("split") :]) if tuned[0].startswith("split") else 1
+    return builtin_gemm_split(p)
+
+
+def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
+    """Register-blocked GEMM: the tuned configuration where `wgjit tune` measured one, else the built-in rule."""
+    p = gemm_problem(graph, node)
+    tuned = _tuned(p, caps)
+    if tuned is not None and not tuned[0].startswith("split"):
+        return gemm_choice(tuned[0], p.variant(GEMM_CONFIGS[tuned[0]]), tuned=tuned[1])
+    config = builtin_gemm_config(p, caps)
+    return gemm_choice(config, p.variant(GEMM_CONFIGS[config])) if config else None
 
 
 # flash_attention tiles, best first: (query rows, keys per block, q^T in workgroup memory, k/v sharing one buffer);
 # the first that fits the device's workgroup memory wins (backend_wgpu/kernels/attention/flash.py)
 ATTENTION_TILES: tuple[tuple[int, int, bool, bool], ...] = (
+    # 128 query rows per workgroup first: MiniLM's 32x12x128x64 with a padding mask ran in 0.110 ms
+    # against 0.145 ms for the 64-row tile (H200, benchmarks/runs/2026-12-01-B/attention.txt)
+    (128, 32, False, False),
     (64, 32, True, False),
     (64, 32, False, False),
     (64, 16, True, False),

@@ -7,6 +7,10 @@ MAX_K becomes a batched matmul over C chunks of k (zero-copy views of A and B), 
 chunks, and, when C does not divide k, a matmul of the remaining columns, added. The partial
 products are stored in the matmul's dtype. It runs after fold_views (it builds VIEWs of buffer
 owners) and before select_kernels, which then sees ordinary matmuls and sums.
+
+Thin GEMMs (few output tiles, long k: prompt prefill) are split the same way so that more
+workgroups share the work; how many chunks is a kernel choice, so select_kernels.gemm_split
+says (the tuning cache where `wgjit tune` measured one, else its built-in rule).
 """
 
 from __future__ import annotations
@@ -18,19 +22,21 @@ from ir.node import Node
 from ir.ops import Op
 from ir.view import View
 from passes.fold_views import view_of_operand
+from passes.select_kernels import gemm_split
 
 # the k one GEMM walks at most: LOOP_STEPS tiles of the shallowest tile_k (8, gemm_blocked's b128)
 MAX_K = 8 * LOOP_STEPS
 
 
 def split_k(graph: Graph, caps: DeviceCaps) -> Graph:
-    if not any(_too_long(graph, n) for n in graph):
+    chunks = {n.id: _chunks(graph, n, caps) for n in graph if n.op is Op.MATMUL}
+    if all(c == 1 for c in chunks.values()):
         return graph
     nodes: list[Node] = []
     next_id = graph.next_id()
     for node in graph:
-        if _too_long(graph, node):
-            split = _split(graph, node, next_id)
+        if chunks.get(node.id, 1) > 1:
+            split = _split(graph, node, next_id, chunks[node.id])
             next_id = max(n.id for n in split) + 1
             nodes.extend(split)
         else:
@@ -38,15 +44,17 @@ def split_k(graph: Graph, caps: DeviceCaps) -> Graph:
     return graph.with_nodes(nodes)
 
 
-def _too_long(graph: Graph, node: Node) -> bool:
-    return node.op is Op.MATMUL and node.shape[-2] > 1 and graph[node.srcs[0]].shape[-1] > MAX_K
+def _chunks(graph: Graph, node: Node, caps: DeviceCaps) -> int:
+    """Chunks of k for one matmul: enough for the loop budget, and what the GEMM rules ask for."""
+    k = graph[node.srcs[0]].shape[-1]
+    budget = -(-k // MAX_K) if node.shape[-2] > 1 else 1
+    return max(budget, gemm_split(graph, node, caps))
 
 
-def _split(graph: Graph, node: Node, next_id: int) -> list[Node]:
-    """The nodes that compute `node` in chunks of k; the last one keeps its id."""
+def _split(graph: Graph, node: Node, next_id: int, chunks: int) -> list[Node]:
+    """The nodes that compute `node` in `chunks` chunks of k; the last one keeps its id."""
     (a, av), (b, bv) = view_of_operand(graph, node.srcs[0]), view_of_operand(graph, node.srcs[1])
     k = av.shape[-1]
-    chunks = -(-k // MAX_K)
     depth = k // chunks  # k = chunks * depth + rest, rest < chunks
     rest = k - chunks * depth
     batch, (m, n) = node.shape[:-2], node.shape[-2:]

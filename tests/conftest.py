@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+# the tests assert the built-in kernel rules: a tuning cache of the user's (`wgjit tune`) must not change them
+os.environ["WGJIT_CACHE_DIR"] = os.path.join(tempfile.mkdtemp(prefix="wgjit-test-cache-"))
 
 
 @pytest.fixture

@@ -320,7 +320,7 @@ class Builder:
             k = r.integers(0, a.size, max(1, a.size // 4))
             a.reshape(-1)[k] = r.choice([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e-30], k.size)
         with np.errstate(over="ignore"):
-            return a.astype(dt)
+            return np.asarray(a).astype(dt)  # a 0-d array, never a numpy scalar (the callers assign into it)
 
     def _large(self, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
         """Values far from zero, close to each other: logits of 1e4 to 1e8 (log_softmax rounded them away,
@@ -656,9 +656,21 @@ def _softmax(log: bool) -> Callable[..., Result]:
     return ref
 
 
+def _refuse_overflowing_products(a: np.ndarray, c: np.ndarray) -> None:
+    """The fuzzer's documented domain for products (NUMERICS.md "Drivers"): NVIDIA fuses a * b + acc,
+    so a product past float32's range is not rounded to inf before the add, and a dot product
+    holding it and an infinite term is that inf where numpy's inf - inf gives NaN."""
+    if a.dtype.kind != "f" or not a.size or not c.size:
+        return
+    fa, fc = np.abs(a[np.isfinite(a)]).astype(F64), np.abs(c[np.isfinite(c)]).astype(F64)
+    if fa.size and fc.size and float(fa.max()) * float(fc.max()) > float(np.finfo(F32).max):
+        raise ValueError("documented: a finite product past float32's range is fused into the sum on NVIDIA")
+
+
 def _matmul(x: np.ndarray, y: np.ndarray) -> Result:
     dt = result_type(x, y)
     a, c = x.astype(dt), y.astype(dt)
+    _refuse_overflowing_products(a, c)
     r = np.matmul(_up(a), _up(c)).astype(dt)
     abs_prod = np.matmul(np.abs(a.astype(F64)), np.abs(c.astype(F64)))
     ok = sums_exact(abs_prod, granularity(a) * granularity(c), a, c)
@@ -1211,7 +1223,10 @@ def _full(shape: tuple[int, ...], value: Any) -> np.ndarray:
 
 
 def _full_like(x: np.ndarray, value: Any) -> np.ndarray:
-    return np.full(x.shape, value).astype(x.dtype)
+    stored = entry_expected(value, x.dtype.name)  # NUMERICS.md "Values entering wgjit"
+    if stored is None:
+        raise OverflowError(f"full_like: {value!r} does not enter {x.dtype.name}; wgjit refuses it")
+    return np.full(x.shape, stored, dtype=x.dtype)
 
 
 def _arange(start: float, stop: float, step: float) -> np.ndarray:
@@ -1257,6 +1272,9 @@ def _var(root: bool) -> Callable[..., Result]:
         a = _up(x.astype(dt)).astype(F64)
         with np.errstate(all="ignore"):
             r = np.var(a, axis=axis, ddof=ddof, keepdims=keepdims)
+            # numpy (and wgjit) square in float32 (float16 data too): past its range the variance is inf
+            r32 = np.var(a.astype(F32), axis=axis, ddof=ddof, keepdims=keepdims)
+            r = np.where(np.isinf(r32) & np.isfinite(r), r32, r)
             mag = np.mean(a * a, axis=axis, keepdims=keepdims) if a.size else np.zeros_like(r)
             if root:
                 r, mag = np.sqrt(r), np.sqrt(mag / (F16_EPS if dt == F16 else 1e-5))
@@ -1278,6 +1296,21 @@ def _logsumexp(x: np.ndarray, axis: Any = None, keepdims: bool = False) -> Resul
     with np.errstate(all="ignore"):
         r = np.log(np.sum(np.exp(a - m), axis=axes, keepdims=keepdims)) + m.reshape(shape)
     return Result(r.astype(dt), False, np.abs(m).reshape(shape) + 1.0)
+
+
+TRIG_MAX = 1e4  # NUMERICS.md: sin and cos are approximate past this on NVIDIA (WGSL bounds them on [-pi, pi] only)
+
+
+def _trig(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """np.sin / np.cos inside the range where GPUs keep them accurate (the fuzzer's documented domain)."""
+
+    def ref(a: np.ndarray) -> np.ndarray:
+        finite = np.abs(a[np.isfinite(a)]) if a.size else a
+        if finite.size and float(finite.max()) > TRIG_MAX:
+            raise ValueError(f"documented: sin and cos are approximate past |x| = {TRIG_MAX:g}")
+        return fn(a)
+
+    return ref
 
 
 def d_scan(b: Builder) -> Call | None:
@@ -1736,6 +1769,8 @@ def quantized_values(w: np.ndarray, fmt: str) -> np.ndarray:
     blocks = gguf.quants.quantize(np.ascontiguousarray(w, dtype=F32), qtype)
     ours, theirs = _dequantize_q(blocks, fmt), gguf.quants.dequantize(blocks, qtype).reshape(w.shape)
     assert np.array_equal(ours, theirs, equal_nan=True), f"the two {fmt} dequantizers disagree on {w!r}"
+    if (np.isfinite(w).all(axis=-1) & ~np.isfinite(ours.reshape(w.shape)).all(axis=-1)).any():
+        raise OverflowError(f"tr.quantize refuses finite weights whose {fmt} scale overflows float16")
     return ours.reshape(w.shape)
 
 
@@ -1893,8 +1928,8 @@ OPS: dict[str, OpSpec] = {
         OpSpec("rsqrt", d_unary(_NUM), "{0}.rsqrt()", _unary(lambda a: 1 / np.sqrt(a))),
         OpSpec("reciprocal", d_unary(_NUM), "{0}.reciprocal()", _unary(lambda a: 1 / a)),
         # WGSL bounds sin/cos by an absolute error (2**-11 on [-pi, pi]): NVIDIA gives sin(1e-30) = 0
-        OpSpec("sin", d_unary(_NUM), "{0}.sin()", _unary(np.sin, mag=lambda a: np.maximum(np.abs(a), 0.1))),
-        OpSpec("cos", d_unary(_NUM), "{0}.cos()", _unary(np.cos, mag=lambda a: np.maximum(np.abs(a), 0.1))),
+        OpSpec("sin", d_unary(_NUM), "{0}.sin()", _unary(_trig(np.sin), mag=lambda a: np.maximum(np.abs(a), 0.1))),
+        OpSpec("cos", d_unary(_NUM), "{0}.cos()", _unary(_trig(np.cos), mag=lambda a: np.maximum(np.abs(a), 0.1))),
         OpSpec("tanh", d_unary(_NUM), "{0}.tanh()", _unary(np.tanh, mag=lambda a: np.full_like(a, 1e-1))),
         OpSpec(
             "sigmoid",
@@ -2316,3 +2351,106 @@ def decode_programs(draw: Callable[[st.SearchStrategy], Any], f16: bool = True) 
     last = len(b.values) - 1
     extra = draw(st.lists(st.integers(0, last), max_size=2, unique=True))
     return Program(b.inputs, b.steps, tuple(dict.fromkeys([last, *extra])), (), "together")
+
+
+# --- runtime integers (tr.dynamic: tracer/runtime_ints.py) ------------------------------------------
+#
+# Positions and lengths that programs read from their uniform: an index, a slice's start, an
+# index_write's offsets (tr.dynamic, or plain ints into a tensor that owns its values) and
+# attention over keys sliced to a runtime length (stored at a bucket). The steps name their
+# integer (`p := tr.dynamic(3)`), so one variable serves both bounds of `x[p : p + n]`.
+
+
+def d_dyn_index(b: Builder) -> Call | None:
+    """x[p] or x[..., p : p + n, ...] at a runtime start p on one axis."""
+    x = b.pick(lambda v: v.ndim >= 1 and v.size > 0) or b.fresh(b.shape(b.draw(st.integers(1, 3))), b.dtype())
+    v = b.value(x)
+    axis = b.draw(st.integers(0, v.ndim - 1))
+    d = v.shape[axis]
+    if d == 0:
+        return None
+    if b.draw(st.booleans()):
+        return Call((x,), (("axis", axis), ("start", b.draw(st.integers(0, d - 1))), ("length", None)))
+    n = b.draw(st.integers(0, d))
+    return Call((x,), (("axis", axis), ("start", b.draw(st.integers(0, d - n))), ("length", n)))
+
+
+def _dyn_index_code(s: list[str], p: dict[str, Any]) -> str:
+    pre = "".join([":, "] * p["axis"])
+    item = "p" if p["length"] is None else f"p : p + {p['length']}"
+    return f"(p := tr.dynamic({p['start']}), {s[0]}[{pre}{item}])[1]"
+
+
+def _dyn_index(x: np.ndarray, axis: int, start: int, length: int | None) -> Result:
+    item = start if length is None else slice(start, start + length)
+    return Result(np.array(x[(slice(None),) * axis + (item,)]), True)
+
+
+def d_dyn_write(b: Builder) -> Call | None:
+    """A copy of x with src written at offsets, some of them runtime integers (or plain ints: runtime too)."""
+    x = b.pick(lambda v: v.ndim >= 1 and v.size > 0) or b.fresh(b.shape(b.draw(st.integers(1, 3))), b.dtype())
+    v = b.value(x)
+    if v.size == 0:
+        return None
+    box = tuple(b.draw(st.integers(1, d)) for d in v.shape)
+    offsets = tuple(b.draw(st.integers(0, d - n)) for d, n in zip(v.shape, box, strict=True))
+    runtime = tuple(b.draw(st.booleans()) for _ in box)
+    src = b.fresh(box, v.dtype)
+    return Call((x, src), (("offsets", offsets), ("runtime", runtime)))
+
+
+def _dyn_write_code(s: list[str], p: dict[str, Any]) -> str:
+    items = [f"tr.dynamic({o})" if r else str(o) for o, r in zip(p["offsets"], p["runtime"], strict=True)]
+    return f"{s[0]}.copy().index_write({s[1]}, ({', '.join(items)},))"
+
+
+def _dyn_write(x: np.ndarray, src: np.ndarray, offsets: tuple[int, ...], runtime: tuple[bool, ...]) -> Result:
+    out = x.copy()
+    out[tuple(slice(o, o + n) for o, n in zip(offsets, src.shape, strict=True))] = src
+    return Result(out, True)
+
+
+def d_dyn_attention(b: Builder) -> Call | None:
+    """Attention over the first `length` keys of k and v (runtime length, stored at its bucket), causal or not."""
+    dt = b.dtype(FLOATS)
+    qlead, klead = _attention_heads(b)
+    lq, n = b.draw(st.sampled_from([1, 1, 2, 5])), b.draw(st.sampled_from([1, 3, 17, 40]))
+    e, ev = (b.draw(st.sampled_from([1, 4, 8])) for _ in range(2))
+    if max(math.prod(qlead) * lq * max(e, ev), math.prod(klead) * n * max(e, ev)) > MAX_SIZE:
+        return None
+    q, k = b.fresh(qlead + (lq, e), dt), b.fresh(klead + (n, e), dt)
+    with np.errstate(all="ignore"):
+        vals = np.nan_to_num(b._data(klead + (n, ev), dt).astype(F64), nan=1.0, posinf=2.0, neginf=-2.0)
+    v = _fresh_with(b, vals.astype(dt))
+    params = (("length", b.draw(st.integers(0, n))), ("causal", b.draw(st.booleans())))
+    return Call((q, k, v), params)
+
+
+def _dyn_attention_code(s: list[str], p: dict[str, Any]) -> str:
+    keys, values = f"{s[1]}[..., :n, :]", f"{s[2]}[..., :n, :]"
+    sdpa = f"tr.nn.scaled_dot_product_attention({s[0]}, {keys}, {values}, is_causal={p['causal']})"
+    return f"(n := tr.dynamic({p['length']}), {sdpa})[1]"
+
+
+def _dyn_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, length: int, causal: bool) -> Result:
+    return _attention(q, k[..., :length, :], v[..., :length, :], mask=False, causal=causal, scale=None)
+
+
+RUNTIME_INT_OPS = ("dyn_index", "dyn_write", "dyn_attention")
+OPS.update(
+    {
+        spec.name: spec
+        for spec in [
+            OpSpec("dyn_index", d_dyn_index, _dyn_index_code, _dyn_index, "always"),
+            OpSpec("dyn_write", d_dyn_write, _dyn_write_code, _dyn_write, "always"),
+            OpSpec("dyn_attention", d_dyn_attention, _dyn_attention_code, _dyn_attention),
+        ]
+    }
+)  # after DRAWN: `programs` draws them only when asked (runtime_int_programs)
+
+
+@st.composite
+def runtime_int_programs(draw: Callable[[st.SearchStrategy], Any], f16: bool = True) -> Program:
+    """Programs whose steps use runtime integers, between ordinary ops that read their results."""
+    ops = list(RUNTIME_INT_OPS) * 4 + ["add", "mul", "sum", "reshape", "permute", "where", "cast", "index"]
+    return draw(programs(max_steps=5, f16=f16, ops=[o for o in ops if o in OPS]))

@@ -49,6 +49,21 @@ def np_attention(q, k, v, mask=None, causal=False, scale=None) -> np.ndarray:  #
         return (p / p.sum(-1, keepdims=True)) @ v
 
 
+@pytest.fixture(autouse=True)
+def flash_only(monkeypatch: pytest.MonkeyPatch) -> object:
+    """These tests are about flash_attention: one query row over a cache goes to attention_decode
+    otherwise (tests/test_decode_attention.py tests that kernel). Cached programs are dropped on
+    both sides so no program compiled under the other rule is replayed."""
+    from passes import select_kernels, split_attention
+    from tracer.realize import clear_program_cache
+
+    clear_program_cache()
+    for module in (select_kernels, split_attention):
+        monkeypatch.setattr(module, "decode_attention_plan", lambda graph, node, caps: None)
+    yield
+    clear_program_cache()
+
+
 def sdpa(q, k, v, mask=None, causal=False, scale=None) -> tr.Tensor:  # noqa: ANN001
     t = [tr.tensor(a) for a in (q, k, v)]
     m = None if mask is None else tr.tensor(mask)

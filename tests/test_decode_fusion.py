@@ -119,7 +119,9 @@ def qkv_step(w: dict, heads: int, kv_heads: int, hd: int, pos: int, interleaved:
 def test_qkv_rope_and_cache_writes_are_one_dispatch(monkeypatch, d, heads, kv_heads, hd, dtype, bias):
     w = attention_inputs(d, heads, kv_heads, hd, 12, dtype, bias)
     fused, unfused = check(monkeypatch, qkv_step(w, heads, kv_heads, hd, 5), tol=3e-3 if dtype == "float16" else 1e-4)
-    assert [(d.kernel, d.op) for d in fused] == [("gemv_multi", "fused")]
+    # a float16 norm is its own dispatch: folded, its row would skip the rounding to float16
+    norm = [("norm", "rms_norm")] if dtype == "float16" else []
+    assert [(d.kernel, d.op) for d in fused] == norm + [("gemv_multi", "fused")]
     assert len(unfused) >= 8
 
 
@@ -142,7 +144,8 @@ def test_a_cache_read_after_the_write_is_written_as_a_copy(monkeypatch):
 
     def build() -> tuple[tr.Tensor, ...]:
         t = {n: tr.tensor(a) for n, a in w.items()}
-        old = t["ck"][:, :, 1:]  # a view of the cache before the write, read after it
+        # the cache's values before the write, read after it (a copy: a view would follow the write, as numpy's)
+        old = t["ck"][:, :, 1:].copy()
         h = tr.nn.rms_norm(t["x"], t["norm"], 1e-5)
         q = tr.nn.rope(tr.nn.linear(h, t["q"]).reshape(1, 1, 2, 8).permute(0, 2, 1, 3), t["cos"], t["sin"])
         k = tr.nn.rope(tr.nn.linear(h, t["k"]).reshape(1, 1, 1, 8).permute(0, 2, 1, 3), t["cos"], t["sin"])
@@ -179,7 +182,8 @@ def test_one_hot_cache_updates_are_side_writes(monkeypatch, dtype):
     w = attention_inputs(32, 4, 2, 8, 7, dtype, False)
     build = where_step(w, 4, 2, 8, 7, 4)
     fused, unfused = check(monkeypatch, build, tol=3e-3 if dtype == "float16" else 1e-4)
-    assert [d.kernel for d in fused] == ["arange", "elementwise", "gemv_multi"]  # the one-hot, then the rest
+    norm = ["norm"] if dtype == "float16" else []  # a float16 norm is not folded (see the test above)
+    assert [d.kernel for d in fused] == [*norm, "arange", "elementwise", "gemv_multi"]  # the one-hot, then the rest
     assert side_write_modes(build) == ["in place", "in place"]
 
 

@@ -57,7 +57,7 @@ def test_explain_lists_every_dispatch_and_does_not_run():
         "one thread per element; last dim 3 not divisible by 2; overwrites %2 in slot4: nothing reads it afterwards"
     )
     assert why[by_op["sum"]] == "4 rows of 3: one thread walks each row; reduce reads scalars"
-    assert why[by_op["matmul"]].startswith("general matmul: workgroup tiles 64x64x16")
+    assert why[by_op["matmul"]].startswith("general matmul: b64 tiles 64x64x16")
     inplace = [r[7:9] for r in rows if r[7].startswith("%")]
     assert len(inplace) == 2 and all(slot.startswith("slot") for _, slot in inplace)
     again = str(tr.explain(y)).splitlines()

@@ -141,3 +141,20 @@ def test_command_line_prints_the_similarity_matrix(minilm, capsys) -> None:  # n
     np.testing.assert_allclose(sims, sims.T, atol=1e-4)
     assert sims[0, 1] > 0.6  # eating food / eating pasta
     assert abs(sims[0, 2]) < 0.2 and abs(sims[1, 2]) < 0.2  # vs the sky
+
+
+def test_encode_pads_lengths_to_a_few_buckets(minilm) -> None:  # noqa: ANN001
+    """Sentences of 1 to 60 words, one batch each: a handful of traces, the unpadded batch's embeddings."""
+    model = minilm._model()
+    sentences = [" ".join(["pasta"] * n) for n in (1, 2, 5, 9, 14, 20, 33, 47, 60)]
+    before = model._embed_jit.trace_count
+    got = np.concatenate([model.encode([s]) for s in sentences])
+    lengths = {model.tokenize([s])[0].shape[1] for s in sentences}
+    buckets = {max(minilm.MIN_TOKENS, 1 << (t - 1).bit_length()) for t in lengths}
+    assert len(lengths) == len(sentences) and model._embed_jit.trace_count - before <= len(buckets) <= 3
+    for i in (0, 4, 8):  # the lazy forward on the unpadded batch
+        ids, types, mask = model.tokenize([sentences[i]])
+        want = model.pool(model.forward(ids, types, mask), mask).numpy()
+        assert np.abs(got[i : i + 1] - want).max() < 1e-5
+    rows = model.encode(sentences[:3])  # three rows run as four, the fourth cut off
+    assert rows.shape == (3, 384) and np.abs(rows - got[:3]).max() < 1e-5

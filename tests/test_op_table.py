@@ -24,6 +24,8 @@ pytestmark = pytest.mark.gpu
 
 ELEMENTWISE_OPS = sorted(ELEMENTWISE, key=lambda op: op.value)
 DTYPES = {"float": (tr.float32, tr.float16), "int": (tr.int32, tr.uint32), "bool": (tr.bool,)}
+# the dtypes ops compute in (quantized weight formats are read by three ops only: tests/test_quant.py)
+PLAIN = [d for d in tr.DType if not d.is_quantized]
 FUZZ_NAME = {Op.DIV: "truediv", Op.COPY: "contiguous"}  # the fuzzer names ops as users write them
 
 # operands for each dtype: moderate values, zeros, signs, divisors of every sign (0 too for ints)
@@ -92,11 +94,7 @@ def test_method_ops_are_tensor_methods_and_tr_functions() -> None:
         assert getattr(tr, op.value)(x)._lazy.op is op, f"tr.{op.value}(x)"
 
 
-# quantized dtypes are storage formats, not dtypes ops compute in (tests/test_quant.py covers them)
-COMPUTED = [d for d in tr.DType if not d.is_quantized]
-
-
-@pytest.mark.parametrize("dtype", COMPUTED, ids=lambda d: d.value)
+@pytest.mark.parametrize("dtype", PLAIN, ids=lambda d: d.value)
 @pytest.mark.parametrize("op", [op for op in ELEMENTWISE_OPS if op is not Op.CAST], ids=lambda op: op.value)
 def test_public_spelling_builds_the_op_in_its_rule_dtype(op: Op, dtype: tr.DType) -> None:
     rule = op.opdef.dtypes
@@ -138,9 +136,7 @@ def test_elementwise_op_runs_on_the_gpu_as_the_interpreter_says(op: Op, dtype: t
         assert_close(got, want, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize(
-    ("src", "dst"), [(a, b) for a in COMPUTED for b in COMPUTED if a is not b], ids=lambda d: d.value
-)
+@pytest.mark.parametrize(("src", "dst"), [(a, b) for a in PLAIN for b in PLAIN if a is not b], ids=lambda d: d.value)
 def test_cast_runs_on_the_gpu_as_the_interpreter_says(src: tr.DType, dst: tr.DType) -> None:
     needs(src)
     needs(dst)

@@ -312,3 +312,19 @@ def test_matmul_orientation_and_reads(rng: np.random.Generator) -> None:
         tr.quantize(np.zeros((4, 64), np.float32), tr.float16)
     # nothing above broke the tensor
     assert_close(tr.nn.linear(x, q).numpy(), x.numpy() @ q.astype(tr.float32).numpy().T, rtol=1e-4, atol=1e-4)
+
+
+def test_quantized_matmuls_sharing_a_row_stay_qgemv(rng: np.random.Generator) -> None:
+    """A decode layer's shape (norm, two projections of one row, SwiGLU) with quantized weights:
+    passes.fuse_gemv must leave the quantized products to qgemv (gemv_multi reads plain floats)."""
+    w1, w2, norm = weights(rng, 8, 64), weights(rng, 8, 64), rng.standard_normal(64).astype(np.float32)
+    x = rng.standard_normal((1, 64)).astype(np.float32)
+    q1, q2 = tr.quantize(w1, tr.q8_0), tr.quantize(w2, tr.q4_0)
+    h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+    y = tr.nn.linear(h, q1).silu() * tr.nn.linear(h, q2)
+    kernels = [d.kernel for d in tr.compile(y).dispatches]
+    assert "gemv_multi" not in kernels and kernels.count("qgemv") == 2, kernels
+    hn = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * norm
+    a = hn @ np.asarray(q1.astype(tr.float32)).T.astype(np.float64)
+    b = hn @ np.asarray(q2.astype(tr.float32)).T.astype(np.float64)
+    np.testing.assert_allclose(y.numpy(), a / (1 + np.exp(-a)) * b, rtol=1e-4, atol=1e-4)

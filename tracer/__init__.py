@@ -42,6 +42,7 @@ from tracer.nn import clamp, gather, index_select, masked_fill, pow
 from tracer.numeric import allclose, clip, isclose, nan_to_num
 from tracer.realize import reset_device
 from tracer.reductions import all, any, cumprod, cumsum, logsumexp, median, percentile, prod, quantile, std, var
+from tracer.runtime_ints import RuntimeInt, dynamic
 from tracer.sampling import sample
 from tracer.shaping import (
     array_split,
@@ -145,5 +146,7 @@ __all__ = [
     "swapaxes", "tile", "tril", "triu", "dot", "einsum", "outer", "tensordot", "vdot", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
     # quantized weights and GGUF files (tracer/gguf.py, tracer/quantized.py)
     "FormatError", "gguf_metadata", "load_gguf", "q4_0", "q8_0", "quantize",
+    # runtime positions and lengths (tracer/runtime_ints.py)
+    "RuntimeInt", "dynamic",
 ]  # fmt: skip
 __all__ += _TABLE_UNARY  # abs, exp, log, sqrt, sin, tanh, silu, erf, ... (the op table's plain unary ops)

@@ -1,4 +1,4 @@
-"""The `wgjit` command line: `wgjit devices`, `wgjit demo`, and the tools' subcommands.
+"""The `wgjit` command line: `wgjit devices`, `wgjit demo`, `wgjit tune`, and the tools' subcommands.
 
 Each subcommand lives in its own module with `register(subparsers)`; add a module's
 name to SUBCOMMANDS to expose it.
@@ -10,7 +10,14 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ["tracer.cmd_devices", "tracer.cmd_demo", "tracer.cmd_dump", "tracer.cmd_explain", "tracer.cmd_bench"]
+SUBCOMMANDS = [
+    "tracer.cmd_devices",
+    "tracer.cmd_demo",
+    "tracer.cmd_dump",
+    "tracer.cmd_explain",
+    "tracer.cmd_bench",
+    "tracer.cmd_tune",
+]
 
 
 def main(argv: list[str] | None = None) -> int:

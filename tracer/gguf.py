@@ -80,7 +80,22 @@ def quantize(x: Any, dtype: DType | str) -> Tensor:
     quant.check_shape(dt, data.shape, "quantize")
     gguf = _gguf()
     blocks = gguf.quants.quantize(np.ascontiguousarray(data), gguf.GGMLQuantizationType[dt.value.upper()])
+    _check_scales(data, blocks, dt)
     return quantized_tensor(blocks, dt, data.shape)
+
+
+def _check_scales(data: np.ndarray, blocks: np.ndarray, dt: DType) -> None:
+    """Finite weights must stay finite (NUMERICS.md "Values entering wgjit"): a block's float16
+    scale overflows when its largest |value| is past about 65504 * 127 (q8_0) or 65504 * 8 (q4_0)."""
+    scales = blocks.reshape(-1, dt.block_bytes)[:, :2].copy().view(np.float16).reshape(-1)
+    finite = np.isfinite(data.reshape(-1, dt.block)).all(axis=1)
+    bad = finite & ~np.isfinite(scales)
+    if bad.any():
+        worst = float(np.abs(data.reshape(-1, dt.block)[bad]).max())
+        raise DTypeError(
+            f"quantize: a block of the {data.shape} weights reaches |{worst:.6g}|, whose {dt.value} scale overflows "
+            "float16 (the values would become inf); scale the weights down, or keep them float32/float16"
+        )
 
 
 def take_rows(t: Tensor, rows: np.ndarray) -> Tensor:

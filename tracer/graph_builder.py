@@ -8,11 +8,13 @@ builds its Graph. `graph_of` builds it when a program must be compiled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ir.graph import Graph, input_key, node_key
 from ir.node import Node
 from ir.ops import MOVEMENT, InputArg, Op
+from ir.symbolic import Sym, map_syms
 from tracer.lazy import Lazy
 
 _INPUT = Op.INPUT  # a leaf: realized, or host data waiting for upload (Lazy.is_leaf, read fast)
@@ -25,6 +27,12 @@ class Walk:
     donatable: list[bool]  # per input: nothing outside the graph can see it (an in-place kernel may overwrite it)
     outputs: list[Lazy]  # by position in graph.outputs
     structure: tuple  # ir.graph.Graph.structure() of graph_of(this walk)
+    args: dict[int, Any]  # id(Lazy) -> its arg with runtime variables numbered (only Lazies with some)
+    variables: list[Any]  # the runtime variables (tracer.runtime_ints.Var) by slot
+    ints: tuple[int, ...]  # their values: the program's runtime integers
+
+    def arg(self, lz: Lazy) -> Any:
+        return self.args[id(lz)] if lz.dyn else lz.arg
 
 
 @dataclass
@@ -32,6 +40,8 @@ class BuiltGraph:
     graph: Graph
     inputs: list[Lazy]  # by InputArg.index
     outputs: list[Lazy]  # by position in graph.outputs
+    variables: list[Any]  # the runtime variables by slot (Walk.variables)
+    ints: tuple[int, ...]  # their values
 
 
 def walk(targets: list[Lazy]) -> Walk:
@@ -68,6 +78,17 @@ def walk(targets: list[Lazy]) -> Walk:
     nodes: list[tuple] = []
     inputs: list[Lazy] = []
     donatable: list[bool] = []
+    args: dict[int, Any] = {}
+    slots: dict[int, int] = {}  # id(variable) -> slot
+    variables: list[Any] = []
+
+    def number(s: Sym) -> Sym:
+        slot = slots.get(id(s.slot))
+        if slot is None:
+            slot = slots[id(s.slot)] = len(variables)
+            variables.append(s.slot)
+        return replace(s, slot=slot)
+
     for lz in order:
         pos[id(lz)] = len(nodes)
         if lz.op is _INPUT:
@@ -76,9 +97,13 @@ def walk(targets: list[Lazy]) -> Walk:
             inputs.append(lz)
             donatable.append(free)
         else:
-            nodes.append(node_key(lz.op, tuple([pos[id(s)] for s in lz.srcs]), lz.shape, lz.dtype, lz.arg))
+            arg = lz.arg
+            if lz.dyn:
+                arg = args[id(lz)] = map_syms(arg, number)
+            nodes.append(node_key(lz.op, tuple([pos[id(s)] for s in lz.srcs]), lz.shape, lz.dtype, arg))
     structure = (tuple(nodes), tuple([pos[id(lz)] for lz in outputs]))
-    return Walk(order, inputs, donatable, outputs, structure)
+    ints = tuple(v.value for v in variables)
+    return Walk(order, inputs, donatable, outputs, structure, args, variables, ints)
 
 
 def graph_of(w: Walk) -> Graph:
@@ -93,14 +118,14 @@ def graph_of(w: Walk) -> Graph:
             i = index[id(lz)]
             nodes.append(Node(nid, Op.INPUT, (), lz.shape, lz.dtype, InputArg(i, w.donatable[i])))
         else:
-            nodes.append(Node(nid, lz.op, tuple(ids[id(s)] for s in lz.srcs), lz.shape, lz.dtype, lz.arg))
-    return Graph({n.id: n for n in nodes}, tuple(ids[id(lz)] for lz in w.outputs))
+            nodes.append(Node(nid, lz.op, tuple(ids[id(s)] for s in lz.srcs), lz.shape, lz.dtype, w.arg(lz)))
+    return Graph({n.id: n for n in nodes}, tuple(ids[id(lz)] for lz in w.outputs), ints=w.ints)
 
 
 def build_graph(targets: list[Lazy]) -> BuiltGraph:
     """The graph that computes `targets` (see walk), with its inputs and outputs."""
     w = walk(targets)
-    return BuiltGraph(graph_of(w), w.inputs, w.outputs)
+    return BuiltGraph(graph_of(w), w.inputs, w.outputs, w.variables, w.ints)
 
 
 def postorder(root: Lazy, order: list[Lazy], seen: set[int]) -> None:

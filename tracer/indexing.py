@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
+from ir.symbolic import Sym
+from tracer.runtime_ints import RuntimeInt, bucket
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,10 @@ class IndexView:
     slices: tuple[tuple[int, int, int], ...] | None  # (start, stop, step) per axis of x
     sliced_shape: tuple[int, ...]
     shape: tuple[int, ...]  # with the int axes dropped and the None axes added
+    # a slice whose length is a runtime integer: (axis of `shape`, the length, its largest value);
+    # the slice then reaches the length's bucket (tracer.runtime_ints) and shape holds the bucket
+    runtime_length: tuple[int, RuntimeInt, int] | None = None
+    runtime: bool = False  # some slice start is a runtime integer (ir.symbolic.Sym)
 
 
 def is_array_index(it: Any) -> bool:
@@ -66,16 +72,27 @@ def resolve_index(shape: tuple[int, ...], index: Any) -> IndexView:
     pos = items.index(Ellipsis)
     items = items[:pos] + (slice(None),) * (ndim - n_real) + items[pos + 1 :]
 
-    spec: list[tuple[int, int, int]] = []
+    spec: list[tuple[Any, Any, int]] = []
     out_shape: list[int] = []
     axis = 0
     needs_slice = False
+    runtime_length = None
     for it in items:
         if it is None:
             out_shape.append(1)
             continue
         dim = shape[axis]
-        if isinstance(it, slice):
+        if _is_runtime(it):
+            start, stop, length = _runtime_slice(it, axis, dim, shape)
+            spec.append((start, stop, 1))
+            if isinstance(length, RuntimeInt):
+                if runtime_length is not None:
+                    raise ShapeError(f"index: {index!r} has runtime lengths on two axes (shape {shape}); one at most")
+                runtime_length = (len(out_shape), length, dim - start)
+            if isinstance(it, slice):
+                out_shape.append(stop - start if isinstance(length, RuntimeInt) else length)
+            needs_slice = True
+        elif isinstance(it, slice):
             try:
                 start, stop, step = it.indices(dim)
             except (ValueError, TypeError) as e:  # step 0, or float bounds
@@ -98,5 +115,50 @@ def resolve_index(shape: tuple[int, ...], index: Any) -> IndexView:
             spec.append((i, i + 1, 1))
             needs_slice = True
         axis += 1
-    sliced = tuple(len(range(*s)) for s in spec)
-    return IndexView(tuple(spec) if needs_slice else None, sliced, tuple(out_shape))
+    sliced = tuple(_length(s) for s in spec)
+    runtime = any(isinstance(s[0], Sym) for s in spec)
+    return IndexView(tuple(spec) if needs_slice else None, sliced, tuple(out_shape), runtime_length, runtime)
+
+
+def _length(spec: tuple[Any, Any, int]) -> int:
+    start, stop, step = spec
+    return stop - start if isinstance(start, Sym) else len(range(start, stop, step))
+
+
+def _is_runtime(it: Any) -> bool:
+    if isinstance(it, slice):
+        return isinstance(it.start, RuntimeInt) or isinstance(it.stop, RuntimeInt)
+    return isinstance(it, RuntimeInt)
+
+
+def _runtime_slice(it: Any, axis: int, dim: int, shape: tuple[int, ...]) -> tuple[Any, Any, int | RuntimeInt]:
+    """(start, stop, length) of an index item holding a runtime integer (tracer.runtime_ints).
+
+    A runtime start of a fixed length becomes a Sym (the view's offset is read at run time);
+    a runtime length from a fixed start becomes the static slice to its bucket.
+    """
+    what = f"index of axis {axis} (shape {shape})"
+    if not isinstance(it, slice):  # x[p]: one element at a runtime position
+        return it.sym(0, dim - 1, what), it.sym(0, dim - 1, what) + 1, 1
+    if it.step not in (None, 1):
+        raise ShapeError(f"index: a slice with a runtime bound takes step 1, got {it!r} (shape {shape})")
+    start = 0 if it.start is None else it.start
+    stop = dim if it.stop is None else it.stop
+    for bound in (start, stop):
+        if not isinstance(bound, RuntimeInt) and operator.index(bound) < 0:
+            raise ShapeError(
+                f"index: {it!r}: a slice with a runtime bound counts from the start (no negative bounds; shape {shape})"
+            )
+    length = stop - start
+    if isinstance(length, RuntimeInt):
+        if isinstance(start, RuntimeInt):
+            raise ShapeError(
+                f"index: {it!r} has a runtime start and a runtime length (shape {shape}); one of them must be an int"
+            )
+        length.sym(0, dim - start, f"slice length of axis {axis} (shape {shape})")  # checks the value now
+        return start, start + bucket(length, dim - start), length
+    n = operator.index(length)
+    if not 0 <= n <= dim:
+        raise IndexOutOfRangeError(f"index: {it!r} selects {n} elements of axis {axis} with size {dim} (shape {shape})")
+    lo = start.sym(0, dim - n, f"slice start of axis {axis} (shape {shape})")
+    return lo, lo + n, n

@@ -63,10 +63,12 @@ from tracer.graph_builder import BuiltGraph, build_graph
 from tracer.guards import CapturedState, NameGuards
 from tracer.lazy import Lazy
 from tracer.realize import LOCK, debug_level, device_buffer, note_run, program_for, realize_lazies
+from tracer.runtime_ints import RuntimeInt, Var, bucket_of
 from tracer.signature import describe, fast_key, flatten, leaf_key, unflatten
 from tracer.tensor import Tensor, from_data, rebind
 
 MAX_SIGNATURES = 64  # traces kept per function (least recently used dropped)
+MAX_BUCKET_TRACES = 16  # per signature, traces kept for other buckets of its runtime lengths
 
 
 # --- what a trace reads, returns and rebinds -------------------------------------------------
@@ -123,6 +125,25 @@ class RebindCaptured:
     output: int
 
 
+@dataclass(frozen=True)
+class RuntimeSource:
+    """Where a runtime integer of the program comes from: a RuntimeInt argument (by leaf), or a traced value."""
+
+    leaf: int | None
+    value: int = 0
+
+
+@dataclass(frozen=True)
+class BucketGuard:
+    """A runtime length `scale * argument + const`, stored at `bucket` of an axis of `size` when traced."""
+
+    leaf: int
+    scale: int
+    const: int
+    size: int
+    bucket: int
+
+
 ProgramInput = ArgTensor | CapturedBuffer | CapturedState
 Returned = ProgramOutput | ArgTensor | CapturedTensor | PythonValue
 Rebinding = RebindArg | RebindCaptured
@@ -138,10 +159,12 @@ class Trace:
     out_structure: Hashable
     rebinds: list[Rebinding] = field(default_factory=list)
     names: NameGuards = field(default_factory=NameGuards)
+    ints: list[RuntimeSource] = field(default_factory=list)  # per runtime integer of the program
+    buckets: list[BucketGuard] = field(default_factory=list)  # the runtime lengths' buckets this trace holds
 
     def bind(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
         """The program's input buffers for this call, or why the trace no longer holds."""
-        failure = self.names.failure()
+        failure = self.names.failure() or self._bucket_failure(leaves)
         if failure is not None:
             return failure
         lazies: list[Lazy] = []
@@ -159,8 +182,19 @@ class Trace:
         found = iter(lazies)
         return [i.buffer if isinstance(i, CapturedBuffer) else device_buffer(next(found)) for i in self.inputs]
 
+    def _bucket_failure(self, leaves: list[Any]) -> str | None:
+        for g in self.buckets:
+            n = g.scale * leaves[g.leaf].value + g.const
+            if bucket_of(n, g.size) != g.bucket:
+                return f"a runtime length ({n}) needs another bucket than {g.bucket} (tracer.runtime_ints)"
+        return None
+
+    def runtime_ints(self, leaves: list[Any]) -> tuple[int, ...]:
+        """The program's runtime integers for this call: from RuntimeInt arguments, or as traced."""
+        return tuple(leaves[i.leaf].value if i.leaf is not None else i.value for i in self.ints)
+
     def replay(self, leaves: list[Any], buffers: list[DeviceBuffer]) -> Any:
-        outputs = self._run(buffers) if self.program is not None else _no_outputs
+        outputs = self._run(buffers, self.runtime_ints(leaves)) if self.program is not None else _no_outputs
         for r in self.rebinds:
             target = leaves[r.leaf] if isinstance(r, RebindArg) else r.tensor()
             if target is not None:
@@ -168,10 +202,10 @@ class Trace:
         values = [self._value(r, leaves, outputs) for r in self.returned]
         return unflatten(self.out_structure, values, [0])
 
-    def _run(self, buffers: list[DeviceBuffer]) -> Callable[[int], Lazy]:
+    def _run(self, buffers: list[DeviceBuffer], ints: tuple[int, ...]) -> Callable[[int], Lazy]:
         """Run the program; returns output index -> the one realized Lazy that shows it."""
         assert self.program is not None
-        results = self.program.run(buffers)
+        results = self.program.run(buffers, ints=ints)
         note_run(self.program)
         graph = self.program.graph
         made: dict[int, Lazy] = {}
@@ -214,7 +248,10 @@ def trace_call(
     arg_pos = {id(leaf._lazy): i for i, leaf in enumerate(leaves) if isinstance(leaf, Tensor)}
     names = NameGuards()
     names.add_function(fn)  # before fn runs: the state it reads is the state it sees
-    call_args, call_kwargs = call(leaves)
+    # each RuntimeInt argument is a variable of its own while traced (python may not read it)
+    traced = [RuntimeInt(Var(leaf.value, argument=True)) if isinstance(leaf, RuntimeInt) else leaf for leaf in leaves]
+    arg_vars = {id(t.var): i for i, t in enumerate(traced) if isinstance(t, RuntimeInt)}
+    call_args, call_kwargs = call(traced)
     with tracing.tracing(name, [leaf._lazy for leaf in leaves if isinstance(leaf, Tensor)]) as scope:
         result = fn(*call_args, **call_kwargs)
     for inner in scope.inlined:
@@ -228,10 +265,16 @@ def trace_call(
     states = _state_before_rebinds(scope, rebound, arg_pos)
     _realize_captured(targets, arg_pos, [lz for lz in states if not lz.is_leaf])
     trace = Trace(None, [], [], out_structure, names=names)
+    trace.buckets = [
+        BucketGuard(arg_vars[id(t.var)], length.scale, length.const, size, b)
+        for t in traced
+        if isinstance(t, RuntimeInt)
+        for length, size, b in t.var.buckets
+    ]
     out_index: dict[int, int] = {}
     if targets:
         with LOCK:
-            out_index = _compile_and_run(trace, targets, arg_pos, states, out_leaves)
+            out_index = _compile_and_run(trace, targets, arg_pos, states, out_leaves, arg_vars)
     arg_tensors = {id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, Tensor)}
     trace.returned = [_returned(v, out_index, arg_pos, arg_tensors) for v in out_leaves]
     trace.rebinds = [_rebinding(t, out_index, arg_tensors) for t in rebound if id(t._lazy) in out_index]
@@ -299,6 +342,7 @@ def _compile_and_run(
     arg_pos: dict[int, int],
     states: dict[Lazy, list[Tensor]],
     out_leaves: list[Any],
+    arg_vars: dict[int, int],
 ) -> dict[int, int]:
     """Compile the graph of `targets`, fill in the trace's program and inputs, run it once.
 
@@ -318,7 +362,11 @@ def _compile_and_run(
             trace.inputs.append(CapturedState(lz.shape, lz.dtype, [weakref.ref(t) for t in readers]))
         else:
             trace.inputs.append(CapturedBuffer(device_buffer(lz)))
-    results = program.run([device_buffer(lz) for lz in built.inputs])  # arguments as they were when called
+    trace.ints = [
+        RuntimeSource(arg_vars[id(v)]) if id(v) in arg_vars else RuntimeSource(None, v.value) for v in built.variables
+    ]
+    buffers = [device_buffer(lz) for lz in built.inputs]  # arguments as they were when called
+    results = program.run(buffers, ints=built.ints)
     note_run(program)
     for lz, buf in zip(built.outputs, results, strict=True):
         lz.mark_realized(buf)
@@ -374,6 +422,7 @@ class JitFunction:
         except (TypeError, ValueError):  # some builtins have none: arguments are then positional paths
             self._signature = None
         self.traces: OrderedDict[Hashable, Trace] = OrderedDict()
+        self._others: dict[Hashable, list[Trace]] = {}  # per signature, its traces for other buckets (runtime_ints)
         # positional tensors and scalars only: their key, straight to (trace, where each leaf comes from)
         self._fast: dict[Hashable, tuple[Trace, list[tuple[bool, Any]]]] = {}
         self.trace_count = 0  # how many times fn ran to be traced
@@ -399,24 +448,37 @@ class JitFunction:
         why = None
         if trace is not None:
             self.traces.move_to_end(call.signature)
-            done, out = self._replay(trace, call.leaves)
-            if done:
-                self._remember(fast, trace, args, call.leaves)
-                return out
-            why = f"retracing: {out}"
+            for t in [trace, *self._others.get(call.signature, [])]:  # the buckets traced before, newest first
+                done, out = self._replay(t, call.leaves)
+                if done:
+                    if t is not trace:
+                        self._keep(call.signature, t)
+                    self._remember(fast, t, args, call.leaves)
+                    return out
+                why = why or f"retracing: {out}"
         if debug_level() >= 1:
             print(f"[wgjit] jit {self.__name__}: {why or self._why(call)}", file=sys.stderr)
         trace, result = trace_call(
             self.__name__, self.fn, functools.partial(self._call_args, call.structure), call.leaves
         )
         self.trace_count += 1
-        self.traces[call.signature] = trace
+        self._keep(call.signature, trace)
         self.traces.move_to_end(call.signature)
         if len(self.traces) > MAX_SIGNATURES:
-            self.traces.popitem(last=False)
+            self._others.pop(self.traces.popitem(last=False)[0], None)
             self._fast.clear()
         self._remember(fast, trace, args, call.leaves)
         return result
+
+    def _keep(self, signature: Hashable, trace: Trace) -> None:
+        """`trace` is the signature's trace now; one it replaces for another bucket of a runtime length stays."""
+        old = self.traces.get(signature)
+        if old is not None and old is not trace and old.buckets:
+            others = [t for t in self._others.get(signature, []) if t is not trace]
+            self._others[signature] = [old, *others][:MAX_BUCKET_TRACES]
+        elif old is None or not trace.buckets:
+            self._others.pop(signature, None)
+        self.traces[signature] = trace
 
     def _replay(self, trace: Trace, leaves: list[Any]) -> tuple[bool, Any]:
         """(True, the result) after a replay; (False, why) when the trace's guards fail."""
@@ -480,6 +542,7 @@ class JitFunction:
 
     def cache_clear(self) -> None:
         self.traces.clear()
+        self._others.clear()
         self._fast.clear()
 
 

@@ -45,6 +45,8 @@ class Lazy:
         "handles",
         "consumers",
         "pinned",
+        "dyn",
+        "ragged",
         "__weakref__",
     )
 
@@ -59,6 +61,8 @@ class Lazy:
         self.handles: list[weakref.ref] = []  # Tensors made to show this value (see live_handles)
         self.consumers: list[weakref.ref] = []  # Lazies made to read it (see live_consumers)
         self.pinned = False  # never donated to an in-place kernel (cached constants)
+        self.dyn = False  # arg holds runtime integers (ir.symbolic.Sym of tracer.runtime_ints variables)
+        self.ragged = False  # a runtime-length slice (tracer.tensor.RuntimeLengthTensor): only attention reads it
         if srcs:
             me = weakref.ref(self)
             for s in srcs:
@@ -109,5 +113,6 @@ class Lazy:
         self.buffer = buffer
         self.op = Op.INPUT
         self.arg = None
+        self.dyn = False
         self.host = None
         self.srcs = ()  # no longer a consumer of them: live_consumers() checks srcs

@@ -23,7 +23,7 @@ def _common(op: str, *xs: Any) -> tuple[list[Tensor], DType]:
     for t in ts[1:]:
         dt = promote(dt, t.dtype, op)
     work = DType.int32 if dt is DType.bool else dt
-    return [t.astype(work) for t in ts], dt
+    return [t.astype(work, copy=False) for t in ts], dt
 
 
 def _finish(y: Tensor, dt: DType) -> Tensor:

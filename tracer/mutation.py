@@ -29,8 +29,10 @@ import numpy as np
 from ir.dtypes import DType
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.ops import Op
+from ir.symbolic import Sym
 from ir.view import View
 from tracer.indexing import is_advanced, resolve_index
+from tracer.runtime_ints import RuntimeInt, dynamic
 from tracer.tensor import Tensor, as_tensor, broadcast_to, broadcasts_to, constant, from_data, make, rebind, where
 from tracer.views import as_box, coordinates, positions
 
@@ -49,7 +51,7 @@ def assign_result(x: Tensor, symbol: str, result: Tensor) -> None:
                 f"shape {x.shape} (numpy's casting='same_kind' rule); write x = x op y for a new tensor, "
                 "or cast the operand first"
             )
-        result = result.astype(x.dtype)
+        result = result.astype(x.dtype, copy=False)
     assign(x, result)
 
 
@@ -198,6 +200,11 @@ def _write_region(x: Tensor, region: View, value: Tensor) -> None:
         )
     if region.size == 0:
         return
+    if isinstance(region.offset, Sym):
+        raise ShapeError(
+            f"setitem: the selection of shape {region.shape} starts at a runtime position (tr.dynamic); write it with "
+            "index_write on the tensor that owns the values"
+        )
     root = root_of(x)
     if region.size == root.size and region.is_identity:
         assign_root(root, value.reshape(root.shape))
@@ -261,9 +268,12 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
         raise ShapeError(
             f"index_write: x shape {x.shape}, src shape {src.shape} and offsets {offsets} must have one entry per axis"
         )
+    runtime = any(isinstance(o, RuntimeInt) for o in offsets)
     for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
+        if isinstance(o, RuntimeInt):
+            continue  # checked by sym() below
         if not isinstance(o, int | np.integer) or isinstance(o, bool):
-            raise ShapeError(f"index_write: offsets must be ints, got {offsets}")
+            raise ShapeError(f"index_write: offsets must be ints (or tr.dynamic), got {offsets}")
         if o < 0 or o + n > m:
             raise IndexOutOfRangeError(
                 f"index_write: src shape {src.shape} at offsets {offsets} reaches outside x shape {x.shape} (axis {d})"
@@ -274,10 +284,36 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
             raise DTypeError(
                 f"index_write: cannot write {src.dtype.value} into {x.dtype.value} without a cast; use astype()"
             )
-        src = src.astype(x.dtype)
-    if src.size > 0:
+        src = src.astype(x.dtype, copy=False)
+    if x._viewof is None and src.size > 0:  # x owns its values: the offsets are runtime integers
+        write_at_runtime_offsets(x, offsets, src)
+    elif runtime:
+        raise ShapeError(
+            f"index_write: x (shape {x.shape}) is a view; a runtime offset (tr.dynamic) writes into a tensor that "
+            "owns its values: index_write into the tensor x was taken from"
+        )
+    elif src.size > 0:
         write_box(x, tuple(int(o) for o in offsets), src)
     return x
+
+
+def write_at_runtime_offsets(x: Tensor, offsets: tuple[Any, ...], src: Tensor) -> None:
+    """INDEX_WRITE into x (a root) with its offsets read from the uniform: one program for every position.
+
+    An axis that src fills whole keeps the offset 0; the others hold runtime integers
+    (tr.dynamic ones as given, plain ints as variables of their own).
+    """
+    arg = []
+    for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
+        if n == m and not isinstance(o, RuntimeInt):
+            arg.append(0)
+            continue
+        o = o if isinstance(o, RuntimeInt) else dynamic(int(o))
+        what = f"index_write: offset of axis {d} (src shape {src.shape}, x shape {x.shape})"
+        arg.append(o.sym(0, m - n, what))
+    value = make(Op.INDEX_WRITE, (x, src), x.shape, x.dtype, tuple(arg))
+    value._lazy.dyn = any(isinstance(a, Sym) for a in arg)
+    assign_root(x, value)
 
 
 # --- the Tensor methods this module adds (tracer.tensor explains why they live here) -----------

@@ -32,9 +32,11 @@ from ir import shapes
 from ir.dtypes import DType, promote
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.ops import AttentionArg, Conv1dArg, NormArg, Op, RopeArg
+from ir.symbolic import Sym
 from tracer.factories import arange
 from tracer.mutation import index_write
 from tracer.tensor import (
+    RuntimeLengthTensor,
     Tensor,
     as_tensor,
     binary,
@@ -54,7 +56,7 @@ __all__ = [
 
 def _float(x: Tensor) -> Tensor:
     """Norms and convolutions compute on floats: ints become float32, as numpy's mean does."""
-    return x if x.dtype.is_float else x.astype(DType.float32)
+    return x if x.dtype.is_float else x.astype(DType.float32, copy=False)
 
 
 # --- norms ---------------------------------------------------------------------------
@@ -117,7 +119,7 @@ def group_norm(x: Any, groups: int, weight: Any = None, bias: Any = None, eps: f
         t = _float(as_tensor(t, "group_norm", what))
         if t.shape != (c,):
             raise ShapeError(f"group_norm: {what} has shape {t.shape}, expected ({c},) for x of shape {x.shape}")
-        y = combine(y, t.reshape(per_channel)).astype(x.dtype)
+        y = combine(y, t.reshape(per_channel)).astype(x.dtype, copy=False)
     return y
 
 
@@ -261,7 +263,7 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
             raise ShapeError(f"rope: {what} shape {t.shape} does not broadcast to {target} for x shape {x.shape}")
         pairs.append(t.broadcast_to(target))
     xf = _float(x)
-    return make(Op.ROPE, (xf, *pairs), x.shape, xf.dtype, RopeArg(interleaved)).astype(x.dtype)
+    return make(Op.ROPE, (xf, *pairs), x.shape, xf.dtype, RopeArg(interleaved)).astype(x.dtype, copy=False)
 
 
 def _causal_mask(q_len: int, kv_len: int) -> Tensor:
@@ -292,6 +294,9 @@ def scaled_dot_product_attention(
     weight 0 (masked) whose value is inf or NaN may still make the row NaN (0 * inf).
     """
     q, k, v = as_tensor(q, "sdpa", "q"), as_tensor(k, "sdpa", "k"), as_tensor(v, "sdpa", "v")
+    length = None
+    if type(k) is RuntimeLengthTensor or type(v) is RuntimeLengthTensor:
+        k, v, length = _runtime_keys(q, k, v, mask)
     if min(q.ndim, k.ndim, v.ndim) < 2:
         raise ShapeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} must be at least 2-D")
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
@@ -314,8 +319,38 @@ def scaled_dot_product_attention(
             )
     masks = [] if mask is None else [as_tensor(mask, "sdpa", "mask")]
     if max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD_DIM:
+        if length is not None:
+            raise ShapeError(
+                f"scaled_dot_product_attention: head dims above {FUSED_MAX_HEAD_DIM} (q {q.shape}, v {v.shape}) "
+                "take keys of a fixed length, not a runtime one"
+            )
         return _composed_attention(q, k, v, masks, is_causal, scale, grouped)
-    return _fused_attention(q, k, v, masks, is_causal, scale, grouped)
+    out = _fused_attention(q, k, v, masks, is_causal, scale, grouped, length)
+    out._lazy.dyn = length is not None
+    return out
+
+
+def _runtime_keys(q: Tensor, k: Tensor, v: Tensor, mask: Any) -> tuple[Tensor, Tensor, Sym]:
+    """k and v sliced to a runtime length (tracer.runtime_ints): their stored buckets and the length attended."""
+    for t, what in ((k, "k"), (v, "v")):
+        if type(t) is not RuntimeLengthTensor or t.axis != t.ndim - 2:
+            raise ShapeError(
+                f"scaled_dot_product_attention: k {k.shape} and v {v.shape} must both have the runtime length on "
+                f"their key axis (-2); {what} does not"
+            )
+    assert isinstance(k, RuntimeLengthTensor) and isinstance(v, RuntimeLengthTensor)
+    if k.length != v.length or k._lazy.shape[-2] != v._lazy.shape[-2]:
+        raise ShapeError(f"scaled_dot_product_attention: k {k.shape} and v {v.shape} have different runtime lengths")
+    if type(q) is RuntimeLengthTensor:
+        raise ShapeError(f"scaled_dot_product_attention: q {q.shape} cannot have a runtime length")
+    if mask is not None:
+        raise ShapeError(
+            "scaled_dot_product_attention: a mask cannot go with keys of a runtime length; use is_causal, or slice "
+            "the keys with python ints"
+        )
+    stored = k._lazy.shape[-2]
+    sym = k.length.sym(0, stored, f"scaled_dot_product_attention: key length (stored as {stored})")
+    return k.padded, v.padded, sym
 
 
 def _attention_batch(q: Tensor, k: Tensor, v: Tensor, grouped: bool) -> tuple[int, ...]:
@@ -331,7 +366,14 @@ def _attention_batch(q: Tensor, k: Tensor, v: Tensor, grouped: bool) -> tuple[in
 
 
 def _fused_attention(
-    q: Tensor, k: Tensor, v: Tensor, masks: list[Tensor], causal: bool, scale: float, grouped: bool
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    masks: list[Tensor],
+    causal: bool,
+    scale: float,
+    grouped: bool,
+    length: Sym | None = None,
 ) -> Tensor:
     """One Op.ATTENTION over 4-D (B, H, L, E) operands: views of the caller's tensors (broadcasts stride 0)."""
     batch = _attention_batch(q, k, v, grouped)
@@ -341,7 +383,7 @@ def _fused_attention(
 
     def as4(t: Tensor, heads: int) -> Tensor:  # (..., heads, rows, dim) -> (B, heads, rows, dim)
         lead = batch[:-1] + (heads,) if batch else (heads,)
-        return t.astype(dt).broadcast_to(lead + t.shape[-2:]).reshape(b, heads, *t.shape[-2:])
+        return t.astype(dt, copy=False).broadcast_to(lead + t.shape[-2:]).reshape(b, heads, *t.shape[-2:])
 
     kv_heads = k.shape[-3] if grouped else h
     srcs = [as4(q, h), as4(k, kv_heads), as4(v, kv_heads)]
@@ -355,9 +397,9 @@ def _fused_attention(
             )
         kind = "bool" if m.dtype is DType.bool else "add"
         if kind == "add" and not m.dtype.is_float:
-            m = m.astype(dt)
+            m = m.astype(dt, copy=False)
         srcs.append(m.broadcast_to(target).reshape(b, h, q_len, kv_len))
-    arg = AttentionArg(scale, causal, kind, h // kv_heads)
+    arg = AttentionArg(scale, causal, kind, h // kv_heads, length=length)
     # the result keeps the caller's batch dims: (B, H, L, Ev) in memory either way, and no copy
     return make(Op.ATTENTION, tuple(srcs), batch + (q_len, ev), dt, arg)
 
@@ -386,7 +428,9 @@ def _composed_attention(
             )
         if grouped:
             m = m.broadcast_to(target).reshape(scores.shape)
-        scores = where(m, scores, float("-inf")) if m.dtype is DType.bool else scores + m.astype(scores.dtype)
+        scores = (
+            where(m, scores, float("-inf")) if m.dtype is DType.bool else scores + m.astype(scores.dtype, copy=False)
+        )
     out = scores.softmax(-1) @ v
     if grouped:
         out = out.reshape(out.shape[:-4] + (heads, q_len, v.shape[-1]))
@@ -432,11 +476,15 @@ def conv1d(
         )
     dt = promote(x.dtype, weight.dtype, "conv1d")
     out = make(
-        Op.CONV1D, (x.astype(dt), weight.astype(dt)), (n, cout, lout), dt, Conv1dArg(stride, padding, dilation, groups)
+        Op.CONV1D,
+        (x.astype(dt, copy=False), weight.astype(dt, copy=False)),
+        (n, cout, lout),
+        dt,
+        Conv1dArg(stride, padding, dilation, groups),
     )
     if bias is not None:
         bias = _float(as_tensor(bias, "conv1d", "bias"))
         if bias.shape != (cout,):
             raise ShapeError(f"conv1d: bias shape {bias.shape} does not match {cout} output channels")
-        out = (out + bias.reshape(cout, 1)).astype(dt)
+        out = (out + bias.reshape(cout, 1)).astype(dt, copy=False)
     return out.reshape(cout, lout) if unbatched else out

@@ -91,13 +91,18 @@ def add_compile_listener(listener: CompileListener) -> Callable[[], None]:
 
 
 def program_for(graph: Graph) -> Program:
-    """The compiled program for a graph, from the cache when its structure was seen before."""
-    return _program(graph.structure(), lambda: graph)
+    """The compiled program for a graph, from the cache when its structure was seen before.
+
+    Its `ints` (what `run()` uses unless given others) become the graph's runtime integers.
+    """
+    program = _program(graph.structure(), lambda: graph)
+    program.ints = graph.ints
+    return program
 
 
 def _program(structure: tuple, make_graph: Callable[[], Graph]) -> Program:
     """The program for a structure: cached, or compiled from make_graph() (only called on a miss or for listeners)."""
-    key = (structure, fusion_enabled())
+    key = (structure, fusion_enabled(), get_device().caps.tuning.digest())  # a new tuning compiles anew
     program = _PROGRAMS.get(key)
     if program is not None:
         _PROGRAMS.move_to_end(key)
@@ -192,7 +197,7 @@ def realize_lazies(lazies: Sequence[Lazy]) -> None:
         w = walk(targets)
         program = _program(w.structure, lambda: graph_of(w))
         inputs = [device_buffer(lz) for lz in w.inputs]
-        outputs = program.run(inputs)
+        outputs = program.run(inputs, ints=w.ints)
         note_run(program)
         for lz, buf in zip(w.outputs, outputs, strict=True):
             lz.mark_realized(buf)
@@ -206,7 +211,9 @@ def compile_lazies(lazies: Sequence[Lazy]) -> Program:
         if not targets:
             raise ValueError("compile: every tensor is already realized; there is nothing to compile")
         w = walk(targets)
-        return _program(w.structure, lambda: graph_of(w))
+        program = _program(w.structure, lambda: graph_of(w))
+        program.ints = w.ints  # run()'s default: this graph's runtime integers
+        return program
 
 
 def read_lazy(lz: Lazy) -> np.ndarray:

@@ -26,7 +26,7 @@ Axis = int | Sequence[int] | None
 
 def _float(x: Any, op: str) -> Tensor:
     x = as_tensor(x, op)
-    return x if x.dtype.is_float else x.astype(DType.float32)
+    return x if x.dtype.is_float else x.astype(DType.float32, copy=False)
 
 
 def _kept_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
@@ -43,29 +43,41 @@ def prod(x: Any, axis: Axis = None, dtype: Any = None, keepdims: bool = False) -
 
 
 def var(x: Any, axis: Axis = None, ddof: int | float = 0, keepdims: bool = False) -> Tensor:
-    """The variance, sum((x - mean)**2) / (n - ddof), as np.var (NaN or inf where n <= ddof)."""
+    """The variance, sum((x - mean)**2) / (n - ddof), as np.var (NaN or inf where n <= ddof).
+
+    float16 data is centered and squared in float32, as numpy does (a square past 65504 would be
+    inf in float16 though the variance fits), and the variance rounded to float16 once.
+    """
     x = _float(x, "var")
-    axes = shapes.normalize_axes("var", axis, x.shape)
+    return _variance(x, "var", axis, ddof, keepdims).astype(x.dtype, copy=False)
+
+
+def std(x: Any, axis: Axis = None, ddof: int | float = 0, keepdims: bool = False) -> Tensor:
+    """The standard deviation, sqrt(var), as np.std (float16 data: the root taken in float32, then rounded)."""
+    x = _float(x, "std")
+    return _variance(x, "std", axis, ddof, keepdims).sqrt().astype(x.dtype, copy=False)
+
+
+def _variance(x: Tensor, op: str, axis: Axis, ddof: int | float, keepdims: bool) -> Tensor:
+    """The variance of a float tensor, in float32 for float16 data."""
+    if x.dtype is DType.float16:
+        x = x.astype(DType.float32, copy=False)
+    axes = shapes.normalize_axes(op, axis, x.shape)
     n = math.prod(x.shape[a] for a in axes)
     centered = x - x.mean(axes, keepdims=True)
     return (centered * centered).sum(axes, keepdims=keepdims) / float(max(n - ddof, 0))
 
 
-def std(x: Any, axis: Axis = None, ddof: int | float = 0, keepdims: bool = False) -> Tensor:
-    """The standard deviation, sqrt(var), as np.std."""
-    return var(x, axis, ddof, keepdims).sqrt()
-
-
 def any(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """Whether any element is nonzero (NaN counts), as np.any; False over no elements."""
     x = as_tensor(x, "any")
-    return (x != 0).astype(DType.int32).sum(axis, keepdims) > 0
+    return (x != 0).astype(DType.int32, copy=False).sum(axis, keepdims) > 0
 
 
 def all(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """Whether every element is nonzero (NaN counts), as np.all; True over no elements."""
     x = as_tensor(x, "all")
-    return (x == 0).astype(DType.int32).sum(axis, keepdims) == 0
+    return (x == 0).astype(DType.int32, copy=False).sum(axis, keepdims) == 0
 
 
 def logsumexp(x: Any, axis: Axis = None, keepdims: bool = False) -> Tensor:
@@ -86,7 +98,13 @@ def _scan(op: Op, x: Any, axis: int | None, dtype: Any) -> Tensor:
     """The running sum or product along `axis` (over the flattened x when None), as numpy's:
     bools count as int32, `dtype` casts first."""
     x = as_tensor(x, op.value)
-    x = x.astype(to_dtype(dtype)) if dtype is not None else x.astype(DType.int32) if x.dtype is DType.bool else x
+    x = (
+        x.astype(to_dtype(dtype), copy=False)
+        if dtype is not None
+        else x.astype(DType.int32, copy=False)
+        if x.dtype is DType.bool
+        else x
+    )
     if axis is None or x.ndim == 0:
         x, axis = x.reshape(-1), 0
     a = shapes.normalize_axis(op.value, axis, x.ndim, x.shape)

@@ -43,7 +43,7 @@ def sample(
     if logits.ndim == 0 or logits.shape[-1] == 0:
         raise ShapeError(f"sample: logits must have a last axis of at least one id, got shape {logits.shape}")
     if not logits.dtype.is_float:
-        logits = logits.astype(DType.float32)
+        logits = logits.astype(DType.float32, copy=False)
     if not (isinstance(temperature, int | float) and math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"sample: temperature must be a finite number >= 0, got {temperature!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:

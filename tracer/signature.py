@@ -1,8 +1,8 @@
 """The signature of a jitted call: the structure of its arguments and what each leaf is.
 
 Tuples, lists and dicts are walked; every other value is a leaf. A tensor leaf is keyed
-by shape, dtype and which earlier leaf is the same tensor (aliasing); any other leaf is
-a static value, keyed by its value. Floats are keyed by their bits, so 0.0 and -0.0
+by shape, dtype and which earlier leaf is the same tensor (aliasing); a runtime integer
+(tr.dynamic) only by being one; any other leaf is a static value, keyed by its value. Floats are keyed by their bits, so 0.0 and -0.0
 (and every NaN) are told apart as a program that divides by them must.
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from tracer.runtime_ints import RuntimeInt
 from tracer.tensor import Tensor
 
 
@@ -63,6 +64,8 @@ def leaf_key(leaf: Any, seen: dict[int, int], path: str) -> Hashable:
     if isinstance(leaf, Tensor):
         first = seen.setdefault(id(leaf._lazy), len(seen))
         return ("tensor", leaf.shape, leaf.dtype.value, first)
+    if isinstance(leaf, RuntimeInt):  # any value: the program reads it from the uniform
+        return ("dynamic",)
     try:
         hash(leaf)
     except TypeError:
@@ -85,6 +88,8 @@ def fast_key(args: tuple) -> Hashable | None:
             key.append((lz.shape, lz.dtype, seen.setdefault(id(lz), len(seen))))
         elif type(a) is float:
             key.append((float, repr(a)))
+        elif type(a) is RuntimeInt:
+            key.append(RuntimeInt)
         elif type(a) in _PLAIN:
             key.append((type(a), a))
         else:
@@ -96,4 +101,6 @@ def describe(key: Hashable) -> str:
     """A leaf key as words, for the retrace reason."""
     if key[0] == "tensor":
         return f"tensor {key[1]} {key[2]}"
+    if key[0] == "dynamic":
+        return "a runtime integer (tr.dynamic)"
     return f"{key[2]!r}"

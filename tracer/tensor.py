@@ -34,6 +34,7 @@ from tracer.lazy import Lazy
 from tracer.limits import LARGEST_SAFE_BINDING, check_binding_size, check_float16, max_storage_buffers
 from tracer.quantized import check_quantized_operands, refuse, refuse_read, transposed_leaf
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
+from tracer.runtime_ints import RuntimeInt
 from tracer.tracing import note_rebind
 from tracer.views import RootCell, ViewInfo, child_view, derive, same_view
 
@@ -336,12 +337,12 @@ class Tensor:
 
     # --- reductions ---------------------------------------------------------------
     def sum(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
-        x = self.astype(DType.int32) if self.dtype is DType.bool else self
+        x = self.astype(DType.int32, copy=False) if self.dtype is DType.bool else self
         return reduce(Op.SUM, x, axis, keepdims)
 
     def mean(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
         # the total is float32 whatever the input: a float16 total overflows at 65504 (numpy too sums in f32)
-        x = self if self.dtype is DType.float32 else self.astype(DType.float32)
+        x = self if self.dtype is DType.float32 else self.astype(DType.float32, copy=False)
         axes = shapes.normalize_axes("mean", axis, self.shape)
         n = math.prod(self.shape[a] for a in axes)
         total = reduce(Op.SUM, x, axis, keepdims)
@@ -471,15 +472,82 @@ class Tensor:
         return make(Op.COPY, (self,), self.shape, self.dtype)
 
     def __getitem__(self, index: Any) -> Tensor:
-        """Basic indexing (ints, slices, None, ...): a view. tracer.advanced extends it to integer and bool arrays."""
+        """Basic indexing (ints, slices, None, ...): a view. tracer.advanced extends it to integer and bool arrays.
+
+        Runtime integers (tr.dynamic) may be starts, indices or a slice's stop (tracer.runtime_ints).
+        """
         view = resolve_index(self.shape, index)
         y = self if view.slices is None else self._movement(Op.SLICE, view.sliced_shape, view.slices)
-        return y.reshape(view.shape)
+        if view.runtime:
+            y._lazy.dyn = True
+        y = y.reshape(view.shape)
+        if view.runtime_length is None:
+            return y
+        axis, length, largest = view.runtime_length
+        return RuntimeLengthTensor(y, axis, length, largest)
 
     # --- debugging ----------------------------------------------------------------
     def graph(self) -> Graph:
         """The ir.Graph that would compute this tensor (nothing runs)."""
         return build_graph([self._lazy]).graph
+
+
+class RuntimeLengthTensor(Tensor):
+    """A slice whose length along one axis is a runtime integer (`cache[:, :, : pos + 1]`, tracer.runtime_ints).
+
+    It stores the slice to the length's bucket; `shape` shows the RuntimeInt on that axis,
+    `numpy()` the true length, and scaled_dot_product_attention attends over the true length.
+    Other ops refuse it (`make`): their result's shape would be known only at run time. It is
+    a snapshot, not a view: slice after writing into x (as a decode step does).
+    """
+
+    __slots__ = ("axis", "length", "largest")
+
+    def __init__(self, padded: Tensor, axis: int, length: RuntimeInt, largest: int) -> None:
+        shape = padded._lazy.shape
+        lz = Lazy(Op.RESHAPE, (padded._lazy,), shape, padded.dtype, shape)  # its own value, marked
+        lz.ragged = True
+        super().__init__(lz)
+        self.axis, self.length, self.largest = axis, length, largest
+
+    @property
+    def shape(self) -> tuple[Any, ...]:
+        s = list(self._lazy.shape)
+        s[self.axis] = self.length
+        return tuple(s)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def padded(self) -> Tensor:
+        """The stored slice, to the bucket length (what lies past the true length is whatever x holds there)."""
+        shape = self._lazy.shape
+        return Tensor(Lazy(Op.RESHAPE, (self._lazy,), shape, self.dtype, shape))
+
+    def numpy(self) -> np.ndarray:
+        full = super().numpy()
+        return full[(slice(None),) * self.axis + (slice(0, int(self.length)),)].copy()
+
+    def __getitem__(self, index: Any) -> Tensor:
+        raise ShapeError(
+            f"index: a tensor with a runtime length along axis {self.axis} (shape {self.shape}) cannot be indexed; "
+            "index the tensor it was sliced from"
+        )
+
+    def __repr__(self) -> str:
+        return f"Tensor(shape={self.shape}, dtype={self.dtype.value}, runtime length, stored as {self._lazy.shape})"
+
+
+def refuse_runtime_length(op: str, srcs: tuple[Tensor, ...]) -> None:
+    """ShapeError when an operand has a runtime length (RuntimeLengthTensor): only attention reads those."""
+    for s in srcs:
+        if s._lazy.ragged:
+            raise ShapeError(
+                f"{op}: an operand of shape {s.shape} has a runtime length (a slice ending at a tr.dynamic value); "
+                "only scaled_dot_product_attention reads such a tensor. Slice with python ints for a fixed shape"
+            )
 
 
 # --- realization of several tensors at once ------------------------------------------
@@ -508,12 +576,17 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 
 MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
 _F16 = DType.float16
+_QUANTIZED = frozenset(d for d in DType if d.is_quantized)
 
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
     """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
-    if any(s._lazy.dtype.is_quantized for s in srcs):
-        check_quantized_operands(op, tuple(s._lazy for s in srcs), dtype, arg)
+    lazies = tuple([s._lazy for s in srcs])
+    for lz in lazies:  # the rare operands (one loop: this runs for every op)
+        if lz.ragged or lz.dtype in _QUANTIZED:
+            refuse_runtime_length(op.value, srcs)
+            check_quantized_operands(op, lazies, dtype, arg)
+            break
     n = math.prod(shape)
     nbytes = dtype.nbytes(n) if dtype.is_quantized else n * dtype.itemsize
     if nbytes > LARGEST_SAFE_BINDING or n > MAX_ELEMENTS:
@@ -524,9 +597,9 @@ def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType,
             )
         if op not in MOVEMENT:  # views add no bytes
             check_binding_size(op.value, shape, dtype, nbytes)
-    if dtype is _F16 and not any(s._lazy.dtype is _F16 for s in srcs):
+    if dtype is _F16 and not any(lz.dtype is _F16 for lz in lazies):
         check_float16(op.value, shape)  # where float16 enters a graph, not later at realize
-    return Tensor(Lazy(op, tuple([s._lazy for s in srcs]), shape, dtype, arg))
+    return Tensor(Lazy(op, lazies, shape, dtype, arg))
 
 
 def from_data(data: Any, dtype: DType | str | None = None, op: str = "tensor") -> Tensor:
@@ -596,7 +669,7 @@ def unary(op: Op, x: Tensor) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op.value}: expected a Tensor, got {type(x).__name__}")
     rule = op.opdef.dtypes
-    x = x.astype(rule.compute_dtype(op.value, x.dtype, f"{x.dtype.value} {x.shape}"))
+    x = x.astype(rule.compute_dtype(op.value, x.dtype, f"{x.dtype.value} {x.shape}"), copy=False)
     return make(op, (x,), x.shape, rule.result_dtype(x.dtype))
 
 
@@ -608,8 +681,8 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
     operands = f"{a.dtype.value} {a.shape} and {b.dtype.value} {b.shape}"
     dt = rule.compute_dtype(name, promote(a.dtype, b.dtype, name), operands)
     shape = shapes.broadcast_shapes(name, a.shape, b.shape)
-    a = broadcast_to(a.astype(dt), shape)
-    b = broadcast_to(b.astype(dt), shape)
+    a = broadcast_to(a.astype(dt, copy=False), shape)
+    b = broadcast_to(b.astype(dt, copy=False), shape)
     return make(op, (a, b), shape, rule.result_dtype(dt))
 
 
@@ -622,7 +695,11 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     a, b = as_tensors("where", a, b)
     dt = promote(a.dtype, b.dtype, "where")
     shape = shapes.broadcast_shapes("where", cond.shape, a.shape, b.shape)
-    srcs = (broadcast_to(cond, shape), broadcast_to(a.astype(dt), shape), broadcast_to(b.astype(dt), shape))
+    srcs = (
+        broadcast_to(cond, shape),
+        broadcast_to(a.astype(dt, copy=False), shape),
+        broadcast_to(b.astype(dt, copy=False), shape),
+    )
     return make(Op.WHERE, srcs, shape, dt)
 
 
@@ -660,8 +737,8 @@ def reduce(op: Op, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
             "reduce non-empty axes (sum and mean do accept empty ones)"
         )
     if x.dtype is DType.bool and op in (Op.MAX, Op.MIN):
-        x = x.astype(DType.int32)
-        return reduce(op, x, axis, keepdims).astype(DType.bool)
+        x = x.astype(DType.int32, copy=False)
+        return reduce(op, x, axis, keepdims).astype(DType.bool, copy=False)
     kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     out = make(op, (_move_axes_last(x, axes),), kept_shape, x.dtype, len(axes))
     if keepdims:
@@ -682,7 +759,7 @@ def arg_reduce(op: Op, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
             f"{name}: attempt to get {name} of an empty sequence (shape {x.shape}); the axis must be non-empty"
         )
     if x.dtype is DType.bool:
-        x = x.astype(DType.int32)
+        x = x.astype(DType.int32, copy=False)
     kept_shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
     out = make(op, (_move_axes_last(x, axes),), kept_shape, DType.int32, len(axes))
     if keepdims:
@@ -693,7 +770,7 @@ def arg_reduce(op: Op, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
 def row_op(op: Op, x: Tensor, axis: int) -> Tensor:
     a = shapes.normalize_axis(op.value, axis, x.ndim, x.shape)
     if not x.dtype.is_float:
-        x = x.astype(DType.float32)
+        x = x.astype(DType.float32, copy=False)
     if x.ndim == 0:
         return make(op, (x.reshape(1),), (1,), x.dtype).reshape(())
     if a == x.ndim - 1:
@@ -724,7 +801,9 @@ def matmul(a: Any, b: Any) -> Tensor:
             "dim of the left operand must equal the second-to-last of the right (transpose one?)"
         )
     sa, sb, so = shapes.matmul_shapes(a2.shape, b2.shape)
-    out = make(Op.MATMUL, (broadcast_to(a2.astype(dt), sa), broadcast_to(b2.astype(dt), sb)), so, dt)
+    out = make(
+        Op.MATMUL, (broadcast_to(a2.astype(dt, copy=False), sa), broadcast_to(b2.astype(dt, copy=False), sb)), so, dt
+    )
     if a.ndim == 1 and b.ndim == 1:
         return out.reshape(())
     if a.ndim == 1:
@@ -742,7 +821,7 @@ def quantized_matmul(x: Tensor, wt: Tensor) -> Tensor:
             f"matmul: {x.shape} @ {wt.shape} with a {q.dtype.value} operand: a quantized weight w (out, in) is "
             "read as x @ w.T (tr.nn.linear(x, w)), its transpose on the right; else convert it with .astype(tr.float32)"
         )
-    x = x if x.dtype.is_float else x.astype(DType.float32)
+    x = x if x.dtype.is_float else x.astype(DType.float32, copy=False)
     k, n = wt.shape
     if x.ndim == 0 or x.shape[-1] != k:
         raise ShapeError(
@@ -777,7 +856,7 @@ def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     dt = ts[0].dtype
     for t in ts[1:]:
         dt = promote(dt, t.dtype, "concat")
-    ts = [t.astype(dt) for t in ts if t.shape[a] > 0] or [ts[0].astype(dt)]
+    ts = [t.astype(dt) for t in ts if t.shape[a] > 0] or [ts[0].astype(dt)]  # new tensors, as np.concatenate
     if len(ts) == 1:
         return ts[0].contiguous() if ts[0].shape == shape else ts[0]
     fan_in = _concat_fan_in(len(ts))
@@ -826,7 +905,7 @@ def masked_fill(x: Any, mask: Any, value: Any) -> Tensor:
     if isinstance(value, Tensor):
         if value.size != 1:
             raise ShapeError(f"masked_fill: value must be a scalar, got shape {value.shape}")
-        fill = value.reshape(()).astype(x.dtype)
+        fill = value.reshape(()).astype(x.dtype, copy=False)
     elif isinstance(value, bool | int | float):
         fill = constant(value, x.dtype, "masked_fill")
     else:

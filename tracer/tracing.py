@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ir.errors import JitError
+from ir.symbolic import syms_in
 from tracer.lazy import Lazy
 
 
@@ -49,7 +50,8 @@ class TraceScope:
 
 
 def depends_on(lz: Lazy, args: set[int], memo: dict[int, bool]) -> bool:
-    """Does `lz` read any of the Lazies whose id() is in `args`? Iterative; `memo` caches answers by id()."""
+    """Does `lz` read any of the Lazies whose id() is in `args`, or a RuntimeInt argument? Iterative; `memo`
+    caches answers by id()."""
     stack = [lz]
     while stack:
         cur = stack[-1]
@@ -58,6 +60,10 @@ def depends_on(lz: Lazy, args: set[int], memo: dict[int, bool]) -> bool:
             continue
         if id(cur) in args or cur.is_leaf:
             memo[id(cur)] = id(cur) in args
+            stack.pop()
+            continue
+        if cur.dyn and any(getattr(s.slot, "argument", False) for s in syms_in(cur.arg)):
+            memo[id(cur)] = True  # a position or length given as an argument (tracer.runtime_ints)
             stack.pop()
             continue
         todo = [s for s in cur.srcs if id(s) not in memo]

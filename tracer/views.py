@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ir.ops import Op
+from ir.symbolic import Sym
 from ir.view import View, contiguous_strides
 from tracer.lazy import Lazy
 
@@ -95,6 +96,7 @@ def derive(root_lazy: Lazy, steps: tuple[Step, ...]) -> Lazy:
     lz = root_lazy
     for op, shape, arg in steps:
         lz = Lazy(op, (lz,), shape, lz.dtype, arg)
+        lz.dyn = op is Op.SLICE and any(isinstance(a[0], Sym) for a in arg)  # a runtime start
     return lz
 
 

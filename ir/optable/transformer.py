@@ -50,6 +50,8 @@ def _scores(args: list[np.ndarray], arg: object) -> tuple[np.ndarray, np.ndarray
     scalar operand), the mask (added, or a bool mask hiding keys, or giving them a fill score), and
     which keys count."""
     q, k, v = (a.astype(np.float64) for a in args[:3])
+    if arg.length is not None:  # only the first `length` keys exist
+        k, v = k[..., : arg.length, :], v[..., : arg.length, :]
     k, v = np.repeat(k, arg.group, axis=1), np.repeat(v, arg.group, axis=1)  # kv head h // group
     s = (q @ np.swapaxes(k, -1, -2)) * arg.scale
     if arg.scale_by:

@@ -19,6 +19,7 @@ from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
 from ir.printer import format_arg, format_graph
+from ir.symbolic import Sym
 from tracer.inspect.record import RecordedProgram
 from tracer.inspect.why import why
 
@@ -167,8 +168,10 @@ SCHEMA: dict[str, Any] = {
 
 
 # --- export ------------------------------------------------------------------------------
-def _number(v: Any) -> int | float:
-    """A plain JSON number from a metadata value (which may be a numpy scalar)."""
+def _number(v: Any, ints: tuple[int, ...] = ()) -> int | float:
+    """A plain JSON number from a metadata value (a numpy scalar, or a runtime integer: its traced value)."""
+    if isinstance(v, Sym):
+        return v.value(ints) if v.slot < len(ints) else v.const
     return int(v) if isinstance(v, numbers.Integral) else float(v)
 
 
@@ -226,7 +229,7 @@ def node_record(graph: Graph, node: Node, dispatch: Dispatch | None = None, disp
             "slots": list(dispatch.slots),
             "key": dispatch.key,
             "uniform_offset": dispatch.uniform_offset,
-            "metadata": {name: _number(v) for name, v in dispatch.metadata},
+            "metadata": {name: _number(v, graph.ints) for name, v in dispatch.metadata},
         }
     return rec
 

@@ -74,7 +74,7 @@ class DecodeAttentionKernel(Kernel):
             ("batch", "u32", q.shape[0]),
             ("heads", "u32", q.shape[1]),
             ("hkv", "u32", k.shape[1]),
-            ("s", "u32", k.shape[2]),
+            ("s", "u32", k.shape[2] if arg.length is None else arg.length),
             ("e", "u32", q.shape[3]),
             ("ev", "u32", v.shape[3]),
             ("splits", "u32", self.splits),

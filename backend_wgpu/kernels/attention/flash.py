@@ -120,6 +120,8 @@ class FlashAttentionKernel(Kernel):
     def metadata(self) -> Meta:
         b, h, lq, dk = self.operands[0].view.shape
         s, dv = self.operands[1].view.shape[2], self.operands[2].view.shape[3]
+        if self.arg.length is not None:  # the keys attended (a runtime integer: k and v reach its bucket)
+            s = self.arg.length
         meta: Meta = [("bh", "u32", b * h), ("heads", "u32", h), ("group", "u32", self.arg.group)]
         meta += [("lq", "u32", lq), ("s", "u32", s), ("dk", "u32", dk), ("dv", "u32", dv)]
         meta += [("qblocks", "u32", -(-lq // self.br)), ("scale2", "f32", self.arg.scale * LOG2E)]

@@ -19,6 +19,11 @@ from ir.node import Node
 from ir.ops import Op
 
 
+def rule_said(node: Node) -> str:
+    """For explain: the tuning cache entry that chose this kernel's configuration, or the built-in rule."""
+    return node.kernel.param("tuned") or "built-in rule"
+
+
 class MatmulKernel(Kernel):
     """The operands (A, B, and an epilogue's leaves), the uniform and the batch offsets."""
 

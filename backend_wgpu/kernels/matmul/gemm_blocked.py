@@ -10,9 +10,14 @@ How each operand is read is the variant, chosen by passes.select_kernels from th
   A: a_k4 (contiguous along k, vec4 loads), a_m4 (contiguous along m), a_s (any strides)
   B: b_n4 (contiguous along n, vec4 loads), b_k4 (contiguous along k: x @ W.T), b_s
   C: o4 (vec4 stores, n % 4 == 0) or o1
-Edges read zeros and skip their stores, so every size is correct. Workgroup memory always
+  .x (exact): the tiles cover m, n and k exactly, so no load or store checks an edge
+Elsewhere edges read zeros and skip their stores, so every size is correct. Workgroup memory always
 holds f32 as A[k][m] and B[k][n] (vec4 along m and n), whatever the operand dtype.
 Tiles are walked in groups of `group_m` tile rows so neighbouring workgroups share B in L2.
+The `cf` param (conflict-free) pads each k row of a tile stored transposed (operands read along k
+or as scalars) by one vec4 and has each 32 threads load 16 rows by 2 quads of k, so their
+stores hit 32 distinct banks. The `lanes` param (x, y) lays each 32-lane subgroup on an x-by-y block of threads (rows of
+wx threads otherwise): a subgroup then reads fewer distinct A and B vectors per k step.
 All code inside the k loop is unrolled here in Python: no arrays of accumulators, so the
 driver keeps them in registers.
 """
@@ -20,7 +25,7 @@ driver keeps them in registers.
 from __future__ import annotations
 
 from backend_wgpu.kernel import Workload
-from backend_wgpu.kernels.matmul.base import MatmulKernel
+from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
@@ -34,7 +39,9 @@ class BlockedGemmKernel(MatmulKernel):
     def reason(cls, graph: Graph, node: Node) -> str:
         k = node.kernel
         tiles = "x".join(str(k.param(p)) for p in ("tile_m", "tile_n", "tile_k"))
-        return f"general matmul: workgroup tiles {tiles}, register-blocked, loads {k.variant}"
+        rule = rule_said(node)
+        edges = ", no edge checks" if k.variant.endswith(".x") else ""
+        return f"general matmul: {k.param('config')} tiles {tiles}, register-blocked, loads {k.variant}{edges}; {rule}"
 
     @classmethod
     def width_reason(cls, node: Node, views: list[View]) -> str:
@@ -42,8 +49,25 @@ class BlockedGemmKernel(MatmulKernel):
 
     # --- variant decoding -------------------------------------------------------------
     def _modes(self) -> tuple[str, str, str]:
-        a, b, o = self.choice.variant.split(".")
+        a, b, o = self.choice.variant.split(".")[:3]
         return a, b, o
+
+    @property
+    def h16(self) -> bool:
+        """f16 products (h16): workgroup memory holds f16, each tile's products are summed in f16 (two
+        per lane-instruction on most GPUs) and added to f32 accumulators once per tile. Only for f16
+        operands, and only where asked for: it rounds more than an f32 sum (select_kernels)."""
+        return bool(self.choice.param("h16"))
+
+    def unchecked(self) -> bool:
+        """The `unchecked` configurations of exact tiles: every index is in range by construction (tiles
+        inside m and n, k tiles inside k, workgroup-memory indices below their stage sizes)."""
+        return bool(self.choice.param("unchecked")) and self.exact
+
+    @property
+    def exact(self) -> bool:
+        """The tiles cover the problem exactly (passes.select_kernels checked the shapes): no edge checks."""
+        return self.choice.variant.endswith(".x")
 
     def _tiles(self) -> tuple[int, int, int, int, int]:
         tm, tn, tk = self.choice.param("tile_m"), self.choice.param("tile_n"), self.choice.param("tile_k")
@@ -53,7 +77,12 @@ class BlockedGemmKernel(MatmulKernel):
     def variant_key(self) -> str:
         tm, tn, tk, _, _ = self._tiles()
         fused = f":{self.code.key()}" if self.code else ""
-        return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{fused}"
+        lanes = self.choice.param("lanes")
+        lanes = f":l{lanes[0]}x{lanes[1]}" if lanes else ""
+        cf = ":cf" if self.choice.param("cf") else ""
+        cf += ":h16" if self.h16 else ""
+        cf += ":u" if self.unchecked() else ""
+        return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{lanes}{cf}{fused}"
 
     def operand_type(self, i: int) -> str:
         role = self.role(i)
@@ -77,15 +106,15 @@ class BlockedGemmKernel(MatmulKernel):
         rm, rn = tm // wy, tn // wx  # rows / columns per thread
         gn_ = rn // 4  # vec4 groups per thread along n
         assert rm % 4 == 0 and rn % 4 == 0 and tk % 4 == 0, "gemm_blocked: per-thread blocks must be multiples of 4"
-        stage_a, stage_b = tk * tm // 4, tk * tn // 4  # vec4 per stage
-        b.workgroup_var(f"sa: array<vec4<f32>, {2 * stage_a}>")
-        b.workgroup_var(f"sb: array<vec4<f32>, {2 * stage_b}>")
+        stage_a, stage_b = tk * self._row("a"), tk * self._row("b")  # vec4 per stage
+        elem = "vec4<f16>" if self.h16 else "vec4<f32>"
+        b.workgroup_var(f"sa: array<{elem}, {2 * stage_a}>")
+        b.workgroup_var(f"sb: array<{elem}, {2 * stage_b}>")
         if self.code:
             self.code.describe(b)
         self._tile_origin(b)
         self._batch_offsets(b, "bt")
-        b.line(f"let tx = lidx % {wx}u;")
-        b.line(f"let ty = lidx / {wx}u;")
+        self._thread_position(b, wx, wy)
         for r in range(rm):
             for h in range(gn_):
                 b.line(f"var c{r}_{h} = vec4<f32>(0.0);")
@@ -102,11 +131,25 @@ class BlockedGemmKernel(MatmulKernel):
         b.line(f"  let cur_a = (t & 1u) * {stage_a}u;")
         b.line(f"  let cur_b = (t & 1u) * {stage_b}u;")
         b.line(f"  let k_next = (t + 1u) * {tk}u;")
-        # the next tile's global loads are in flight while this tile computes
-        self._emit_load(b, "a", "k_next", a_loads, threads, indent="  ")
-        self._emit_load(b, "b", "k_next", b_loads, threads, indent="  ")
+        # the next tile's global loads are in flight while this tile computes; exact tiles have no
+        # edge checks, so the last step skips them (a uniform branch) instead of reading past k
+        indent = "    " if self.exact else "  "
+        if self.exact:
+            b.line("  if (k_next < params.k) {")
+        self._emit_load(b, "a", "k_next", a_loads, threads, indent=indent)
+        self._emit_load(b, "b", "k_next", b_loads, threads, indent=indent)
+        if self.exact:
+            b.line("  }")
+        if self.h16:  # this tile's products summed in f16, then added to the f32 accumulators
+            for r in range(rm):
+                for h in range(gn_):
+                    b.line(f"  var h{r}_{h} = vec4<f16>(0.0);")
         for kk in range(tk):
             self._k_step(b, kk)
+        if self.h16:
+            for r in range(rm):
+                for h in range(gn_):
+                    b.line(f"  c{r}_{h} += vec4<f32>(h{r}_{h});")
         b.line(f"  let nxt_a = {stage_a}u - cur_a;")
         b.line(f"  let nxt_b = {stage_b}u - cur_b;")
         self._emit_store(b, "a", "nxt_a", a_loads, threads, indent="  ")
@@ -114,6 +157,20 @@ class BlockedGemmKernel(MatmulKernel):
         b.line("  workgroupBarrier();")
         b.line("}")
         self._emit_output(b, rm, gn_, wx, wy)
+
+    def _thread_position(self, b: WgslBuilder, wx: int, wy: int) -> None:
+        """`tx`, `ty`: this thread's column and row in the workgroup's wx x wy grid of threads."""
+        lanes = self.choice.param("lanes")
+        if lanes is None:
+            b.line(f"let tx = lidx % {wx}u;")
+            b.line(f"let ty = lidx / {wx}u;")
+            return
+        lx, ly = lanes
+        assert lx * ly == 32 and wx % lx == 0 and wy % ly == 0, "gemm_blocked: lanes must tile the threads"
+        b.line("let lane = lidx % 32u;")
+        b.line("let sg = lidx / 32u;")
+        b.line(f"let tx = (sg % {wx // lx}u) * {lx}u + lane % {lx}u;")
+        b.line(f"let ty = (sg / {wx // lx}u) * {ly}u + lane / {lx}u;")
 
     def _tile_origin(self, b: WgslBuilder) -> None:
         """`bt`, `tm0`, `tn0`: this workgroup's batch and tile, in grouped order (group_m tile
@@ -138,13 +195,15 @@ class BlockedGemmKernel(MatmulKernel):
         gm_, gn_ = tm // wy // 4, tn // wx // 4
         b.line("  {")
         for g in range(gm_):
-            b.line(f"    let a{g} = sa[cur_a + {kk * (tm // 4) + g * wy}u + ty];")
+            b.line(f"    let a{g} = sa[cur_a + {kk * self._row('a') + g * wy}u + ty];")
         for h in range(gn_):
-            b.line(f"    let b{h} = sb[cur_b + {kk * (tn // 4) + h * wx}u + tx];")
+            b.line(f"    let b{h} = sb[cur_b + {kk * self._row('b') + h * wx}u + tx];")
+        acc, vec = ("h", "vec4<f16>") if self.h16 else ("c", "vec4<f32>")
         for g in range(gm_):
             for c, lane in enumerate("xyzw"):
                 for h in range(gn_):
-                    b.line(f"    c{g * 4 + c}_{h} = fma(vec4<f32>(a{g}.{lane}), b{h}, c{g * 4 + c}_{h});")
+                    r = g * 4 + c
+                    b.line(f"    {acc}{r}_{h} = fma({vec}(a{g}.{lane}), b{h}, {acc}{r}_{h});")
         b.line("  }")
 
     def loop_iterations(self) -> int:
@@ -176,14 +235,20 @@ class BlockedGemmKernel(MatmulKernel):
             e = f"(lidx + {li * threads}u)"
             guard = f"{e} < {total}u && " if count * threads > total else ""
             if mode in ("a_k4", "b_k4"):  # vec4 along k: e -> (mn, kq)
-                mn, kk = f"{e} / {tk // 4}u", f"({e} % {tk // 4}u) * 4u"
+                mn, kq = self._k4_coords(e, extent)
+                kk = f"({kq}) * 4u"
             elif mode in ("a_m4", "b_n4"):  # vec4 along m/n: e -> (k, mnq)
                 kk, mn = f"{e} / {extent // 4}u", f"({e} % {extent // 4}u) * 4u"
             else:  # scalar: e -> (mn, k), k fastest
                 mn, kk = f"{e} / {tk}u", f"{e} % {tk}u"
             b.line(f"{indent}{{ let gmn = {origin} + {mn}; let gk = {k0} + {kk};")
             addr = f"{base} + i32(gmn) * {s_mn} + i32(gk) * {s_k}"
-            if mode.endswith("_s"):
+            value = f"f32({src}[u32({addr})])" if mode.endswith("_s") else f"vec4<f32>({src}[u32({addr}) / 4u])"
+            if self.exact and not guard:
+                b.line(f"{indent}  {p} = {value}; }}")
+            elif self.exact:
+                b.line(f"{indent}  if ({guard[:-4]}) {{ {p} = {value}; }} }}")
+            elif mode.endswith("_s"):
                 b.line(f"{indent}  {p} = 0.0;")
                 b.line(f"{indent}  if ({guard}gmn < {dim} && gk < params.k) {{ {p} = f32({src}[u32({addr})]); }} }}")
             else:
@@ -192,30 +257,57 @@ class BlockedGemmKernel(MatmulKernel):
                     f"{indent}  if ({guard}gmn < {dim} && gk < params.k) {{ {p} = vec4<f32>({src}[u32({addr}) / 4u]); }} }}"
                 )
 
+    def _padded(self, which: str) -> bool:
+        """Operands stored transposed into workgroup memory (read along k, or scalars) get a padded row
+        under the conflict-free layout ("cf"): one vec4 more per k row moves each k row 4 banks on."""
+        mode = self._modes()[0 if which == "a" else 1]
+        return bool(self.choice.param("cf")) and not mode.endswith(("_m4", "_n4"))
+
+    def _row(self, which: str) -> int:
+        """vec4 per k row of an operand's tile in workgroup memory."""
+        tm, tn, _, _, _ = self._tiles()
+        return (tm if which == "a" else tn) // 4 + (1 if self._padded(which) else 0)
+
+    def _k4_coords(self, e: str, extent: int) -> tuple[str, str]:
+        """(row along m or n, quad along k) of vec4 number `e` of a tile read along k.
+
+        Plainly each thread takes the next quad along k. Under "cf" each 32 threads take 16 rows by
+        2 quads instead: every 32-byte sector they read is whole, and with the padded row their
+        transposed stores fall in 32 distinct banks (4 threads per bank otherwise).
+        """
+        q = self._tiles()[2] // 4
+        if self.choice.param("cf") and q % 2 == 0 and extent % 16 == 0 and extent * q % 32 == 0:
+            half = q // 2
+            sub, grp = f"({e} % 32u)", f"({e} / 32u)"
+            return f"({grp} / {half}u) * 16u + {sub} % 16u", f"({grp} % {half}u) * 2u + {sub} / 16u"
+        return f"{e} / {q}u", f"{e} % {q}u"
+
     def _emit_store(self, b: WgslBuilder, which: str, stage: str, count: int, threads: int, indent: str = "") -> None:
         tm, tn, tk, _, _ = self._tiles()
         mode = self._modes()[0 if which == "a" else 1]
         arr = "sa" if which == "a" else "sb"
         extent = tm if which == "a" else tn
         ext4 = extent // 4
+        row = self._row(which)
+        vec, one = ("vec4<f16>", "f16") if self.h16 else ("", "")
         total = (extent * tk) // (1 if mode.endswith("_s") else 4)
         for li in range(count):
             p = f"p{which}{li}"
             e = f"(lidx + {li * threads}u)"
             open_, close = (f"{indent}if ({e} < {total}u) {{ ", " }") if count * threads > total else (indent, "")
             if mode in ("a_m4", "b_n4"):
-                b.line(f"{open_}{arr}[{stage} + ({e} / {ext4}u) * {ext4}u + {e} % {ext4}u] = {p};{close}")
+                b.line(f"{open_}{arr}[{stage} + ({e} / {ext4}u) * {row}u + {e} % {ext4}u] = {vec}({p});{close}")
             elif mode in ("a_k4", "b_k4"):
                 # a vec4 along k lands in four rows k..k+3 of one column mn
-                mn, kq = f"({e} / {tk // 4}u)", f"({e} % {tk // 4}u)"
+                mn, kq = (f"({x})" for x in self._k4_coords(e, extent))
                 lanes = " ".join(
-                    f"{arr}[{stage} + ({kq} * 4u + {c}u) * {ext4}u + {mn} / 4u][{mn} % 4u] = {p}.{lane};"
+                    f"{arr}[{stage} + ({kq} * 4u + {c}u) * {row}u + {mn} / 4u][{mn} % 4u] = {one}({p}.{lane});"
                     for c, lane in enumerate("xyzw")
                 )
                 b.line(f"{open_}{lanes}{close}")
             else:
                 mn, kk = f"({e} / {tk}u)", f"({e} % {tk}u)"
-                b.line(f"{open_}{arr}[{stage} + {kk} * {ext4}u + {mn} / 4u][{mn} % 4u] = {p};{close}")
+                b.line(f"{open_}{arr}[{stage} + {kk} * {row}u + {mn} / 4u][{mn} % 4u] = {one}({p});{close}")
 
     def _emit_output(self, b: WgslBuilder, rm: int, gn_: int, wx: int, wy: int) -> None:
         vec_out = self._modes()[2] == "o4"
@@ -223,16 +315,16 @@ class BlockedGemmKernel(MatmulKernel):
         for r in range(rm):
             g, c = divmod(r, 4)
             b.line(f"{{ let gm = tm0 + ({g * wy}u + ty) * 4u + {c}u;")
-            b.line("  if (gm < params.m) {")
+            b.line("  if (gm < params.m) {" if not self.exact else "  {")
             for h in range(gn_):
                 b.line(f"    {{ let gn = tn0 + ({h * wx}u + tx) * 4u;")
                 if vec_out:
-                    b.line("      if (gn < params.n) {")
+                    b.line("      if (gn < params.n) {" if not self.exact else "      {")
                     self.store(b, "(out_base + gm * params.n + gn) / 4u", f"c{r}_{h}", lanes=4, indent="        ")
                     b.line("      } }")
                 else:
                     for j, lane in enumerate("xyzw"):
-                        b.line(f"      if (gn + {j}u < params.n) {{")
+                        b.line(f"      if (gn + {j}u < params.n) {{" if not self.exact else "      {")
                         self.store(b, f"out_base + gm * params.n + gn + {j}u", f"c{r}_{h}.{lane}", indent="        ")
                         b.line("      }")
                     b.line("    }")

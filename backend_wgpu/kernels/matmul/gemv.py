@@ -10,7 +10,7 @@ from __future__ import annotations
 from backend_wgpu.element import WIDTHS, k_contiguous, row_vector
 from backend_wgpu.kernel import Workload
 from backend_wgpu.kernels.blocks import strided_loop, strided_loop_cost, tree_cost, workgroup_reduce
-from backend_wgpu.kernels.matmul.base import MatmulKernel
+from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
 from ir.node import Node
@@ -30,7 +30,7 @@ class GemvKernel(MatmulKernel):
 
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
-        return "one output row (M=1): B read contiguously along K (a workgroup per output column)"
+        return f"one output row (M=1): B read contiguously along K (a workgroup per output column); {rule_said(node)}"
 
     def operand_type(self, i: int) -> str:
         if self.role(i) == "epilogue":

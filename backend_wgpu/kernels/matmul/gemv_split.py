@@ -16,7 +16,7 @@ from __future__ import annotations
 from backend_wgpu.element import WIDTHS, vector_readable
 from backend_wgpu.kernel import Workload
 from backend_wgpu.kernels.blocks import tree_cost, tree_fold
-from backend_wgpu.kernels.matmul.base import MatmulKernel
+from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
 from ir.node import Node
@@ -34,7 +34,10 @@ class SplitGemvKernel(MatmulKernel):
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
         wx, wy, _ = node.kernel.workgroup
-        return f"one output row (M=1): B read contiguously along N, k split over {wy} rows of threads ({wx} across)"
+        return (
+            f"one output row (M=1): B read contiguously along N, k split over {wy} rows of threads ({wx} across); "
+            + rule_said(node)
+        )
 
     def variant_key(self) -> str:
         fused = f":{self.code.key()}" if self.code else ""

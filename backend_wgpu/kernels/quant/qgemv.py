@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from backend_wgpu.kernel import Meta, Workload
 from backend_wgpu.kernels.blocks import tree_fold
-from backend_wgpu.kernels.matmul.base import MatmulKernel
+from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
 from backend_wgpu.kernels.quant.formats import QuantFormat, describe, quant_format
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
@@ -94,7 +94,8 @@ class QuantGemvKernel(QuantMatmulKernel):
         rows, unroll = node.kernel.param("rows", 1), node.kernel.param("unroll", 1)
         return (
             f"one output row (M=1) of x @ w.T, w {describe(w.dtype, w.shape)} dequantized in registers: "
-            f"{rows} weight rows per thread, {wx} threads along each row, {unroll} units of 16 bytes a step"
+            f"{rows} weight rows per thread, {wx} threads along each row, {unroll} units of 16 bytes a step; "
+            + rule_said(node)
         )
 
     def calculate_dispatch(self) -> Workload:

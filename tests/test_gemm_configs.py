@@ -1,0 +1,191 @@
+"""Every gemm_blocked configuration (passes.select_kernels.GEMM_CONFIGS) and k split against numpy.
+
+Each configuration is forced through a tuning table (the path `wgjit tune` winners take), on
+shapes that fill the tiles exactly (the `.x` variant: no edge checks) and shapes that do not
+(1, odd, past a tile), batched with broadcasting, B transposed or strided, and float16.
+Each test also asserts the dispatch ran the configuration it forced.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from gemm_tuning import run_tuned
+
+import tracer as tr
+from backend_wgpu import get_device
+from backend_wgpu.autotune import tunable_problems
+from passes import select_kernels as sk
+from passes.dce import dce
+from passes.fold_views import fold_views
+from passes.select_kernels import GEMM_CONFIGS
+from tracer.graph_builder import build_graph
+
+pytestmark = pytest.mark.gpu
+RNG = np.random.default_rng(77)
+
+
+def randn(*shape: int, dtype: str = "float32") -> np.ndarray:
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def close(got: np.ndarray, want: np.ndarray, tol: float = 1e-5) -> None:
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * scale)
+
+
+def fitting_configs() -> list[str]:
+    caps = get_device().caps
+    return [name for name, c in GEMM_CONFIGS.items() if c.fits(caps)]
+
+
+def gemm_dispatch(program: object) -> object:
+    found = [d for d in program.dispatches if d.kernel == "gemm_blocked"]
+    assert found, program.summary()
+    return found[0]
+
+
+def tile_text(config: str) -> str:
+    c = GEMM_CONFIGS[config]
+    return f":{c.tile_m}x{c.tile_n}x{c.tile_k}:"
+
+
+# (A shape, B shape, B transposed): odd and edge shapes, and ones the 128-tiles fill exactly
+SHAPES = [
+    ((37, 29), (29, 45), False),  # odd everywhere, one partial tile
+    ((2, 5), (5, 1), False),  # n = 1
+    ((130, 1), (1, 67), False),  # k = 1, past a 128 tile
+    ((128, 32), (32, 128), False),  # exact for every config (.x)
+    ((2, 3, 33, 20), (20, 41), False),  # batched, B broadcast over both batch dims
+    ((3, 64, 48), (3, 64, 48), True),  # batched q @ k.T: B read along k
+]
+
+
+F32_CONFIGS = [name for name, c in GEMM_CONFIGS.items() if not c.half_products]
+HALF_CONFIGS = [name for name, c in GEMM_CONFIGS.items() if c.half_products]
+
+
+@pytest.mark.parametrize("config", F32_CONFIGS)
+@pytest.mark.parametrize("sa,sb,trans", SHAPES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_config_against_numpy(config: str, sa: tuple, sb: tuple, trans: bool) -> None:
+    if config not in fitting_configs():
+        pytest.skip(f"{config} needs more workgroup memory or threads than this adapter has")
+    a, b = randn(*sa), randn(*sb)
+    tb = tr.tensor(b)
+    y = tr.tensor(a) @ (tb.transpose(-1, -2) if trans else tb)
+    got, program = run_tuned(y, config)
+    d = gemm_dispatch(program)
+    c = GEMM_CONFIGS[config]
+    m, k, n = sa[-2], sa[-1], (sb[-2] if trans else sb[-1])
+    if c.unchecked and (m % c.tile_m or n % c.tile_n or k % c.tile_k):
+        assert ":u" not in d.variant  # unchecked only where the tiles cover the problem: the rule runs it
+    else:
+        assert tile_text(config) in d.variant, d.variant
+        assert (":u" in d.variant) == c.unchecked
+    bb = np.swapaxes(b, -1, -2) if trans else b
+    close(got, a.astype(np.float64) @ bb)
+
+
+def test_unchecked_modules_are_compiled_for_exact_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unchecked configuration over exact tiles compiles without index clamps and gives numpy's answer;
+    WGJIT_TRUSTED_SHADERS=0 compiles the same WGSL with them."""
+    dev = get_device()
+    a, b = randn(3, 128, 48), randn(48, 64)  # batched; exact for 64x64x16
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), "b64cu")
+    assert ":u" in gemm_dispatch(program).variant and ".x:" in gemm_dispatch(program).variant
+    (source,) = program.sources.values()
+    without_comments = re.sub(r"//[^\n]*", "", source)  # the pipeline cache's key (Device.pipeline)
+    assert "unchecked:" + without_comments in dev.pipelines and dev.stats["unchecked_modules"] >= 1
+    close(got, a.astype(np.float64) @ b)
+    monkeypatch.setenv("WGJIT_TRUSTED_SHADERS", "0")
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), "b64cu")
+    assert without_comments in dev.pipelines
+    close(got, a.astype(np.float64) @ b)
+
+
+def test_exact_variant_only_when_tiles_fit() -> None:
+    """128x128 output, k = 32: exact (.x) for 64x64x16; 100 rows: edge checks kept."""
+    a, b = randn(128, 32), randn(32, 128)
+    _, program = run_tuned(tr.tensor(a) @ tr.tensor(b), "b64")
+    assert ".x:" in gemm_dispatch(program).variant
+    a2 = randn(100, 32)
+    got, program = run_tuned(tr.tensor(a2) @ tr.tensor(b), "b64")
+    assert ".x:" not in gemm_dispatch(program).variant
+    close(got, a2.astype(np.float64) @ b)
+
+
+@pytest.mark.parametrize("config", ["b64", "b64t8", "b128x64", "b64l"])
+def test_strided_operands(config: str) -> None:
+    """A read along m (A.T), B with a column stride of 2 (scalar loads) and an offset."""
+    a, b = randn(40, 72), randn(52, 2 * 45)
+    y = tr.tensor(a).T @ tr.tensor(b)[1:41, ::2]
+    got, program = run_tuned(y, config)
+    assert "a_m4" in gemm_dispatch(program).variant and "b_s" in gemm_dispatch(program).variant
+    close(got, a.T.astype(np.float64) @ b[1:41, ::2])
+
+
+@pytest.mark.parametrize("config", ["b64", "b128k16l", "b64t8", "b32x64", "b64c", *HALF_CONFIGS])
+@pytest.mark.parametrize("sa,sb", [((64, 64), (64, 64)), ((33, 70), (70, 18)), ((2, 3, 256), (256, 40))])
+def test_float16_inputs(config: str, sa: tuple, sb: tuple) -> None:
+    """f16 operands: f32 accumulation, or (half_products) f16 sums within a k tile added up in f32."""
+    if not get_device().caps.shader_f16:
+        pytest.skip("no shader-f16")
+    if config not in fitting_configs():
+        pytest.skip(f"{config} does not fit this adapter")
+    a, b = randn(*sa, dtype="float16"), randn(*sb, dtype="float16")
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), config)
+    assert tile_text(config) in gemm_dispatch(program).variant
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    close(got, want, tol=3e-3)
+    if config in HALF_CONFIGS:  # f16 sums round more, but never past a few f16 steps of the largest value
+        assert ":h16" in gemm_dispatch(program).variant
+
+
+def test_half_products_only_for_f16_operands() -> None:
+    """A float32 product never runs f16 products, even when a table names them; f16 ones only when asked."""
+    a, b = randn(64, 64), randn(64, 64)
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), "b64h")
+    assert ":h16" not in gemm_dispatch(program).variant and ":64x64x16:" in gemm_dispatch(program).variant
+    close(got, a.astype(np.float64) @ b)
+    h = tr.tensor(a.astype("float16")) @ tr.tensor(b.astype("float16"))
+    caps = get_device().caps
+    (p,) = tunable_problems([fold_views(dce(build_graph([h._lazy]).graph, caps), caps)]).values()
+    assert not set(HALF_CONFIGS) & set(sk.gemm_candidates(p, caps, f16_products=False))
+    if caps.shader_f16:
+        assert set(HALF_CONFIGS) <= set(sk.gemm_candidates(p, caps, f16_products=True))
+
+
+@pytest.mark.parametrize("split", [2, 4, 8])
+def test_split_k_configs(split: int) -> None:
+    """A thin product cut into `split` chunks of k (a batched GEMM and a sum), k not a multiple of the split."""
+    a, b = randn(20, 2051), randn(2051, 24)
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), f"split{split}")
+    gemm = gemm_dispatch(program)
+    assert gemm.workgroup_count[0] >= split  # one tile per chunk at least
+    assert any(d.op == "sum" for d in program.dispatches), program.summary()
+    close(got, a.astype(np.float64) @ b, tol=1e-4)
+
+
+def test_builtin_thin_split_rule() -> None:
+    """A prefill-shaped product (128 rows, long k) is split by the built-in rule; a square one is not."""
+    from ir.dtypes import DType
+    from ir.graph import Graph
+    from ir.node import Node
+    from ir.ops import InputArg, Op
+    from passes.select_kernels import builtin_gemm_split, gemm_problem
+
+    def problem(m: int, n: int, k: int) -> object:
+        nodes = [
+            Node(0, Op.INPUT, (), (m, k), DType.float32, InputArg(0)),
+            Node(1, Op.INPUT, (), (k, n), DType.float32, InputArg(1)),
+            Node(2, Op.MATMUL, (0, 1), (m, n), DType.float32),
+        ]
+        g = Graph({x.id: x for x in nodes}, (2,))
+        return gemm_problem(g, g[2])
+
+    assert builtin_gemm_split(problem(128, 2048, 2048)) == 4
+    assert builtin_gemm_split(problem(128, 8192, 2048)) == 1  # 256 tiles already
+    assert builtin_gemm_split(problem(1024, 1024, 1024)) == 1
+    assert builtin_gemm_split(problem(64, 64, 64)) == 1  # too small to pay for a sum
