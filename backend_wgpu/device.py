@@ -221,15 +221,18 @@ class Device:
         return bytes(data)[: buf.nbytes]
 
     # --- pipelines -----------------------------------------------------------------
-    def pipeline(self, key: str, code: str, layout_entries: list[dict]) -> tuple[Any, Any]:
+    def pipeline(self, key: str, code: str, layout_entries: list[dict], unchecked: bool = False) -> tuple[Any, Any]:
         """The compute pipeline and bind-group layout for a kernel, compiled once.
 
         Cached by the WGSL text itself: the kernel key names the kernel for people, the
         source decides what runs, so a key that forgot a specialization cannot alias.
         Comments are left out of the cache key: a fused kernel's comments name the nodes it
-        holds, and two groups that differ only there are one pipeline.
+        holds, and two groups that differ only there are one pipeline. `unchecked` (a kernel
+        whose indices are in range by construction: Kernel.unchecked) compiles without the
+        bounds clamps (trusted_module).
         """
-        cache_key = _WGSL_COMMENT.sub("", code)
+        unchecked = unchecked and trusted_shaders_enabled()
+        cache_key = ("unchecked:" if unchecked else "") + _WGSL_COMMENT.sub("", code)
         hit = self.pipelines.get(cache_key)
         if hit is not None:
             self.pipelines.move_to_end(cache_key)
@@ -237,7 +240,11 @@ class Device:
             return hit
         self.check_alive()
         try:
-            module = self.device.create_shader_module(code=code)
+            module = trusted_module(self.device, code) if unchecked else None
+            if module is None:
+                module = self.device.create_shader_module(code=code)
+            else:
+                self.stats["unchecked_modules"] += 1
             bgl = self.device.create_bind_group_layout(entries=layout_entries)
             layout = self.device.create_pipeline_layout(bind_group_layouts=[bgl])
             pipeline = self.device.create_compute_pipeline(
@@ -257,6 +264,39 @@ class Device:
 
 
 _WGSL_COMMENT = re.compile(r"//[^\n]*")
+_FORCE_LOOP_BOUNDING = 2  # WGPUShaderRuntimeChecks_ForceLoopBounding: loops stay bounded, indices unclamped
+
+
+def trusted_shaders_enabled() -> bool:
+    """WGJIT_TRUSTED_SHADERS=0 compiles every kernel with wgpu's bounds clamps."""
+    return os.environ.get("WGJIT_TRUSTED_SHADERS", "1").strip() != "0"
+
+
+def trusted_module(device: Any, code: str) -> Any:
+    """A shader module without the clamp wgpu puts on every array index (wgpu-native's
+    wgpuDeviceCreateShaderModuleTrusted), or None where this wgpu lacks it.
+
+    In a GEMM's inner loop each workgroup-memory read otherwise carries an add and a min the
+    compiler cannot fold into the load. Only kernels whose every index is in range by
+    construction ask for it (Kernel.unchecked): an index out of range here reads or writes
+    memory it should not, where the clamped module would have read a wrong element.
+    """
+    try:
+        from wgpu.backends.wgpu_native._api import GPUShaderModule, ffi, lib, libf, new_struct_p, to_c_string_view
+
+        create = libf.wgpuDeviceCreateShaderModuleTrusted
+    except (ImportError, AttributeError):
+        return None
+    source = new_struct_p("WGPUShaderSourceWGSL *", code=to_c_string_view(code))
+    source[0].chain.next = ffi.NULL
+    source[0].chain.sType = lib.WGPUSType_ShaderSourceWGSL
+    chained = ffi.cast("WGPUChainedStruct *", source)
+    descriptor = new_struct_p("WGPUShaderModuleDescriptor *", nextInChain=chained, label=to_c_string_view("wgjit"))
+    handle = create(device._internal, descriptor, _FORCE_LOOP_BOUNDING)
+    if handle == ffi.NULL:
+        raise RuntimeError("shader module creation failed")
+    return GPUShaderModule("wgjit", handle, device)
+
 
 _DEVICE: Device | None = None
 _DEVICE_LOCK = threading.Lock()

@@ -186,6 +186,11 @@ class Kernel:
     def render(self, b: WgslBuilder) -> None:
         raise NotImplementedError
 
+    def unchecked(self) -> bool:
+        """True when every index this kernel forms is in range by construction, so its WGSL may be
+        compiled without the bounds clamps wgpu adds to each array access (Device.pipeline)."""
+        return False
+
     def loop_iterations(self) -> int:
         """The most loop iterations one thread runs, exit tests included (see LOOP_BUDGET)."""
         return 0

@@ -213,7 +213,7 @@ class Program:
             self.sources[key] = source.code
             if dump_dir:
                 _dump(dump_dir, key, source.code)
-            pipeline, layout = self.device.pipeline(key, source.code, source.layout_entries())
+            pipeline, layout = self.device.pipeline(key, source.code, source.layout_entries(), kernel.unchecked())
             meta, runtime = kernel.pack_metadata()
             offset = len(uniform)
             self._runtime += [(offset + f.offset, f.type, f.value) for f in runtime]

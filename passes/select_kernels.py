@@ -463,6 +463,8 @@ class GemmConfig:
     # f16 operands multiplied and summed in f16 within a k tile, tiles summed in f32: never chosen unless
     # asked for (WGJIT_TUNE_F16_PRODUCTS=1 lets `wgjit tune` try it), as it rounds more than f32 sums
     half_products: bool = False
+    # compiled without wgpu's index clamps (Device.pipeline); only for tiles that cover the problem exactly
+    unchecked: bool = False
     kernel: str = BlockedGemmKernel.name
 
     @property
@@ -499,6 +501,11 @@ GEMM_CONFIGS: dict[str, GemmConfig] = {
     "b128x64c": GemmConfig(128, 64, 16, 8, 16, conflict_free=True),
     "b64c": GemmConfig(64, 64, 16, 16, 16, conflict_free=True),
     "b64t8c": GemmConfig(64, 64, 16, 8, 8, conflict_free=True),
+    "b128k16u": GemmConfig(128, 128, 16, 16, 16, unchecked=True),
+    "b128k16cu": GemmConfig(128, 128, 16, 16, 16, conflict_free=True, unchecked=True),
+    "b128cu": GemmConfig(128, 128, 8, 16, 16, conflict_free=True, unchecked=True),
+    "b64u": GemmConfig(64, 64, 16, 16, 16, unchecked=True),
+    "b64cu": GemmConfig(64, 64, 16, 16, 16, conflict_free=True, unchecked=True),
 }
 # split-K candidates: "split4" cuts k into 4 chunks (passes.split_k), each chunk's GEMM chosen by the rules
 GEMM_SPLITS = (2, 4, 8)
@@ -537,6 +544,8 @@ def gemm_choice(config: str, variant: str, tuned: str = "") -> KernelChoice:
         params += (("cf", True),)
     if c.half_products:
         params += (("h16", True),)
+    if c.unchecked:
+        params += (("unchecked", True),)
     if tuned:
         params += (("tuned", tuned),)
     return KernelChoice(c.kernel, variant, workgroup=(c.wx, c.wy, 1), params=params)
@@ -690,9 +699,10 @@ def _tuned(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -> tuple[str, st
 
 
 def _config_runs(p: GemmProblem, c: GemmConfig, caps: DeviceCaps) -> bool:
-    """The configuration fits the adapter, and f16 products only meet f16 operands."""
+    """The configuration fits the adapter, f16 products only meet f16 operands, unchecked ones exact tiles."""
     f16 = p.dtypes[0] is DType.float16 and p.dtypes[1] is DType.float16 and caps.shader_f16
-    return c.fits(caps) and (f16 or not c.half_products)
+    exact = p.variant(c).endswith(".x")
+    return c.fits(caps) and (f16 or not c.half_products) and (exact or not c.unchecked)
 
 
 def _usable(p: GemmProblem | QuantGemvProblem, config: str, caps: DeviceCaps) -> bool:

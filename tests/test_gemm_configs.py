@@ -8,6 +8,8 @@ Each test also asserts the dispatch ran the configuration it forced.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from gemm_tuning import run_tuned
@@ -75,9 +77,32 @@ def test_config_against_numpy(config: str, sa: tuple, sb: tuple, trans: bool) ->
     y = tr.tensor(a) @ (tb.transpose(-1, -2) if trans else tb)
     got, program = run_tuned(y, config)
     d = gemm_dispatch(program)
-    assert tile_text(config) in d.variant, d.variant
+    c = GEMM_CONFIGS[config]
+    m, k, n = sa[-2], sa[-1], (sb[-2] if trans else sb[-1])
+    if c.unchecked and (m % c.tile_m or n % c.tile_n or k % c.tile_k):
+        assert ":u" not in d.variant  # unchecked only where the tiles cover the problem: the rule runs it
+    else:
+        assert tile_text(config) in d.variant, d.variant
+        assert (":u" in d.variant) == c.unchecked
     bb = np.swapaxes(b, -1, -2) if trans else b
     close(got, a.astype(np.float64) @ bb)
+
+
+def test_unchecked_modules_are_compiled_for_exact_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unchecked configuration over exact tiles compiles without index clamps and gives numpy's answer;
+    WGJIT_TRUSTED_SHADERS=0 compiles the same WGSL with them."""
+    dev = get_device()
+    a, b = randn(3, 128, 48), randn(48, 64)  # batched; exact for 64x64x16
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), "b64cu")
+    assert ":u" in gemm_dispatch(program).variant and ".x:" in gemm_dispatch(program).variant
+    (source,) = program.sources.values()
+    without_comments = re.sub(r"//[^\n]*", "", source)  # the pipeline cache's key (Device.pipeline)
+    assert "unchecked:" + without_comments in dev.pipelines and dev.stats["unchecked_modules"] >= 1
+    close(got, a.astype(np.float64) @ b)
+    monkeypatch.setenv("WGJIT_TRUSTED_SHADERS", "0")
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), "b64cu")
+    assert without_comments in dev.pipelines
+    close(got, a.astype(np.float64) @ b)
 
 
 def test_exact_variant_only_when_tiles_fit() -> None:

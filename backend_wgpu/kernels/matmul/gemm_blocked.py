@@ -59,6 +59,11 @@ class BlockedGemmKernel(MatmulKernel):
         operands, and only where asked for: it rounds more than an f32 sum (select_kernels)."""
         return bool(self.choice.param("h16"))
 
+    def unchecked(self) -> bool:
+        """The `unchecked` configurations of exact tiles: every index is in range by construction (tiles
+        inside m and n, k tiles inside k, workgroup-memory indices below their stage sizes)."""
+        return bool(self.choice.param("unchecked")) and self.exact
+
     @property
     def exact(self) -> bool:
         """The tiles cover the problem exactly (passes.select_kernels checked the shapes): no edge checks."""
@@ -76,6 +81,7 @@ class BlockedGemmKernel(MatmulKernel):
         lanes = f":l{lanes[0]}x{lanes[1]}" if lanes else ""
         cf = ":cf" if self.choice.param("cf") else ""
         cf += ":h16" if self.h16 else ""
+        cf += ":u" if self.unchecked() else ""
         return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{lanes}{cf}{fused}"
 
     def operand_type(self, i: int) -> str:
