@@ -809,11 +809,23 @@ def take(x: Tensor, indices: Any, /, *, axis: int | None = None) -> Tensor:
         if x.ndim != 1:
             raise ShapeError(f"take: axis is required for a {x.ndim}-d array (shape {x.shape})")
         axis = 0
-    return index_select(x, indices, axis)
+    a = shapes.normalize_axis("take", axis, x.ndim, x.shape)
+    return index_select(x, _from_the_end(indices, x.shape[a]), a)
 
 
 def take_along_axis(x: Tensor, indices: Tensor, /, *, axis: int = -1) -> Tensor:
-    return gather(x, indices, axis)
+    a = shapes.normalize_axis("take_along_axis", axis, x.ndim, x.shape)
+    return gather(x, _from_the_end(indices, x.shape[a]), a)
+
+
+def _from_the_end(indices: Any, n: int) -> Any:
+    """Negative indices count from the end (2024.12). Ids known on the host stay on the host,
+    so an id still out of range gets index_select's clear error; lazy ids wrap on the GPU."""
+    host = indices._lazy.host if isinstance(indices, Tensor) else np.asarray(indices)
+    if host is not None:
+        host = np.asarray(host)
+        return np.where(host < 0, host + n, host).astype(np.int32) if host.dtype.kind == "i" else host
+    return _where(indices < 0, indices + n, indices) if indices.dtype is int32 else indices
 
 
 def sort(x: Tensor, /, *, axis: int = -1, descending: builtins.bool = False, stable: builtins.bool = True) -> Tensor:
