@@ -34,3 +34,23 @@ def test_take_counts_negative_indices_from_the_end(lazy: bool) -> None:
 def test_take_still_refuses_an_index_known_out_of_range() -> None:
     with pytest.raises(tr.WgjitError, match="out of range"):
         xp.take(tr.tensor(np.arange(3, dtype=np.float32)), tr.tensor(np.array([-4], dtype=np.int32)))
+
+
+def test_expand_dims_out_of_range_raises_index_error() -> None:
+    x = tr.tensor(np.zeros((2, 3), dtype=np.float32))
+    assert xp.expand_dims(x, axis=2).shape == np.expand_dims(np.zeros((2, 3)), 2).shape
+    assert xp.expand_dims(x, axis=-3).shape == np.expand_dims(np.zeros((2, 3)), -3).shape
+    for axis in (3, -4):
+        with pytest.raises(IndexError, match="expand_dims"):
+            xp.expand_dims(x, axis=axis)
+
+
+def test_vecdot_matches_numpy_and_refuses_a_broadcast_summed_axis() -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 3, 4), dtype=np.float32), rng.standard_normal((3, 4), dtype=np.float32)
+    np.testing.assert_allclose(xp.vecdot(tr.tensor(a), tr.tensor(b)).numpy(), np.sum(a * b, axis=-1), rtol=1e-5)
+    np.testing.assert_allclose(
+        xp.vecdot(tr.tensor(a), tr.tensor(b), axis=-2).numpy(), np.sum(a * b, axis=-2), rtol=1e-5, atol=1e-6
+    )
+    with pytest.raises(tr.ShapeError, match="vecdot"):
+        xp.vecdot(tr.tensor(a), tr.tensor(b[:, :1]))
