@@ -11,6 +11,12 @@ The suite reads a few dtypes wgjit cannot store (float64, int64, complex64...) a
 of the namespace; they are given here as placeholders equal only to themselves, and
 ARRAY_API_TESTS_SKIP_DTYPES keeps the suite from drawing them. The tests wgjit does not pass
 are listed, each under a comment saying why, in tests/array_api_skips.txt.
+
+Last runs (2026-12-01, lavapipe, suite 914124a with array-api 5f847a3, hypothesis 6.170):
+    python tests/array_api_tests_run.py ../array-api-tests --max-examples=5 --derandomize
+526 passed, 820 skipped (728 by the skips file, 609 of those the float64 special cases; the
+rest the suite's own: no linalg/fft, 2025.12 tests, its "flaky" marks), 0 failed, 0 xfail; the
+same with --max-examples=50 (not derandomized), which found the take/vecdot/expand_dims bugs.
 """
 
 from __future__ import annotations

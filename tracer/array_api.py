@@ -25,7 +25,7 @@ import numpy as np
 
 from ir import shapes
 from ir.dtypes import DType, promote, to_dtype
-from ir.errors import DTypeError, ShapeError, WgjitError
+from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError, WgjitError
 from ir.ops import Op
 from tracer import factories, sorting
 from tracer.nn import gather, index_select
@@ -681,6 +681,10 @@ def unstack(x: Tensor, /, *, axis: int = 0) -> tuple[Tensor, ...]:
 
 
 def expand_dims(x: Tensor, /, axis: int = 0) -> Tensor:
+    if isinstance(axis, int) and not -x.ndim - 1 <= axis <= x.ndim:  # the standard asks for an IndexError
+        raise IndexOutOfRangeError(
+            f"expand_dims: axis {axis} is out of range for shape {x.shape}; valid axes are {-x.ndim - 1}..{x.ndim}"
+        )
     a = shapes.normalize_axis("expand_dims", axis, x.ndim + 1, x.shape)
     return x.reshape(x.shape[:a] + (1,) + x.shape[a:])
 
@@ -801,6 +805,11 @@ def tensordot(x1: Tensor, x2: Tensor, /, *, axes: Any = 2) -> Tensor:
 
 
 def vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
+    nd = builtins.max(x1.ndim, x2.ndim)
+    a = shapes.normalize_axis("vecdot", axis, nd)
+    n1, n2 = ((1,) * (nd - t.ndim) + t.shape for t in (x1, x2))
+    if n1[a] != n2[a]:  # the summed axis must match exactly: it does not broadcast
+        raise ShapeError(f"vecdot: shapes {x1.shape} and {x2.shape} differ along axis {axis} ({n1[a]} vs {n2[a]})")
     return (x1 * x2).sum(axis=axis)
 
 
@@ -809,11 +818,23 @@ def take(x: Tensor, indices: Any, /, *, axis: int | None = None) -> Tensor:
         if x.ndim != 1:
             raise ShapeError(f"take: axis is required for a {x.ndim}-d array (shape {x.shape})")
         axis = 0
-    return index_select(x, indices, axis)
+    a = shapes.normalize_axis("take", axis, x.ndim, x.shape)
+    return index_select(x, _from_the_end(indices, x.shape[a]), a)
 
 
 def take_along_axis(x: Tensor, indices: Tensor, /, *, axis: int = -1) -> Tensor:
-    return gather(x, indices, axis)
+    a = shapes.normalize_axis("take_along_axis", axis, x.ndim, x.shape)
+    return gather(x, _from_the_end(indices, x.shape[a]), a)
+
+
+def _from_the_end(indices: Any, n: int) -> Any:
+    """Negative indices count from the end (2024.12). Ids known on the host stay on the host,
+    so an id still out of range gets index_select's clear error; lazy ids wrap on the GPU."""
+    host = indices._lazy.host if isinstance(indices, Tensor) else np.asarray(indices)
+    if host is not None:
+        host = np.asarray(host)
+        return np.where(host < 0, host + n, host).astype(np.int32) if host.dtype.kind == "i" else host
+    return _where(indices < 0, indices + n, indices) if indices.dtype is int32 else indices
 
 
 def sort(x: Tensor, /, *, axis: int = -1, descending: builtins.bool = False, stable: builtins.bool = True) -> Tensor:

@@ -418,7 +418,7 @@ class Tensor:
         """The last two axes swapped (the Array API's matrix transpose)."""
         if self.ndim < 2:
             raise ShapeError(f"mT: needs at least 2 dimensions, got shape {self.shape}")
-        return self.transpose(-2, -1)
+        return self.swapaxes(-2, -1)
 
     def __complex__(self) -> complex:
         return complex(self.item())
