@@ -1769,7 +1769,8 @@ def quantized_values(w: np.ndarray, fmt: str) -> np.ndarray:
     blocks = gguf.quants.quantize(np.ascontiguousarray(w, dtype=F32), qtype)
     ours, theirs = _dequantize_q(blocks, fmt), gguf.quants.dequantize(blocks, qtype).reshape(w.shape)
     assert np.array_equal(ours, theirs, equal_nan=True), f"the two {fmt} dequantizers disagree on {w!r}"
-    if (np.isfinite(w).all(axis=-1) & ~np.isfinite(ours.reshape(w.shape)).all(axis=-1)).any():
+    blocks_in, blocks_out = w.reshape(-1, 32), ours.reshape(-1, 32)  # tr.quantize checks each block of 32
+    if (np.isfinite(blocks_in).all(axis=1) & ~np.isfinite(blocks_out).all(axis=1)).any():
         raise OverflowError(f"tr.quantize refuses finite weights whose {fmt} scale overflows float16")
     return ours.reshape(w.shape)
 
