@@ -97,6 +97,14 @@ class DeviceBuffer:
             self.buffer = None
 
 
+def host_bytes(array: np.ndarray) -> bytes:
+    """An array's elements as a buffer holds them (C order; bool as u32)."""
+    data = np.ascontiguousarray(array)
+    if data.dtype == np.bool_:
+        data = data.astype(np.uint32)
+    return data.tobytes()
+
+
 class Device:
     """One wgpu device with its caps, caches and counters."""
 
@@ -196,17 +204,20 @@ class Device:
             return DeviceBuffer(self.device.create_buffer(size=size, usage=_USAGE), nbytes, self)
 
     def upload(self, array: np.ndarray) -> DeviceBuffer:
-        data = np.ascontiguousarray(array)
-        if data.dtype == np.bool_:
-            data = data.astype(np.uint32)
-        raw = data.tobytes()
+        raw = host_bytes(array)
         buf = self.alloc(len(raw))
         if raw:
-            pad = (-len(raw)) % 4
-            with self.guard("uploading data"):
-                self.queue.write_buffer(buf.buffer, 0, raw + b"\0" * pad)
+            self.write(buf, raw)
         self.stats["uploads"] += 1
         return buf
+
+    def write(self, buf: DeviceBuffer, data: bytes | np.ndarray) -> None:
+        """Copy host bytes into `buf` from its offset (queued: ordered after the work submitted before)."""
+        n = len(data) if isinstance(data, bytes) else data.nbytes
+        if n % 4:  # queue writes come in whole words
+            data = (data if isinstance(data, bytes) else data.tobytes()) + b"\0" * (-n % 4)
+        with self.guard("uploading data"):
+            self.queue.write_buffer(buf.buffer, buf.offset, data)
 
     def read(self, buf: DeviceBuffer) -> bytes:
         self.check_alive()
