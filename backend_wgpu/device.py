@@ -25,6 +25,18 @@ LOST_HELP = (
     "the GPU device was lost (driver reset, device destroyed or out of memory); call tr.reset_device() "
     "for a new one, then recreate the tensors that were on the GPU (their data is gone)"
 )
+READBACK_KEPT_BYTES = 64 << 20  # read-back staging buffers up to this size are kept for the next read
+
+try:  # wgpu-native's device poll, to wait for a read-back on the calling thread
+    from wgpu.backends.wgpu_native import ffi as _ffi
+    from wgpu.backends.wgpu_native import lib as _lib
+
+    _DEVICE_POLL = _lib.wgpuDevicePoll
+    _NULL = _ffi.NULL
+except (ImportError, AttributeError):  # another backend: its own waiting
+    _DEVICE_POLL = None
+    _NULL = None
+
 _USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _NO_ADAPTER_HELP = (
     "no WebGPU adapter found. On a machine without a GPU install Mesa's software Vulkan driver "
@@ -161,6 +173,7 @@ class Device:
         self.stats: Counter[str] = Counter()
         self.lock = threading.RLock()
         self.lost = False
+        self._readback: dict[int, Any] = {}  # read-back staging buffer per power-of-two size
 
     # --- loss -----------------------------------------------------------------------
     def check_alive(self) -> None:
@@ -220,16 +233,61 @@ class Device:
             self.queue.write_buffer(buf.buffer, buf.offset, data)
 
     def read(self, buf: DeviceBuffer) -> bytes:
+        """`buf`'s bytes, once the work submitted before has run."""
+        out = np.empty(buf.nbytes, np.uint8)
+        self.read_into(buf, out)
+        return out.tobytes()
+
+    def read_into(self, buf: DeviceBuffer, out: np.ndarray) -> None:
+        """Copy `buf`'s first out.nbytes bytes into `out` (C-contiguous), once the work submitted before has run.
+
+        Through a reused mappable staging buffer (one per power-of-two size up to
+        READBACK_KEPT_BYTES): a read allocates nothing once warm, and the bytes are copied
+        once, from the mapped range straight into `out`.
+        """
         self.check_alive()
         buf.device.check_alive()  # a buffer of a replaced device
-        if buf.nbytes == 0:
-            return b""
-        size = (buf.nbytes + 3) & ~3
-        # queue.read_buffer also waits for the submitted work (on_submitted_work_done_sync
-        # is broken in wgpu 0.32.0)
-        with self.guard("reading a tensor back"):
-            data = self.queue.read_buffer(buf.buffer, 0, size)
-        return bytes(data)[: buf.nbytes]
+        n = out.nbytes
+        if n == 0:
+            return
+        assert out.flags.c_contiguous and n <= buf.nbytes
+        size = (n + 3) & ~3
+        with self.lock, self.guard("reading a tensor back"):
+            staging = self._staging_for(size)
+            encoder = self.device.create_command_encoder()
+            encoder.copy_buffer_to_buffer(buf.buffer, buf.offset, staging, 0, size)
+            self.queue.submit([encoder.finish()])
+            promise = staging.map_async(wgpu.MapMode.READ, 0, size)
+            if _DEVICE_POLL is not None:  # wait here rather than for wgpu-py's poll thread to wake us
+                _DEVICE_POLL(self.device._internal, True, _NULL)
+            promise.sync_wait()
+            try:
+                view = staging.read_mapped(0, size, copy=False)
+                out.reshape(-1).view(np.uint8)[:] = np.frombuffer(view, np.uint8, n)
+                del view
+            finally:
+                staging.unmap()
+            if staging.size > READBACK_KEPT_BYTES:
+                staging.destroy()
+            self.stats["reads"] += 1
+
+    def drop_readback(self) -> None:
+        """Free the kept read-back staging buffers (the next reads make new ones)."""
+        with self.lock:
+            for staging in self._readback.values():
+                staging.destroy()
+            self._readback.clear()
+
+    def _staging_for(self, size: int) -> Any:
+        """A mappable buffer of at least `size` bytes: the kept one of its size class, else a new one."""
+        cls = max(4096, 1 << (size - 1).bit_length())
+        if cls > READBACK_KEPT_BYTES:  # too large to keep: exactly the size, destroyed after the read
+            return self.device.create_buffer(size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
+        staging = self._readback.get(cls)
+        if staging is None:
+            usage = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+            staging = self._readback[cls] = self.device.create_buffer(size=cls, usage=usage)
+        return staging
 
     # --- pipelines -----------------------------------------------------------------
     def pipeline(self, key: str, code: str, layout_entries: list[dict], unchecked: bool = False) -> tuple[Any, Any]:

@@ -189,7 +189,12 @@ class Trace:
                 buffers.append(i.buffer)
                 continue
             lz = next(found)
-            if isinstance(i, ArgTensor) and lz.buffer is None and lz.host is not None and ArgumentStaging.wanted(lz.host):
+            if (
+                isinstance(i, ArgTensor)
+                and lz.buffer is None
+                and lz.host is not None
+                and ArgumentStaging.wanted(lz.host)
+            ):
                 fresh.append((len(buffers), lz.host))
                 buffers.append(None)
             else:
