@@ -84,6 +84,53 @@ def profile(call: Callable[[], Any], calls: int, top: int) -> str:
     return out.getvalue()
 
 
+WGPU_CALLS = [  # (class, method) of wgpu-py whose wall time per call is split out
+    ("GPUDevice", "create_command_encoder"),
+    ("GPUCommandEncoder", "begin_compute_pass"),
+    ("GPUComputePassEncoder", "end"),
+    ("GPUCommandEncoder", "finish"),
+    ("GPUQueue", "submit"),
+    ("GPUQueue", "write_buffer"),
+    ("GPUCommandEncoder", "copy_buffer_to_buffer"),
+    ("GPUBuffer", "map_async"),
+    ("GPUBuffer", "read_mapped"),
+    ("GPUBuffer", "unmap"),
+]
+
+
+def wgpu_split(call: Callable[[], Any], calls: int) -> str:
+    """Wall ms per workload call spent in each wgpu-py method (and in the whole call)."""
+    import functools
+
+    from wgpu.backends.wgpu_native import _api
+
+    spent: dict[str, float] = {}
+    undo = []
+    for cls_name, meth in WGPU_CALLS:
+        cls = getattr(_api, cls_name)
+        original = getattr(cls, meth)
+
+        def timed(*a: Any, _f: Any = original, _k: str = f"{cls_name}.{meth}", **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _f(*a, **kw)
+            finally:
+                spent[_k] = spent.get(_k, 0.0) + time.perf_counter() - t0
+
+        setattr(cls, meth, functools.wraps(original)(timed))
+        undo.append((cls, meth, original))
+    try:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        total = time.perf_counter() - t0
+    finally:
+        for cls, meth, original in undo:
+            setattr(cls, meth, original)
+    rows = [f"  {k:<40} {v * 1e3 / calls:8.3f} ms/call" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])]
+    return "\n".join([f"  {'whole call':<40} {total * 1e3 / calls:8.3f} ms/call", *rows])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="minilm,12L")
@@ -105,6 +152,8 @@ def main() -> None:
         samples = sweep(call, chunks, args.blocks, args.per_block)
         row = {c: statistics.median(s) for c, s in samples.items()}
         table.append((name, row))
+        lines.append(f"\n== {name}: wall time in wgpu-py calls, 100 calls (default chunk)")
+        lines.append(wgpu_split(call, 100))
         lines.append(f"\n== {name}: cProfile of 100 calls (default chunk), top by own time")
         lines.append(profile(call, 100, 22))
         del call
