@@ -245,6 +245,32 @@ def test_a_norm_read_elsewhere_is_stored(monkeypatch):
     assert kernels.count("gemv_multi") == 1 and "norm" in kernels
 
 
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "tree"])
+def test_a_where_of_a_leaf_mask_reads_its_leaves(monkeypatch, subgroups):
+    """tril (where(mask, y, 0)) and where(m, y, z) after the matmul: the masks and z are leaves the
+    epilogue reads, not side writes (they were left out of the uniform: `params.l3_off` undeclared,
+    found by the fuzzer on the GL adapter). Both workgroup sums: subgroups and the tree."""
+    from tests.test_kernels_perf_variants import run_with_caps
+
+    if subgroups and not get_device().caps.subgroups:
+        pytest.skip("no subgroups on this adapter")
+    x, wn, a = arr(1, 4), arr(4), arr(3, 4)
+    mask, z = np.array([False, True, True]), arr(1, 3)
+
+    def build() -> tuple[tr.Tensor, ...]:
+        y = tr.nn.linear(tr.nn.rms_norm(tr.tensor(x), tr.tensor(wn), 1e-5), tr.tensor(a))
+        return (tr.where(tr.tensor(mask), tr.tril(y), tr.tensor(z)),)
+
+    want = reference(build)[0]
+    fused, _ = check(monkeypatch, build)
+    mask_kernels = ["arange", "elementwise", "arange", "elementwise"]  # tril's mask
+    assert [d.kernel for d in fused] == [*mask_kernels, "gemv_multi"]
+    got, program = run_with_caps(build()[0], subgroups=subgroups)
+    assert [d.kernel for d in program.dispatches] == [*mask_kernels, "gemv_multi"]
+    assert ("subgroupAdd" in program.sources[program.dispatches[-1].key]) == subgroups
+    assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_interpreter_agrees_on_the_fused_graph():
     """The FUSED nodes (the group and its side writes) evaluate as the nodes they hold."""
     w = attention_inputs(32, 2, 1, 8, 6, "float32", True)

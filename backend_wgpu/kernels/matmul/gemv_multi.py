@@ -80,12 +80,14 @@ class Layout:
     def loop_leaves(self) -> set[int]:
         return {self.a_leaf, *self.b_leaves} | ({self.w_leaf} if self.w_leaf is not None else set())
 
-    def epilogue_leaves(self) -> set[int]:
-        """Leaves the epilogue terms read (side writes read theirs in side_writes.py)."""
+    def epilogue_leaves(self, written: frozenset[int] | set[int] = frozenset()) -> set[int]:
+        """Leaves the epilogue terms read, but for the side writes in `written` (term ids), which
+        read theirs in side_writes.py. A where that writes nothing (tril's mask, say) reads its
+        leaves here: its condition is a leaf as a side write's is, so the op alone cannot tell."""
         found = set()
         for part in self.parts:
             for t in part.terms:
-                if t.op not in (Op.INDEX_WRITE, Op.WHERE) or self.arg.is_term(t.srcs[0]):
+                if t.id not in written:
                     found |= {self.arg.leaf_index(s) for s in t.srcs if not self.arg.is_term(s)}
         return found
 
@@ -142,7 +144,7 @@ class GemvMultiKernel(Kernel):
         """The k loop's KernelElement: the row, the norm weight and every B read along k at it."""
         lay = Layout.of(node.arg)
         k = lay.norm.shape[-1] if lay.norm else views[lay.a_leaf].shape[-1]
-        if lay.loop_leaves() & lay.epilogue_leaves():
+        if lay.loop_leaves() & lay.epilogue_leaves():  # side writes counted in: only ever narrower
             return 1  # a leaf read in the loop and by the epilogue is bound once, as scalars
         for w in WIDTHS:
             row = [views[lay.a_leaf]] + ([views[lay.w_leaf]] if lay.w_leaf is not None else [])
@@ -229,7 +231,7 @@ class GemvMultiKernel(Kernel):
             meta.append((f"u{p}", "u32", end))
             if part.pair:
                 meta.append((f"half{p}", "u32", part.pair[1] // 2))
-        for i in sorted(lay.epilogue_leaves()):
+        for i in sorted(lay.epilogue_leaves({w.term.id for w in self.writes})):
             view = self.operands[i].view
             meta += [(f"l{i}_off", "u32", view.offset)] + [(f"l{i}_s{d}", "i32", s) for d, s in enumerate(view.strides)]
         for t in self._terms():
