@@ -292,14 +292,14 @@ def _assemble(graph: Graph, info: _Info, parts: list[_Part]) -> _Group:
 def _norm_prologue(graph: Graph, info: _Info, cores: list[int]) -> int | None:
     """The rms_norm the matmuls read (through plain reshapes) when nothing else reads it.
 
-    Only a float32 norm: the folded norm never stores its row, so a float16 one would skip the
-    rounding to float16 every stored value gets (NUMERICS.md), and a row past 65504 would give
-    finite products where the unfused graph gives inf - inf = NaN (found by the H200 fuzz survey).
+    The folded norm never stores its row: for a float16 norm gemv_multi rounds each element of
+    the row to float16 before the products (its rstd summed first), as the stored row would be
+    (NUMERICS.md), so a row past 65504 gives inf - inf = NaN there as in the unfused graph.
     """
     owner, view = view_of_operand(graph, graph[cores[0]].srcs[0])
     if owner.op is not Op.RMS_NORM or owner.id in info.outputs or not linear_identity(view, owner.size):
         return None
-    if owner.dtype is not DType.float32:
+    if owner.dtype not in (DType.float32, DType.float16):
         return None
     return owner.id if sorted(info.readers[owner.id]) == sorted(cores) else None
 

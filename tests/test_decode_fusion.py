@@ -119,9 +119,7 @@ def qkv_step(w: dict, heads: int, kv_heads: int, hd: int, pos: int, interleaved:
 def test_qkv_rope_and_cache_writes_are_one_dispatch(monkeypatch, d, heads, kv_heads, hd, dtype, bias):
     w = attention_inputs(d, heads, kv_heads, hd, 12, dtype, bias)
     fused, unfused = check(monkeypatch, qkv_step(w, heads, kv_heads, hd, 5), tol=3e-3 if dtype == "float16" else 1e-4)
-    # a float16 norm is its own dispatch: folded, its row would skip the rounding to float16
-    norm = [("norm", "rms_norm")] if dtype == "float16" else []
-    assert [(d.kernel, d.op) for d in fused] == norm + [("gemv_multi", "fused")]
+    assert [(d.kernel, d.op) for d in fused] == [("gemv_multi", "fused")]  # a float16 norm folds in too
     assert len(unfused) >= 8
 
 
@@ -182,8 +180,7 @@ def test_one_hot_cache_updates_are_side_writes(monkeypatch, dtype):
     w = attention_inputs(32, 4, 2, 8, 7, dtype, False)
     build = where_step(w, 4, 2, 8, 7, 4)
     fused, unfused = check(monkeypatch, build, tol=3e-3 if dtype == "float16" else 1e-4)
-    norm = ["norm"] if dtype == "float16" else []  # a float16 norm is not folded (see the test above)
-    assert [d.kernel for d in fused] == [*norm, "arange", "elementwise", "gemv_multi"]  # the one-hot, then the rest
+    assert [d.kernel for d in fused] == ["arange", "elementwise", "gemv_multi"]  # the one-hot, then the rest
     assert side_write_modes(build) == ["in place", "in place"]
 
 
@@ -230,6 +227,45 @@ def test_norm_folds_into_a_lone_matmul(monkeypatch):
 
     fused, _ = check(monkeypatch, build)
     assert [d.kernel for d in fused] == ["gemv_multi"]
+
+
+@pytest.mark.skipif(not get_device().caps.shader_f16, reason="no shader-f16 on this adapter")
+def test_a_float16_norm_rounds_its_row_where_the_graph_stores_it(monkeypatch):
+    """A float16 norm folds in with its row rounded to float16 before the products: its first element
+    (about 2.06 * 40000) overflows there, so its products are inf (halved: still inf) and 0 * inf is
+    NaN, as in the unfused graph and the interpreter; the row kept in float32 would give 41000 and 0."""
+    x = np.array([[1.0, 0.0, 0.0, 0.0, 0.5, -0.25, 0.75, 0.125]], np.float16)
+    wn = np.array([40000.0, 1.0, 1.0, 1.0, 1.1, 0.9, 1.3, 0.7], np.float16)
+    a = np.zeros((4, 8), np.float16)
+    a[:, 0] = [1.0, 0.5, 0.0, -0.25]
+    a[:, 4:] = [0.3, -0.7, 1.9, 0.01]
+
+    def build() -> tuple[tr.Tensor, ...]:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(wn), 1e-5)
+        return (tr.nn.linear(h, tr.tensor(a)),)
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = reference(build)[0]
+    assert want[0, 0] == want[0, 1] == np.inf and np.isnan(want[0, 2]) and want[0, 3] == -np.inf
+    fused, _ = check(monkeypatch, build)
+    assert [d.kernel for d in fused] == ["gemv_multi"]
+
+
+@pytest.mark.skipif(not get_device().caps.shader_f16, reason="no shader-f16 on this adapter")
+@pytest.mark.parametrize("weight", [True, False])
+def test_float16_norm_folds_against_the_interpreter(monkeypatch, weight):
+    """SwiGLU of a float16 normed row (k = 96: vec4 loads) against the interpreter and the unfused graph."""
+    d, ff = 96, 40
+    x = arr(1, 1, d, scale=3.0, dtype="float16")
+    wn = (1 + 0.2 * RNG.standard_normal(d)).astype(np.float16)
+    g, u = arr(ff, d, scale=d**-0.5, dtype="float16"), arr(ff, d, scale=d**-0.5, dtype="float16")
+
+    def build() -> tuple[tr.Tensor, ...]:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(wn) if weight else None, 1e-6)
+        return (tr.nn.linear(h, tr.tensor(g)).silu() * tr.nn.linear(h, tr.tensor(u)),)
+
+    fused, _ = check(monkeypatch, build, tol=2e-3)
+    assert [(d.kernel, d.variant.endswith(":nr"), d.element) for d in fused] == [("gemv_multi", True, 4)]
 
 
 def test_a_norm_read_elsewhere_is_stored(monkeypatch):
@@ -320,6 +356,34 @@ def test_decoder_steps_match_the_unfused_graph(monkeypatch, jit):
     unfused, n_unfused = _decoder_logits(monkeypatch, False, jit)
     assert_close(fused, unfused, rtol=1e-4, atol=1e-5)
     assert n_fused < n_unfused
+
+
+@pytest.mark.skipif(not get_device().caps.shader_f16, reason="no shader-f16 on this adapter")
+def test_float16_decoder_step_against_the_interpreter(monkeypatch):
+    """A float16 model's jit-form step (random caches): fused, unfused and the interpreter agree, and each
+    layer is five dispatches, as a float32 model's (the norms fold into the q/k/v and gate/up groups)."""
+    from benchmarks.e2e.decoder import config
+    from examples import llama as L
+
+    cfg = config("tiny")
+    w = L.check_weights(L.random_weights(cfg, seed=1, scale=0.1), cfg, "random", tr.float16)
+    tr.realize(*w.values())
+    model = L.Llama(cfg, w, cfg.max_positions, tr.float16)
+    shape = (1, cfg.kv_heads, cfg.max_positions, cfg.head_dim)
+    caches = [arr(*shape, dtype="float16") for _ in range(2 * cfg.layers)]
+
+    def build() -> tuple[tr.Tensor, ...]:
+        ids, pos = tr.tensor(np.array([[7]], np.int32)), tr.tensor(np.array([9], np.int32))
+        out = model.step(ids, pos, *[tr.tensor(c) for c in caches])
+        return (out[0], *out[2:])  # the logits and the caches (not the argmax: a near tie may flip)
+
+    fused, unfused = check(monkeypatch, build, tol=5e-3)
+    kernels = [d.kernel for d in fused]
+    last = len(kernels) - kernels[::-1].index("attention_decode") - 2  # the last layer's q/k/v group
+    layer = ["gemv_multi", "attention_decode", "gemv", "gemv_multi", "gemv"]  # (the first's mask runs between)
+    assert kernels[last : last + 5] == layer
+    assert kernels.count("gemv_multi") == 2 * cfg.layers + 1 and kernels.count("norm") == 0
+    assert len(fused) < len(unfused)
 
 
 # --- the fuzzer's decode fragments ------------------------------------------------------------------

@@ -12,6 +12,10 @@ rope rotates together (i and i + d/2, or 2i and 2i + 1), for every matmul of the
 for all of the unit's dot products (and, with the norm, squaring it into the row's
 sum of squares and scaling it by the norm weight); one workgroup sum gives every dot
 product, and the norm's 1 / rms then scales them (rms_norm(x) @ B = (x * w) @ B / rms).
+A float16 norm instead sums the row's squares first (a pass over the row, then a
+workgroup sum): the k loop then rounds each normed, weighted element to float16 where the
+unfused graph stores its row, so the products are those of the stored row (an element past
+65504 is inf there as well).
 Thread 0 evaluates the part's terms at the unit's elements, stores the root and makes
 the side writes. B is read through one method per operand (`_b_load`), so another
 weight format can reuse the prologue and epilogue. Math in f32; each term's value is
@@ -76,6 +80,11 @@ class Layout:
         return Layout(
             arg, cores, norm, parts, arg.leaf_index(a_src), w_leaf, [arg.leaf_index(c.srcs[1]) for c in cores]
         )
+
+    @property
+    def rounded_row(self) -> bool:
+        """A float16 norm: its row is rounded to float16 (as the unfused graph stores it) before the products."""
+        return self.norm is not None and self.norm.dtype is DType.float16
 
     def loop_leaves(self) -> set[int]:
         return {self.a_leaf, *self.b_leaves} | ({self.w_leaf} if self.w_leaf is not None else set())
@@ -160,7 +169,7 @@ class GemvMultiKernel(Kernel):
         lay = Layout.of(node.arg)
         what = [f"{len(lay.cores)} matmuls of one row sharing it"]
         if lay.norm:
-            what.append("rms_norm folded in")
+            what.append("rms_norm folded in" + (" (its row rounded to float16 first)" if lay.rounded_row else ""))
         if any(p.pair for p in lay.parts):
             what.append("rope pairs per workgroup")
         writes = [t for p in lay.parts for t in p.terms if _writes(node.arg, t)]
@@ -180,7 +189,8 @@ class GemvMultiKernel(Kernel):
         parts = ";".join(
             f"{len(p.cores)}{'p' if p.pair else ''}{'i' if p.pair and p.pair[0] else ''}" for p in self.lay.parts
         )
-        return f"{self.node.arg.short_key()}:{parts}:{'n' if self.lay.norm else ''}"
+        norm = ("nr" if self.lay.rounded_row else "n") if self.lay.norm else ""
+        return f"{self.node.arg.short_key()}:{parts}:{norm}"
 
     def operand_type(self, i: int) -> str:
         w = self.kernel_element() if i in self.lay.loop_leaves() else 1
@@ -332,26 +342,37 @@ class GemvMultiKernel(Kernel):
             col = f"i32(params.b{g}_off) + i32({elements[j]}) * params.b{g}_sn"
             b.line(f"let bb{n} = {f'u32({col}) / {w}u' if w > 1 else col};")
             b.line(f"var acc{n} = {vt}(0.0);")
-        if lay.norm:
-            b.line(f"var sq = {vt}(0.0);")
-        b.line(f"for (var kk = lidx; kk < params.kw; kk += {wgx}u) {{")
         ia = lay.a_leaf
         raw = (
             f"in{ia}[params.a_off / {w}u + kk]" if w > 1 else f"in{ia}[u32(i32(params.a_off) + i32(kk) * params.a_sk)]"
         )
+        if lay.rounded_row:
+            self._row_rstd(b, raw)
+        folded = lay.norm is not None and not lay.rounded_row  # its sum of squares rides along the products
+        if folded:
+            b.line(f"var sq = {vt}(0.0);")
+        b.line(f"for (var kk = lidx; kk < params.kw; kk += {wgx}u) {{")
         b.line(f"  let xa = {vt}({raw});")
         a = "xa"
-        if lay.norm:
+        if folded:
             b.line("  sq = fma(xa, xa, sq);")
+        if lay.norm:
+            normed = f"xa * {vt}(rstd)" if lay.rounded_row else "xa"
             if lay.w_leaf is not None:
                 wl = f"in{lay.w_leaf}[params.nw_off / {w}u + kk]" if w > 1 else f"in{lay.w_leaf}[params.nw_off + kk]"
-                b.line(f"  let a = xa * {vt}({wl});")
+                normed = f"{normed} * {vt}({wl})"
+            if lay.rounded_row:  # the norm kernel's value, rounded as its store rounds it
+                for name, code in expr.f16_round_helper(vt).items():
+                    b.helper(name, code)
+                normed = expr.f16_rounded(normed, vt)
+            if normed != "xa":
+                b.line(f"  let a = {normed};")
                 a = "a"
         for n, (c, _) in enumerate(lanes):
             b.line(f"  acc{n} = fma({a}, {self._b_load(globals_[c], f'bb{n}', 'kk')}, acc{n});")
         b.line("}")
         values = [f"dot(acc{n}, {vt}(1.0))" if w > 1 else f"acc{n}" for n in range(len(lanes))]
-        if lay.norm:
+        if folded:
             values.append(f"dot(sq, {vt}(1.0))" if w > 1 else "sq")
         names = []
         for pack in range(0, len(values), 4):
@@ -361,6 +382,19 @@ class GemvMultiKernel(Kernel):
             self._workgroup_sum(b, name)
             names += [f"{name}.{'xyzw'[i]}" for i in range(min(4, len(values) - pack))]
         return names
+
+    def _row_rstd(self, b: WgslBuilder, raw: str) -> None:
+        """`rstd`, the norm's 1 / rms of the row, from a pass over it before the k loop (as the norm kernel)."""
+        vt, wgx = f32v(self.kernel_element()), self.choice.workgroup[0]
+        b.line(f"var sq = {vt}(0.0);")
+        b.line(f"for (var kk = lidx; kk < params.kw; kk += {wgx}u) {{")
+        b.line(f"  let xa = {vt}({raw});")
+        b.line("  sq = fma(xa, xa, sq);")
+        b.line("}")
+        total = f"dot(sq, {vt}(1.0))" if self.kernel_element() > 1 else "sq"
+        b.line(f"var ss = vec4<f32>({total}, 0.0, 0.0, 0.0);")
+        self._workgroup_sum(b, "ss")
+        b.line("let rstd = inverseSqrt(ss.x / f32(params.k) + params.eps);")
 
     def _workgroup_sum(self, b: WgslBuilder, var: str) -> None:
         wg = self.choice.workgroup[0]
@@ -385,11 +419,12 @@ class GemvMultiKernel(Kernel):
         self, b: WgslBuilder, p: int, part: Part, elements: list[str], lanes: list[tuple[int, int]], sums: list[str]
     ) -> None:
         values: dict[tuple[int, int], tuple[str, DType]] = {}
-        if self.lay.norm:
+        scaled = self.lay.norm is not None and not self.lay.rounded_row  # else rstd scaled the row itself
+        if scaled:
             b.line(f"let rstd = inverseSqrt({sums[-1]} / f32(params.k) + params.eps);")
         for n, (c, j) in enumerate(lanes):
             core = part.cores[c]
-            acc = f"{sums[n]} * rstd" if self.lay.norm else sums[n]
+            acc = f"{sums[n]} * rstd" if scaled else sums[n]
             name = f"c{n}"
             b.line(f"let {name} = {self._rounded(b, acc, core.dtype)};")
             values[(core.id, j)] = (name, core.dtype)
