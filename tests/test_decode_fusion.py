@@ -22,6 +22,7 @@ from tests.helpers import assert_close
 from tests.strategies import decode_programs
 from tests.test_fuzz import check_program
 from tracer.graph_builder import build_graph
+from tracer.lazy import Lazy
 
 pytestmark = pytest.mark.gpu
 
@@ -32,8 +33,14 @@ def reference(build: Build) -> list[np.ndarray]:
     """ir.interpret on the traced graph of `build()`'s tensors (the caches written in place)."""
     outs = build()
     built = build_graph([t._lazy for t in outs])
-    inputs = [tr.Tensor(lz).numpy() for lz in built.inputs]
+    inputs = [_words(lz) if lz.dtype.is_quantized else tr.Tensor(lz).numpy() for lz in built.inputs]
     return interpret(built.graph, inputs)[: len(outs)]
+
+
+def _words(lz: Lazy) -> np.ndarray:
+    """A quantized input as the interpreter takes it: its GPU layout's u32 words (ir/quant.py)."""
+    tr.realize(tr.Tensor(lz))
+    return np.frombuffer(get_device().read(lz.buffer), np.uint32)
 
 
 def run(monkeypatch: pytest.MonkeyPatch, build: Build, fusion: bool) -> tuple[list[np.ndarray], list]:
@@ -358,29 +365,37 @@ def test_decoder_steps_match_the_unfused_graph(monkeypatch, jit):
     assert n_fused < n_unfused
 
 
-@pytest.mark.skipif(not get_device().caps.shader_f16, reason="no shader-f16 on this adapter")
-def test_float16_decoder_step_against_the_interpreter(monkeypatch):
-    """A float16 model's jit-form step (random caches): fused, unfused and the interpreter agree, and each
-    layer is five dispatches, as a float32 model's (the norms fold into the q/k/v and gate/up groups)."""
+@pytest.mark.parametrize("weights", ["float16", "q8_0", "q4_0"])
+def test_decoder_step_against_the_interpreter(monkeypatch, weights):
+    """A float16 or quantized model's jit-form step (random caches): fused, unfused and the interpreter
+    agree, and each layer is five dispatches, as a float32 model's (the norms fold into the q/k/v and
+    gate/up groups; quantized matrices are read as blocks by gemv_multi, o and down by qgemv)."""
     from benchmarks.e2e.decoder import config
     from examples import llama as L
 
+    dtype = tr.float16 if weights == "float16" else tr.float32
+    if dtype is tr.float16 and not get_device().caps.shader_f16:
+        pytest.skip("no shader-f16 on this adapter")
+    if weights != "float16":
+        pytest.importorskip("gguf", reason="quantizing needs the gguf package")
     cfg = config("tiny")
-    w = L.check_weights(L.random_weights(cfg, seed=1, scale=0.1), cfg, "random", tr.float16)
+    w = L.random_weights(cfg, seed=1, scale=0.1)
+    w = L.check_weights(L.quantize_weights(w, cfg, weights) if dtype is tr.float32 else w, cfg, "random", dtype)
     tr.realize(*w.values())
-    model = L.Llama(cfg, w, cfg.max_positions, tr.float16)
+    model = L.Llama(cfg, w, cfg.max_positions, dtype)
     shape = (1, cfg.kv_heads, cfg.max_positions, cfg.head_dim)
-    caches = [arr(*shape, dtype="float16") for _ in range(2 * cfg.layers)]
+    caches = [arr(*shape, dtype=str(dtype.np)) for _ in range(2 * cfg.layers)]
 
     def build() -> tuple[tr.Tensor, ...]:
         ids, pos = tr.tensor(np.array([[7]], np.int32)), tr.tensor(np.array([9], np.int32))
         out = model.step(ids, pos, *[tr.tensor(c) for c in caches])
         return (out[0], *out[2:])  # the logits and the caches (not the argmax: a near tie may flip)
 
-    fused, unfused = check(monkeypatch, build, tol=5e-3)
+    fused, unfused = check(monkeypatch, build, tol=5e-3 if dtype is tr.float16 else 1e-4)
     kernels = [d.kernel for d in fused]
     last = len(kernels) - kernels[::-1].index("attention_decode") - 2  # the last layer's q/k/v group
-    layer = ["gemv_multi", "attention_decode", "gemv", "gemv_multi", "gemv"]  # (the first's mask runs between)
+    gemv = "gemv" if dtype is tr.float16 else "qgemv"
+    layer = ["gemv_multi", "attention_decode", gemv, "gemv_multi", gemv]  # (the first's mask runs between)
     assert kernels[last : last + 5] == layer
     assert kernels.count("gemv_multi") == 2 * cfg.layers + 1 and kernels.count("norm") == 0
     assert len(fused) < len(unfused)
