@@ -22,8 +22,9 @@ the side writes.
 Quantized weights (q8_0, q4_0: kernels/quant/formats.py) make the `blocks` variant: each
 thread takes whole blocks of 32 values along k (one or two 16-byte loads of quants and a
 scale per B, eight vec4 of the row), dequantizes in registers as qgemv does and adds
-scale * (quants . row) to its sum; a float B of the same group is read 32 values a block. Math in f32; each term's value is
-rounded to its dtype as the unfused graph would store it.
+scale * (quants . row) to its sum; a float B of the same group is read 32 values a block.
+
+Math in f32; each term's value is rounded to its dtype as the unfused graph would store it.
 """
 
 from __future__ import annotations
