@@ -131,7 +131,7 @@ class DecodePlan:
 
 DECODE_MAX_HEAD_DIM = 256  # heads up to 256 elements: at most 16 lanes of four slices each
 DECODE_THREADS = 128  # per workgroup: rows of `lanes` threads
-DECODE_UNROLL = 2  # keys per row per step, their loads in flight together
+DECODE_UNROLL = 2  # keys per row per step (float32 caches; float16 twice), their loads in flight together
 DECODE_TARGET_WORKGROUPS = 264  # (batch, kv head, range) workgroups: two per multiprocessor of an H200
 DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their merge and combine
 
@@ -160,7 +160,8 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     threads = min(DECODE_THREADS, caps.max_invocations)
     if threads < lanes:
         return None
-    rows, unroll = threads // lanes, DECODE_UNROLL
+    # a float16 cache takes twice the keys per step: the same bytes in flight per thread
+    rows, unroll = threads // lanes, DECODE_UNROLL * (2 if k.dtype is DType.float16 else 1)
     shuffle = caps.subgroups and 1 < lanes <= caps.subgroup_size
     per_k, per_v = -(-ew // lanes), -(-ev // lanes)
     used = 4 * w * g * lanes * per_k + (0 if shuffle or lanes == 1 else 4 * threads * g * unroll)

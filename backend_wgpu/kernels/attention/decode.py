@@ -221,6 +221,15 @@ class DecodeAttentionKernel(Kernel):
                     at = self._addr(name, "hk", f"start + j{u}", f"lane + {i * lanes}u")
                     b.line(f"{ind}var {name}{u}_{i} = {vt}(0.0);")
                     b.line(f"{ind}if ({cond}) {{ {name}{u}_{i} = {vt}(in{operand}[{at}]); }}")
+        if arg.mask != "none":  # the mask's values load with the keys, not after the lane sums
+            for u in range(unroll):
+                for h in range(g):
+                    at = self._mask_at(f"hk * {g}u + {h}u", f"start + j{u}")
+                    if arg.mask == "bool":
+                        b.line(f"{ind}var mk{h}_{u} = 1u;")
+                    else:
+                        b.line(f"{ind}var mk{h}_{u} = 0.0;")
+                    b.line(f"{ind}if (ok{u}) {{ mk{h}_{u} = {at if arg.mask == 'bool' else f'f32({at})'}; }}")
         ew_q = lanes * per_k
         for h in range(g):
             for i in range(per_k):
@@ -234,8 +243,9 @@ class DecodeAttentionKernel(Kernel):
         self._lane_sum(b, names, shuffle, ind)
         for u in range(unroll):
             for h in range(g):
-                b.line(f"{ind}var s{h}_{u} = select(-{inf}, d{h}_{u}, ok{u});")
-                self._mask(b, arg, f"s{h}_{u}", f"hk * {g}u + {h}u", f"start + j{u}", inf, f"{ind}if (ok{u}) {{ ", " }")
+                score = f"d{h}_{u} + mk{h}_{u}" if arg.mask == "add" else f"d{h}_{u}"
+                keep = f"ok{u} && mk{h}_{u} != 0u" if arg.mask == "bool" else f"ok{u}"
+                b.line(f"{ind}let s{h}_{u} = select(-{inf}, {score}, {keep});")
         for h in range(g):
             top = f"m{h}"
             for u in range(unroll):
@@ -312,16 +322,8 @@ class DecodeAttentionKernel(Kernel):
                 b.line("workgroupBarrier();  // mg is rewritten next")
             half //= 2
 
-    def _mask(
-        self, b: WgslBuilder, arg: AttentionArg, var: str, head: str, key: str, inf: str, pre: str, post: str
-    ) -> None:
-        if arg.mask == "none":
-            return
-        at = f"in3[u32(i32(params.m_off) + i32(bt) * params.m_s0 + i32({head}) * params.m_s1 + i32({key}) * params.m_s3)]"
-        if arg.mask == "bool":
-            b.line(f"{pre}if ({at} == 0u) {{ {var} = -{inf}; }}{post}")
-        else:
-            b.line(f"{pre}{var} += f32({at});{post}")
+    def _mask_at(self, head: str, key: str) -> str:
+        return f"in3[u32(i32(params.m_off) + i32(bt) * params.m_s0 + i32({head}) * params.m_s1 + i32({key}) * params.m_s3)]"
 
     def _store(self, b: WgslBuilder, h: int, per_v: int, ind: str) -> None:
         w, lanes = self.kernel_element(), self.lanes
