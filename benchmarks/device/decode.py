@@ -225,6 +225,101 @@ def decode_case(timer: ProgramTimer, torch: Any, name: str, prompt: int = 128) -
     return row
 
 
+def fresh_program(outs: tuple[tr.Tensor, ...], patch: Any = None) -> tuple[Any, list[Any]]:
+    """The program of these pending tensors compiled now (no program cache), `patch()` active while it compiles."""
+    from contextlib import nullcontext
+
+    from backend_wgpu.program import Program
+    from passes import run_pipeline
+
+    built = build_graph([t._lazy for t in outs])
+    with patch() if patch else nullcontext():
+        program = Program(run_pipeline(built.graph, get_device().caps).graph, get_device())
+    return program, [device_buffer(lz) for lz in built.inputs]
+
+
+def without_new_folds() -> Any:
+    """What fuse_gemv did before this branch: no float16 norm folded, no quantized weight in a group."""
+    from contextlib import contextmanager
+
+    from ir.dtypes import DType
+    from passes import fuse_gemv as fg
+    from passes.fold_views import view_of_operand
+
+    @contextmanager
+    def patched() -> Any:
+        is_core, norm = fg._is_core, fg._norm_prologue
+
+        def old_core(graph: Any, node: Any) -> bool:
+            return is_core(graph, node) and not view_of_operand(graph, node.srcs[1])[0].dtype.is_quantized
+
+        def old_norm(graph: Any, info: Any, cores: list[int]) -> int | None:
+            found = norm(graph, info, cores)
+            return None if found is not None and graph[found].dtype is DType.float16 else found
+
+        fg._is_core, fg._norm_prologue = old_core, old_norm
+        try:
+            yield
+        finally:
+            fg._is_core, fg._norm_prologue = is_core, norm
+
+    return patched
+
+
+def format_model(cfg: Any, fmt: str, weights: dict[str, np.ndarray] | None = None) -> Any:
+    """examples/llama.py's model of cfg with f32, f16, q8_0 or q4_0 weights (random, or zeros), realized."""
+    from examples import llama as L
+
+    if weights is None:
+        weights = {n: np.zeros(shape, np.float32) for n, shape in cfg.tensor_shapes().items()}
+    dtype = tr.float16 if fmt == "f16" else tr.float32
+    w = L.quantize_weights(weights, cfg, fmt) if fmt in ("q8_0", "q4_0") else weights
+    model = L.Llama(cfg, L.check_weights(w, cfg, f"random {fmt}", dtype), cfg.max_positions, dtype)
+    tr.realize(*model.w.values())
+    return model
+
+
+def format_case(timer: ProgramTimer, name: str, fmt: str, prompt: int = 128) -> dict:
+    """The jit step with `fmt` weights: dispatches per layer and GPU ms per token, fused, as before this
+    branch (no float16 norm fold, quantized weights left to qgemv), and unfused; logits checked."""
+    from dataclasses import replace
+
+    from benchmarks.e2e.decoder import config
+    from examples import llama as L
+
+    cfg = config(name)
+    t0 = time.perf_counter()
+    model = format_model(cfg, fmt, L.random_weights(cfg, seed=0))
+    log(f"  {name} {fmt}: weights ready in {time.perf_counter() - t0:.1f} s")
+    ids = tr.tensor(np.random.default_rng(1).integers(0, cfg.vocab, (1, prompt)).astype(np.int32))
+    cache = list(model.prefill_jit(ids, *model.empty_cache().tensors())[2:])
+    tok, pos = tr.tensor(np.array([[7]], np.int32)), tr.tensor(np.array([prompt], np.int32))
+    row: dict[str, Any] = {"config": name, "weights": fmt}
+    logits = {}
+    for tag, fusion, patch in (("fused", "1", None), ("before", "1", without_new_folds()), ("unfused", "0", None)):
+        os.environ["WGJIT_FUSION"] = fusion
+        out = model.step(tok, pos, *cache)
+        program, buffers = fresh_program(out, patch)
+        logits[tag] = np.frombuffer(get_device().read(program.run(buffers)[0]), np.float32)
+        row[f"dispatches_{tag}"] = len(program.dispatches)
+        row[f"ms_{tag}"] = gpu_ms(timer, program, buffers, 10)
+        del out, program, buffers
+    os.environ.pop("WGJIT_FUSION")
+    scale = max(1.0, float(np.abs(logits["unfused"]).max()))
+    row["rel_err"] = max(float(np.abs(logits[t] - logits["unfused"]).max()) / scale for t in ("fused", "before"))
+    counts: dict[Any, list[int]] = {None: [], "before": []}
+    for layers in (1, 2):  # one more layer adds this many dispatches (zero weights)
+        small = format_model(replace(cfg, layers=layers, windows=(None,) * layers), fmt)
+        for key, patch in ((None, None), ("before", without_new_folds())):
+            out = small.step(tok, tr.tensor(np.array([3], np.int32)), *small.empty_cache().tensors())
+            counts[key].append(len(fresh_program(out, patch)[0].dispatches))
+    row["per_layer"] = counts[None][1] - counts[None][0]
+    row["per_layer_before"] = counts["before"][1] - counts["before"][0]
+    del model, cache
+    gc.collect()
+    return row
+
+
 def dispatches_per_layer(cfg: Any) -> int:
     """Dispatches one more layer adds to the fused jit step (shallow copies of cfg, zero weights)."""
     from dataclasses import replace
@@ -244,6 +339,22 @@ def dispatches_per_layer(cfg: Any) -> int:
 
 
 # --- the table -------------------------------------------------------------------------------------
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = ["", "decode step by weight format (@tr.jit, one token after a 128-token prefill): GPU ms per token;",
+             "'before' = this branch's new folds off (float16 norms stored, quantized weights in qgemv)"]  # fmt: skip
+    lines.append(
+        f"{'config':>6} {'weights':>7} {'/layer':>6} {'before':>6} {'disp':>5} {'ms fused':>8} {'ms before':>9} "
+        f"{'ms off':>7} {'rel err':>8}"
+    )
+    for r in rows:
+        lines.append(
+            f"{r['config']:>6} {r['weights']:>7} {r['per_layer']:>6} {r['per_layer_before']:>6} "
+            f"{r['dispatches_fused']:>5} {r['ms_fused']:>8.3f} {r['ms_before']:>9.3f} {r['ms_unfused']:>7.3f} "
+            f"{r['rel_err']:>8.1e}"
+        )
+    return "\n".join(lines)
 
 
 def table(attn: list[dict], peak: float | None, steps: list[dict]) -> str:
@@ -295,6 +406,11 @@ def main() -> int:
         "--smoke", action="store_true", help="tiny shapes (lavapipe: runs every code path, times nothing real)"
     )
     ap.add_argument("--attention-only", action="store_true", help="the attention table only (no decode steps)")
+    ap.add_argument(
+        "--formats",
+        default="f32,f16,q8_0,q4_0",
+        help="weight formats of the 12L step table ('' for none; q* need gguf)",
+    )
     ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -320,10 +436,13 @@ def main() -> int:
     steps = (
         [] if args.attention_only else [decode_case(timer, torch, n, prompt=8 if args.smoke else 128) for n in configs]
     )
+    formats = [] if args.attention_only else [f for f in args.formats.split(",") if f]
+    by_format = [format_case(timer, "tiny" if args.smoke else "12L", f, 8 if args.smoke else 128) for f in formats]
     if args.json:
-        args.json.write_text(json.dumps({"attention": attn, "read_GBps": peak, "decode": steps}, indent=1))
+        record = {"attention": attn, "read_GBps": peak, "decode": steps, "formats": by_format}
+        args.json.write_text(json.dumps(record, indent=1))
     log(f"total {time.perf_counter() - t0:.0f} s")
-    print(table(attn, peak, steps))
+    print(table(attn, peak, steps) + (format_table(by_format) if by_format else ""))
     return 0
 
 
