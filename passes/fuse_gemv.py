@@ -16,7 +16,8 @@ its id and reads the written buffer in place, and is `done_by` the group's kerne
 dispatches nothing). No weight is copied: each matmul keeps its own B operand.
 
 A matmul is a candidate when it is one row (M = 1, no batch) of floats with B read
-contiguously along k (x @ W.T, torch's Linear layout). Epilogue terms join while every
+contiguously along k (x @ W.T, torch's Linear layout), or B a whole quantized weight w.T
+(q8_0, q4_0: the kernel dequantizes its blocks in registers, as qgemv). Epilogue terms join while every
 operand is a member (through a plain reshape) or a value that does not depend on the
 group; each connected part of the epilogue (its matmuls, the terms between them) must
 end in side writes or in the root, and at most one part holds the root. A side write
@@ -125,9 +126,13 @@ def _is_core(graph: Graph, node: Node) -> bool:
         return False
     if node.shape[-2] != 1 or math.prod(node.shape[:-2]) != 1:
         return False
-    if any(view_of_operand(graph, s)[0].dtype.is_quantized for s in node.srcs):
-        return False  # quantized weights are qgemv's: gemv_multi reads float rows (it gave garbage ids)
+    a_owner, b_owner = (view_of_operand(graph, s)[0] for s in node.srcs)
     b_view = view_of_operand(graph, node.srcs[1])[1]
+    if a_owner.dtype.is_quantized:
+        return False
+    if b_owner.dtype.is_quantized:  # x @ w.T of a whole quantized w (N, K): gemv_multi reads its blocks
+        k, n = b_view.shape[-2:]
+        return b_owner.shape == (n, k) and b_view.strides[-2:] == (1, k) and b_view.offset == 0
     return b_view.strides[-2] == 1 or b_view.shape[-2] == 1
 
 
@@ -292,14 +297,14 @@ def _assemble(graph: Graph, info: _Info, parts: list[_Part]) -> _Group:
 def _norm_prologue(graph: Graph, info: _Info, cores: list[int]) -> int | None:
     """The rms_norm the matmuls read (through plain reshapes) when nothing else reads it.
 
-    Only a float32 norm: the folded norm never stores its row, so a float16 one would skip the
-    rounding to float16 every stored value gets (NUMERICS.md), and a row past 65504 would give
-    finite products where the unfused graph gives inf - inf = NaN (found by the H200 fuzz survey).
+    The folded norm never stores its row: for a float16 norm gemv_multi rounds each element of
+    the row to float16 before the products (its rstd summed first), as the stored row would be
+    (NUMERICS.md), so a row past 65504 gives inf - inf = NaN there as in the unfused graph.
     """
     owner, view = view_of_operand(graph, graph[cores[0]].srcs[0])
     if owner.op is not Op.RMS_NORM or owner.id in info.outputs or not linear_identity(view, owner.size):
         return None
-    if owner.dtype is not DType.float32:
+    if owner.dtype not in (DType.float32, DType.float16):
         return None
     return owner.id if sorted(info.readers[owner.id]) == sorted(cores) else None
 
@@ -358,7 +363,8 @@ def _group_nodes(graph: Graph, group: _Group, caps: DeviceCaps) -> list[Node]:
     order = sorted(group.members - {group.root}, key=position.__getitem__) + [group.root]
     arg = _fused_arg(graph, order)
     core = next(t for t in arg.terms if t.op is Op.MATMUL)
-    choice = gemv_group_choice(graph[core.srcs[0]].shape[-1], caps)
+    quantized = any(view_of_operand(graph, t.srcs[1])[0].dtype.is_quantized for t in arg.terms if t.op is Op.MATMUL)
+    choice = gemv_group_choice(graph[core.srcs[0]].shape[-1], caps, quantized)
     root = graph[group.root]
     out: list[Node] = []
     for w in group.writes:

@@ -43,6 +43,7 @@ from backend_wgpu.kernels import (
     SortMergeKernel,
     SplitGemvKernel,
 )
+from backend_wgpu.kernels.attention.decode_combine import COMBINE_THREADS
 from backend_wgpu.kernels.blocks import LOOP_STEPS, unroll_for
 from backend_wgpu.kernels.sort.bitonic import SIZES, BitonicSortKernel, padded, run_length
 from ir.caps import DeviceCaps
@@ -116,31 +117,34 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if node.op is Op.SAMPLE:
         return KernelChoice(SampleKernel.name, workgroup=(SAMPLE_THREADS, 1, 1))
     if node.op is Op.ATTENTION_COMBINE:
-        return KernelChoice(AttentionCombineKernel.name, workgroup=(64, 1, 1))
+        return KernelChoice(AttentionCombineKernel.name, workgroup=(min(COMBINE_THREADS, caps.max_invocations), 1, 1))
     raise NotImplementedError(f"select_kernels: no kernel for op {node.op.value}")
 
 
 @dataclass(frozen=True)
 class DecodePlan:
-    """How attention_decode runs one attention: its choice, the keys one workgroup holds, the ranges."""
+    """How attention_decode runs one attention: its choice and the key ranges."""
 
     choice: KernelChoice
-    chunk: int
     splits: int
 
 
-DECODE_MAX_HEAD_DIM = 256  # one thread per element of a head at worst (scalar loads)
-DECODE_TARGET_WORKGROUPS = 512  # (batch, kv head, range) workgroups: a few per multiprocessor of a large GPU
-DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their combine
+DECODE_MAX_HEAD_DIM = 256  # heads up to 256 elements: at most 16 lanes of four slices each
+DECODE_THREADS = 128  # per workgroup: rows of `lanes` threads
+DECODE_UNROLL = 2  # keys per row per step (float32 caches; float16 twice), their loads in flight together
+DECODE_TARGET_WORKGROUPS = 264  # (batch, kv head, range) workgroups: two per multiprocessor of an H200
+DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their merge and combine
 
 
 def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodePlan | None:
-    """attention_decode for one query row per head, sized to the workgroup memory; None if it cannot run it.
+    """attention_decode for one query row per head; None if it cannot run it.
 
-    The range's scores sit in workgroup memory, `chunk` keys per query head, a power of two;
-    the keys are cut into enough ranges to fill the GPU (passes.split_attention makes them).
+    Rows of `lanes` threads stream keys and values with an online softmax (no scores are
+    kept), so a range may be any length; the keys are cut into enough ranges to fill the GPU
+    (passes.split_attention makes them). The lanes of a row are summed by subgroup shuffles
+    where the adapter's smallest subgroup holds them, else through workgroup memory.
     """
-    from backend_wgpu.kernels.attention.decode import THREADS, pow2_at_least
+    from backend_wgpu.kernels.attention.decode import lanes_for, merge_heads_for
 
     arg = node.arg.attention if node.op is Op.ATTENTION_SPLITS else node.arg
     if arg.hide or arg.fill or arg.scale_by:  # attention written by hand (fuse_attention): the flash kernel's
@@ -150,32 +154,36 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
         return None
     views = [view_of_operand(graph, s)[1] for s in node.srcs]
     w = DecodeAttentionKernel.widest_element(node, views)
-    lanes = pow2_at_least(-(-q.shape[3] // w))
+    ew, ev = -(-q.shape[3] // w), -(-v.shape[3] // w)
+    lanes = lanes_for(max(ew, ev))
     g = arg.group
+    threads = min(DECODE_THREADS, caps.max_invocations)
+    if threads < lanes:
+        return None
+    # a float16 cache takes twice the keys per step: the same bytes in flight per thread
+    rows, unroll = threads // lanes, DECODE_UNROLL * (2 if k.dtype is DType.float16 else 1)
     shuffle = caps.subgroups and 1 < lanes <= caps.subgroup_size
-    if THREADS > caps.max_invocations:
+    per_k, per_v = -(-ew // lanes), -(-ev // lanes)
+    used = 4 * w * g * lanes * per_k + (0 if shuffle or lanes == 1 else 4 * threads * g * unroll)
+    merge = merge_heads_for(g, rows, lanes, per_v, w, caps.max_workgroup_storage - used)
+    if rows > 1 and used + (rows // 2) * merge * (lanes * per_v * 4 * w + 8) > caps.max_workgroup_storage:
         return None
-    # keys per thread per pass (loads in flight): 4 where the lane sums fit (subgroup shuffles, or
-    # workgroup memory for 4 keys' sums of every head beside a range of 256 keys), else 1
-    for unroll in (4, 1):
-        tree = 4 * g * unroll * THREADS if lanes > 1 and not shuffle else 0
-        room = (caps.max_workgroup_storage - 4 * THREADS - 16 * THREADS - tree) // (4 * g)
-        if room >= (256 if unroll > 1 else 16):
-            break
-    else:
-        return None
-    chunk = min(1024, 1 << (room.bit_length() - 1))
     s, units = k.shape[2], q.shape[0] * k.shape[1]
-    fill = min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE))
-    splits = max(1, -(-s // chunk), fill)
-    params = (("heads_per_kv", g), ("chunk", chunk), ("subgroups", caps.subgroups), ("lane_shuffle", shuffle))
-    params += (("unroll", unroll),)
-    choice = KernelChoice(DecodeAttentionKernel.name, "", workgroup=(THREADS, 1, 1), params=params)
-    return DecodePlan(choice, chunk, splits)
+    splits = max(1, min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE)))
+    params = (("heads_per_kv", g), ("lanes", lanes), ("unroll", unroll), ("subgroups", caps.subgroups))
+    params += (("lane_shuffle", shuffle), ("merge_heads", merge))
+    choice = KernelChoice(DecodeAttentionKernel.name, "", workgroup=(threads, 1, 1), params=params)
+    return DecodePlan(choice, splits)
 
 
-def gemv_group_choice(k: int, caps: DeviceCaps) -> KernelChoice:
-    """gemv_multi for a group of passes.fuse_gemv: a workgroup per output column (or pair), threads along k."""
+def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False) -> KernelChoice:
+    """gemv_multi for a group of passes.fuse_gemv: a workgroup per output column (or pair), threads along k
+    (a block of 32 values each when a weight is quantized: as many threads as the row has blocks, 32..256)."""
+    if quantized:
+        wg = min(_row_workgroup(k // 32, caps), caps.max_invocations)
+        return KernelChoice(
+            GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups),)
+        )
     wg = min(_row_workgroup(k, caps) if k < 256 else 256, caps.max_invocations)
     return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups),))
 

@@ -8,6 +8,7 @@ memory, and both lane sums (subgroup shuffles and the workgroup tree) run.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -153,10 +154,10 @@ def test_split_matches_the_interpreter():
     assert_close(got, reference(q, k, v), rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("e,s,ranges", [(16, 333, "many"), (32, 333, "many"), (32, 900, "few")])
+@pytest.mark.parametrize("e,s,ranges", [(16, 333, "many"), (32, 333, "many"), (32, 900, "few"), (128, 333, "many")])
 def test_lane_sums_by_subgroup_shuffles(e, s, ranges, monkeypatch):
-    """Where the adapter's subgroups hold a key's lanes (lavapipe's are 8 wide), shuffles sum them and
-    each thread keeps four keys' loads in flight ("few" ranges: long ones, several passes each)."""
+    """Where the adapter's subgroups hold a row's lanes (lavapipe's are 8 wide), shuffles sum them
+    (4 lanes; 8 for e = 128) ("few" ranges: long ones, many steps each)."""
     from passes import select_kernels as sk
 
     if not get_device().caps.subgroups:  # the kernel is forced to shuffle: it cannot compile without them
@@ -167,4 +168,37 @@ def test_lane_sums_by_subgroup_shuffles(e, s, ranges, monkeypatch):
     y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
     got, program = run_with_caps(y, subgroups=True, subgroup_size=8)
     assert "subgroupShuffleXor" in program.sources[program.dispatches[0].key]
+    assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads,unroll", [(32, 1), (64, 3), (256, 4), (4, 2)])
+@pytest.mark.parametrize("subgroups", [True, False])
+def test_workgroup_shapes(threads, unroll, subgroups, monkeypatch):
+    """Every rows x unroll shape the H200 benchmark tries (one row of 4 lanes: no merge), with a mask
+    hiding the first ranges and the lanes summed both ways, against float64 numpy."""
+    from passes import select_kernels as sk
+
+    monkeypatch.setattr(sk, "DECODE_THREADS", threads)
+    monkeypatch.setattr(sk, "DECODE_UNROLL", unroll)
+    q, k, v = inputs(1, 8, 2, 777, 64, 64)
+    keep = RNG.random(777) < 0.7
+    keep[:200] = False
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v), tr.tensor(keep.reshape(1, 1, 1, 777)), "bool")
+    got, program = run_with_caps(y, subgroups=subgroups and get_device().caps.subgroups, subgroup_size=4)
+    assert kernels(program) == ["attention_decode", "attention_combine"]
+    assert program.dispatches[0].workgroup_size == (threads, 1, 1)
+    assert_close(got, reference(q, k, v, keep.reshape(1, 1, 1, 777), "bool"), rtol=1e-4, atol=1e-5)
+
+
+def test_rows_merge_a_head_at_a_time():
+    """Workgroup memory for one head's half rows only: the rows' tree merges the heads one by one."""
+    from passes import run_pipeline
+    from tracer.graph_builder import build_graph
+
+    q, k, v = inputs(1, 8, 2, 300, 64, 64)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    caps = replace(get_device().caps, max_workgroup_storage=10240, subgroups=False)
+    graph = run_pipeline(build_graph([y._lazy]).graph, caps).graph
+    assert [n.kernel.param("merge_heads") for n in graph if n.op is Op.ATTENTION_SPLITS] == [1]
+    got, _ = run_with_caps(y, max_workgroup_storage=10240, subgroups=False)
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)

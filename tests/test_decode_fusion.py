@@ -22,6 +22,7 @@ from tests.helpers import assert_close
 from tests.strategies import decode_programs
 from tests.test_fuzz import check_program
 from tracer.graph_builder import build_graph
+from tracer.lazy import Lazy
 
 pytestmark = pytest.mark.gpu
 
@@ -32,8 +33,14 @@ def reference(build: Build) -> list[np.ndarray]:
     """ir.interpret on the traced graph of `build()`'s tensors (the caches written in place)."""
     outs = build()
     built = build_graph([t._lazy for t in outs])
-    inputs = [tr.Tensor(lz).numpy() for lz in built.inputs]
+    inputs = [_words(lz) if lz.dtype.is_quantized else tr.Tensor(lz).numpy() for lz in built.inputs]
     return interpret(built.graph, inputs)[: len(outs)]
+
+
+def _words(lz: Lazy) -> np.ndarray:
+    """A quantized input as the interpreter takes it: its GPU layout's u32 words (ir/quant.py)."""
+    tr.realize(tr.Tensor(lz))
+    return np.frombuffer(get_device().read(lz.buffer), np.uint32)
 
 
 def run(monkeypatch: pytest.MonkeyPatch, build: Build, fusion: bool) -> tuple[list[np.ndarray], list]:
@@ -119,9 +126,7 @@ def qkv_step(w: dict, heads: int, kv_heads: int, hd: int, pos: int, interleaved:
 def test_qkv_rope_and_cache_writes_are_one_dispatch(monkeypatch, d, heads, kv_heads, hd, dtype, bias):
     w = attention_inputs(d, heads, kv_heads, hd, 12, dtype, bias)
     fused, unfused = check(monkeypatch, qkv_step(w, heads, kv_heads, hd, 5), tol=3e-3 if dtype == "float16" else 1e-4)
-    # a float16 norm is its own dispatch: folded, its row would skip the rounding to float16
-    norm = [("norm", "rms_norm")] if dtype == "float16" else []
-    assert [(d.kernel, d.op) for d in fused] == norm + [("gemv_multi", "fused")]
+    assert [(d.kernel, d.op) for d in fused] == [("gemv_multi", "fused")]  # a float16 norm folds in too
     assert len(unfused) >= 8
 
 
@@ -182,8 +187,7 @@ def test_one_hot_cache_updates_are_side_writes(monkeypatch, dtype):
     w = attention_inputs(32, 4, 2, 8, 7, dtype, False)
     build = where_step(w, 4, 2, 8, 7, 4)
     fused, unfused = check(monkeypatch, build, tol=3e-3 if dtype == "float16" else 1e-4)
-    norm = ["norm"] if dtype == "float16" else []  # a float16 norm is not folded (see the test above)
-    assert [d.kernel for d in fused] == [*norm, "arange", "elementwise", "gemv_multi"]  # the one-hot, then the rest
+    assert [d.kernel for d in fused] == ["arange", "elementwise", "gemv_multi"]  # the one-hot, then the rest
     assert side_write_modes(build) == ["in place", "in place"]
 
 
@@ -232,6 +236,45 @@ def test_norm_folds_into_a_lone_matmul(monkeypatch):
     assert [d.kernel for d in fused] == ["gemv_multi"]
 
 
+@pytest.mark.skipif(not get_device().caps.shader_f16, reason="no shader-f16 on this adapter")
+def test_a_float16_norm_rounds_its_row_where_the_graph_stores_it(monkeypatch):
+    """A float16 norm folds in with its row rounded to float16 before the products: its first element
+    (about 2.06 * 40000) overflows there, so its products are inf (halved: still inf) and 0 * inf is
+    NaN, as in the unfused graph and the interpreter; the row kept in float32 would give 41000 and 0."""
+    x = np.array([[1.0, 0.0, 0.0, 0.0, 0.5, -0.25, 0.75, 0.125]], np.float16)
+    wn = np.array([40000.0, 1.0, 1.0, 1.0, 1.1, 0.9, 1.3, 0.7], np.float16)
+    a = np.zeros((4, 8), np.float16)
+    a[:, 0] = [1.0, 0.5, 0.0, -0.25]
+    a[:, 4:] = [0.3, -0.7, 1.9, 0.01]
+
+    def build() -> tuple[tr.Tensor, ...]:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(wn), 1e-5)
+        return (tr.nn.linear(h, tr.tensor(a)),)
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = reference(build)[0]
+    assert want[0, 0] == want[0, 1] == np.inf and np.isnan(want[0, 2]) and want[0, 3] == -np.inf
+    fused, _ = check(monkeypatch, build)
+    assert [d.kernel for d in fused] == ["gemv_multi"]
+
+
+@pytest.mark.skipif(not get_device().caps.shader_f16, reason="no shader-f16 on this adapter")
+@pytest.mark.parametrize("weight", [True, False])
+def test_float16_norm_folds_against_the_interpreter(monkeypatch, weight):
+    """SwiGLU of a float16 normed row (k = 96: vec4 loads) against the interpreter and the unfused graph."""
+    d, ff = 96, 40
+    x = arr(1, 1, d, scale=3.0, dtype="float16")
+    wn = (1 + 0.2 * RNG.standard_normal(d)).astype(np.float16)
+    g, u = arr(ff, d, scale=d**-0.5, dtype="float16"), arr(ff, d, scale=d**-0.5, dtype="float16")
+
+    def build() -> tuple[tr.Tensor, ...]:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(wn) if weight else None, 1e-6)
+        return (tr.nn.linear(h, tr.tensor(g)).silu() * tr.nn.linear(h, tr.tensor(u)),)
+
+    fused, _ = check(monkeypatch, build, tol=2e-3)
+    assert [(d.kernel, d.variant.endswith(":nr"), d.element) for d in fused] == [("gemv_multi", True, 4)]
+
+
 def test_a_norm_read_elsewhere_is_stored(monkeypatch):
     """h is read by the matmuls and by an add: the norm keeps its own kernel; the matmuls still merge."""
     x, a, b = arr(1, 32), arr(16, 32), arr(16, 32)
@@ -243,6 +286,32 @@ def test_a_norm_read_elsewhere_is_stored(monkeypatch):
     fused, _ = check(monkeypatch, build)
     kernels = [d.kernel for d in fused]
     assert kernels.count("gemv_multi") == 1 and "norm" in kernels
+
+
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "tree"])
+def test_a_where_of_a_leaf_mask_reads_its_leaves(monkeypatch, subgroups):
+    """tril (where(mask, y, 0)) and where(m, y, z) after the matmul: the masks and z are leaves the
+    epilogue reads, not side writes (they were left out of the uniform: `params.l3_off` undeclared,
+    found by the fuzzer on the GL adapter). Both workgroup sums: subgroups and the tree."""
+    from tests.test_kernels_perf_variants import run_with_caps
+
+    if subgroups and not get_device().caps.subgroups:
+        pytest.skip("no subgroups on this adapter")
+    x, wn, a = arr(1, 4), arr(4), arr(3, 4)
+    mask, z = np.array([False, True, True]), arr(1, 3)
+
+    def build() -> tuple[tr.Tensor, ...]:
+        y = tr.nn.linear(tr.nn.rms_norm(tr.tensor(x), tr.tensor(wn), 1e-5), tr.tensor(a))
+        return (tr.where(tr.tensor(mask), tr.tril(y), tr.tensor(z)),)
+
+    want = reference(build)[0]
+    fused, _ = check(monkeypatch, build)
+    mask_kernels = ["arange", "elementwise", "arange", "elementwise"]  # tril's mask
+    assert [d.kernel for d in fused] == [*mask_kernels, "gemv_multi"]
+    got, program = run_with_caps(build()[0], subgroups=subgroups)
+    assert [d.kernel for d in program.dispatches] == [*mask_kernels, "gemv_multi"]
+    assert ("subgroupAdd" in program.sources[program.dispatches[-1].key]) == subgroups
+    assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_interpreter_agrees_on_the_fused_graph():
@@ -294,6 +363,42 @@ def test_decoder_steps_match_the_unfused_graph(monkeypatch, jit):
     unfused, n_unfused = _decoder_logits(monkeypatch, False, jit)
     assert_close(fused, unfused, rtol=1e-4, atol=1e-5)
     assert n_fused < n_unfused
+
+
+@pytest.mark.parametrize("weights", ["float16", "q8_0", "q4_0"])
+def test_decoder_step_against_the_interpreter(monkeypatch, weights):
+    """A float16 or quantized model's jit-form step (random caches): fused, unfused and the interpreter
+    agree, and each layer is five dispatches, as a float32 model's (the norms fold into the q/k/v and
+    gate/up groups; quantized matrices are read as blocks by gemv_multi, o and down by qgemv)."""
+    from benchmarks.e2e.decoder import config
+    from examples import llama as L
+
+    dtype = tr.float16 if weights == "float16" else tr.float32
+    if dtype is tr.float16 and not get_device().caps.shader_f16:
+        pytest.skip("no shader-f16 on this adapter")
+    if weights != "float16":
+        pytest.importorskip("gguf", reason="quantizing needs the gguf package")
+    cfg = config("tiny")
+    w = L.random_weights(cfg, seed=1, scale=0.1)
+    w = L.check_weights(L.quantize_weights(w, cfg, weights) if dtype is tr.float32 else w, cfg, "random", dtype)
+    tr.realize(*w.values())
+    model = L.Llama(cfg, w, cfg.max_positions, dtype)
+    shape = (1, cfg.kv_heads, cfg.max_positions, cfg.head_dim)
+    caches = [arr(*shape, dtype=str(dtype.np)) for _ in range(2 * cfg.layers)]
+
+    def build() -> tuple[tr.Tensor, ...]:
+        ids, pos = tr.tensor(np.array([[7]], np.int32)), tr.tensor(np.array([9], np.int32))
+        out = model.step(ids, pos, *[tr.tensor(c) for c in caches])
+        return (out[0], *out[2:])  # the logits and the caches (not the argmax: a near tie may flip)
+
+    fused, unfused = check(monkeypatch, build, tol=5e-3 if dtype is tr.float16 else 1e-4)
+    kernels = [d.kernel for d in fused]
+    last = len(kernels) - kernels[::-1].index("attention_decode") - 2  # the last layer's q/k/v group
+    gemv = "gemv" if dtype is tr.float16 else "qgemv"
+    layer = ["gemv_multi", "attention_decode", gemv, "gemv_multi", gemv]  # (the first's mask runs between)
+    assert kernels[last : last + 5] == layer
+    assert kernels.count("gemv_multi") == 2 * cfg.layers + 1 and kernels.count("norm") == 0
+    assert len(fused) < len(unfused)
 
 
 # --- the fuzzer's decode fragments ------------------------------------------------------------------

@@ -113,8 +113,10 @@ def test_gguf_keeps_quantized_weights_on_the_gpu(tmp_path: Path) -> None:
     ids = G.tr.tensor(np.array([[3]], np.int32))
     pos = G.tr.tensor(np.array([0], np.int32))
     kernels = [d.kernel for d in G.tr.compile(model.step(ids, pos, *model.empty_cache().tensors())[0]).dispatches]
-    assert kernels.count("qgemv") == 7 * cfg.layers + 1  # q, k, v, o, gate, up, down per layer; the head
-    assert kernels.count("qgather") == 1 and "dequant" not in kernels
+    # per layer: q, k, v (norm folded) and gate, up read as blocks by gemv_multi; o and down by qgemv;
+    # the final norm and the head: gemv_multi
+    assert kernels.count("qgemv") == 2 * cfg.layers and kernels.count("gemv_multi") == 2 * cfg.layers + 1
+    assert kernels.count("qgather") == 1 and "dequant" not in kernels and "gemv" not in kernels
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0"])

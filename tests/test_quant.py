@@ -314,17 +314,118 @@ def test_matmul_orientation_and_reads(rng: np.random.Generator) -> None:
     assert_close(tr.nn.linear(x, q).numpy(), x.numpy() @ q.astype(tr.float32).numpy().T, rtol=1e-4, atol=1e-4)
 
 
-def test_quantized_matmuls_sharing_a_row_stay_qgemv(rng: np.random.Generator) -> None:
-    """A decode layer's shape (norm, two projections of one row, SwiGLU) with quantized weights:
-    passes.fuse_gemv must leave the quantized products to qgemv (gemv_multi reads plain floats)."""
-    w1, w2, norm = weights(rng, 8, 64), weights(rng, 8, 64), rng.standard_normal(64).astype(np.float32)
-    x = rng.standard_normal((1, 64)).astype(np.float32)
-    q1, q2 = tr.quantize(w1, tr.q8_0), tr.quantize(w2, tr.q4_0)
-    h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
-    y = tr.nn.linear(h, q1).silu() * tr.nn.linear(h, q2)
-    kernels = [d.kernel for d in tr.compile(y).dispatches]
-    assert "gemv_multi" not in kernels and kernels.count("qgemv") == 2, kernels
-    hn = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * norm
-    a = hn @ np.asarray(q1.astype(tr.float32)).T.astype(np.float64)
-    b = hn @ np.asarray(q2.astype(tr.float32)).T.astype(np.float64)
-    np.testing.assert_allclose(y.numpy(), a / (1 + np.exp(-a)) * b, rtol=1e-4, atol=1e-4)
+# --- GEMV groups (passes.fuse_gemv): gemv_multi reading quantized blocks ---------------------
+
+
+def rms(x: np.ndarray, w: np.ndarray | None, eps: float = 1e-5) -> np.ndarray:
+    x = x.astype(np.float64)
+    h = x / np.sqrt((x**2).mean(-1, keepdims=True) + eps)
+    return h * w if w is not None else h
+
+
+def group_kernels(*ys: tr.Tensor) -> list[tuple[str, str, int]]:
+    return [(d.kernel, d.variant.split(":", 1)[-1], d.element) for d in tr.compile(*ys).dispatches]
+
+
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "tree"])
+@pytest.mark.parametrize("k", [64, 544, 2080])  # 2, 17 and 65 blocks: threads past the row's blocks
+def test_quantized_swiglu_is_one_gemv_multi(k: int, subgroups: bool, rng: np.random.Generator, device) -> None:
+    """norm, gate (q8_0) and up (q4_0) of one row, SwiGLU: one dispatch, against gguf's dequantization."""
+    from tests.test_kernels_perf_variants import run_with_caps
+
+    if subgroups and not device.caps.subgroups:
+        pytest.skip("no subgroups on this adapter")
+    w1, w2, norm = weights(rng, 24, k), weights(rng, 24, k), rng.standard_normal(k).astype(np.float32)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+
+    def swiglu() -> tr.Tensor:  # h dies with the call: a live tensor would be stored as an output
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        return tr.nn.linear(h, tr.quantize(w1, tr.q8_0)).silu() * tr.nn.linear(h, tr.quantize(w2, tr.q4_0))
+
+    got, program = run_with_caps(swiglu(), subgroups=subgroups)
+    assert [(d.kernel, d.variant.endswith(":n:blocks")) for d in program.dispatches] == [("gemv_multi", True)]
+    a, b = rms(x, norm) @ reference(w1, DType.q8_0).T, rms(x, norm) @ reference(w2, DType.q4_0).T
+    assert_close(got, a / (1 + np.exp(-a)) * b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+def test_quantized_qkv_rope_and_cache_writes_are_one_dispatch(dt: DType, rng: np.random.Generator) -> None:
+    """q and k quantized, v float32 (a mixed group), rope on q and k, k and v appended to caches."""
+    d, heads, kv_heads, hd, ctx, pos = 64, 4, 2, 16, 6, 3
+    wq, wk, wv = weights(rng, heads * hd, d), weights(rng, kv_heads * hd, d), weights(rng, kv_heads * hd, d)
+    norm, x = rng.standard_normal(d).astype(np.float32), rng.standard_normal((1, 1, d)).astype(np.float32)
+    ang = np.arange(hd // 2) * 0.3
+    cos, sin = np.cos(ang).astype(np.float32)[None], np.sin(ang).astype(np.float32)[None]
+    ck, cv = (rng.standard_normal((1, kv_heads, ctx, hd)).astype(np.float32) for _ in range(2))
+    t_ck, t_cv = tr.tensor(ck), tr.tensor(cv)
+
+    def heads_of(y: tr.Tensor, n: int) -> tr.Tensor:
+        return y.reshape(1, 1, n, hd).permute(0, 2, 1, 3)
+
+    def step() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        q = tr.nn.rope(heads_of(tr.nn.linear(h, tr.quantize(wq, dt)), heads), tr.tensor(cos), tr.tensor(sin))
+        k = tr.nn.rope(heads_of(tr.nn.linear(h, tr.quantize(wk, dt)), kv_heads), tr.tensor(cos), tr.tensor(sin))
+        t_ck.index_write(k, (0, 0, pos, 0))
+        t_cv.index_write(heads_of(tr.nn.linear(h, tr.tensor(wv)), kv_heads), (0, 0, pos, 0))
+        return q
+
+    q = step()
+    assert [k for k, _, _ in group_kernels(q, t_ck, t_cv)] == ["gemv_multi"]
+
+    def rope_np(y: np.ndarray) -> np.ndarray:  # (n, hd), halves rotated
+        a, b = y[:, : hd // 2], y[:, hd // 2 :]
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=1)
+
+    hn = rms(x[0], norm)
+    assert_close(q.numpy()[0, :, 0], rope_np((hn @ reference(wq, dt).T).reshape(heads, hd)), rtol=1e-4, atol=1e-4)
+    ck[0, :, pos] = rope_np((hn @ reference(wk, dt).T).reshape(kv_heads, hd))
+    cv[0, :, pos] = (hn @ wv.T).reshape(kv_heads, hd)
+    assert_close(t_ck.numpy(), ck, rtol=1e-4, atol=1e-4)
+    assert_close(t_cv.numpy(), cv, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("offset,element", [(2, 2), (1, 1)])
+def test_quantized_group_of_a_row_read_narrow(offset: int, element: int, rng: np.random.Generator) -> None:
+    """The row starts at an offset that allows only vec2 (or scalar) loads: the blocks still read 32
+    values a step, composed of narrower loads; a float B of the group likewise."""
+    k = 96
+    big = rng.standard_normal((1, k + 4)).astype(np.float32)
+    w1, w2, w3 = weights(rng, 12, k), weights(rng, 12, k), weights(rng, 12, k)
+    row = tr.tensor(big)[:, offset : offset + k]
+    y = tr.nn.linear(row, tr.quantize(w1, tr.q4_0)) * tr.nn.linear(row, tr.quantize(w2, tr.q8_0))
+    y = y + tr.nn.linear(row, tr.tensor(w3))
+    assert group_kernels(y) == [("gemv_multi", "3::blocks", element)]
+    x = big[:, offset : offset + k]
+    want = (x @ reference(w1, DType.q4_0).T) * (x @ reference(w2, DType.q8_0).T) + x @ w3.T
+    assert_close(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_quantized_group_of_a_float16_row(rng: np.random.Generator, device) -> None:
+    """A float16 row and norm: the normed row rounded to float16 before the products, as stored unfused."""
+    if not device.caps.shader_f16:
+        pytest.skip("no shader-f16")
+    k = 128
+    w1, w2 = weights(rng, 16, k), weights(rng, 16, k)
+    x, norm = rng.standard_normal((1, k)).astype(np.float16), (1 + 0.1 * rng.standard_normal(k)).astype(np.float16)
+
+    def project() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        return tr.nn.linear(h, tr.quantize(w1, tr.q4_0)) + tr.nn.linear(h, tr.quantize(w2, tr.q8_0))
+
+    y = project()
+    assert [(k, v) for k, v, _ in group_kernels(y)] == [("gemv_multi", "2:nr:blocks")]
+    hn = rms(x.astype(np.float32), norm.astype(np.float32)).astype(np.float16).astype(np.float64)  # as stored
+    want = hn @ reference(w1, DType.q4_0).T + hn @ reference(w2, DType.q8_0).T
+    assert y.dtype is tr.float16
+    assert_close(y.numpy().astype(np.float32), want, rtol=2e-3, atol=2e-3)
+
+
+def test_explain_names_the_quantized_weights_of_a_group(rng: np.random.Generator) -> None:
+    q1, q2 = tr.quantize(weights(rng, 8, 64), tr.q8_0), tr.quantize(weights(rng, 8, 64), tr.q4_0)
+    h = tr.nn.rms_norm(tr.randn(1, 64, seed=0), tr.randn(64, seed=1), 1e-5)
+    y = tr.nn.linear(h, q1) * tr.nn.linear(h, q2)
+    del h
+    text = str(tr.explain(y))
+    assert "gemv_multi" in text and "blocks of 32 along k, q8_0 8x64, 544 bytes (34 per 32 weights)" in text
+    assert "q4_0 8x64, 288 bytes (18 per 32 weights) dequantized in registers" in text

@@ -7,7 +7,8 @@ query axis (q (1, H, 1, d) as (1, Hkv, H/Hkv, d)), so attention runs without rep
 cache's heads. Eager decoding writes the new key and value at the position and attends over
 `cache[:, :, :pos + 1]`. The CUDA-graph form captures one decode step over the whole static
 cache (position in a device tensor, `index_copy_` for the write, an additive mask for the
-unused slots), then replays it per token. float32 without TF32 (the harness sets that up).
+unused slots), then replays it per token. float32 without TF32 (the harness sets that up), or
+float16 weights, activations and cache (`dtype=torch.float16`: wgjit's float16 model beside it).
 Sliding windows are not needed by the benchmark's configurations and are refused.
 """
 
@@ -35,19 +36,22 @@ class _Layer:
 class TorchLlama:
     """Weights on the device and the forward passes; batch size 1. `cache()` makes a static cache."""
 
-    def __init__(self, torch: Any, cfg: Any, weights: dict[str, np.ndarray], ctx: int, device: str = "cuda") -> None:
+    def __init__(
+        self, torch: Any, cfg: Any, weights: dict[str, np.ndarray], ctx: int, device: str = "cuda", dtype: Any = None
+    ) -> None:
         if any(w is not None for w in cfg.windows):
             raise ValueError("the torch comparator has no sliding windows")
         self.torch, self.cfg, self.ctx, self.device = torch, cfg, ctx, device
+        self.dtype = dtype or torch.float32
         self.F = torch.nn.functional
-        w = {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in weights.items()}
+        w = {k: torch.from_numpy(np.ascontiguousarray(v)).to(device, self.dtype) for k, v in weights.items()}
         self.layers = [self._layer(w, f"model.layers.{i}.") for i in range(cfg.layers)]
         self.embed, self.norm = w["model.embed_tokens.weight"], w["model.norm.weight"]
         self.head = w["model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight"]
         angles = torch.arange(ctx, dtype=torch.float32)[:, None] * torch.from_numpy(cfg.inv_freq())[None, :]
         # full-width tables (each angle twice) for x * cos + rotate_half(x) * sin; (ctx, 1, d) to span heads
-        self.cos = torch.cat([angles.cos()] * 2, -1)[:, None, :].to(device)
-        self.sin = torch.cat([angles.sin()] * 2, -1)[:, None, :].to(device)
+        self.cos = torch.cat([angles.cos()] * 2, -1)[:, None, :].to(device, self.dtype)
+        self.sin = torch.cat([angles.sin()] * 2, -1)[:, None, :].to(device, self.dtype)
         self.positions = torch.arange(ctx, device=device)
 
     def _layer(self, w: dict[str, Any], p: str) -> _Layer:
@@ -65,7 +69,7 @@ class TorchLlama:
 
     def cache(self) -> list[Any]:
         shape = (1, self.cfg.kv_heads, self.ctx, self.cfg.head_dim)
-        return [self.torch.zeros(shape, device=self.device) for _ in range(2 * self.cfg.layers)]
+        return [self.torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in range(2 * self.cfg.layers)]
 
     # --- pieces ---
     def _rms_norm(self, x: Any, weight: Any) -> Any:
@@ -134,7 +138,7 @@ class TorchLlama:
 
     def step_static(self, ids: Any, pos: Any, cache: list[Any]) -> Any:
         """One token at device position `pos` (1,): the whole cache with a mask, as a CUDA graph needs."""
-        mask = self.torch.where(self.positions <= pos, 0.0, float("-inf")).view(1, 1, 1, self.ctx)
+        mask = self.torch.where(self.positions <= pos, 0.0, float("-inf")).to(self.dtype).view(1, 1, 1, self.ctx)
 
         def attend(i: int, q: Any, k: Any, v: Any) -> Any:
             cache[2 * i].index_copy_(2, pos, k.transpose(1, 2))

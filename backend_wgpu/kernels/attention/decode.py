@@ -4,15 +4,20 @@ It runs ATTENTION nodes with one query row (a decode step: every head in one dis
 and ATTENTION_SPLITS nodes (passes.split_attention cut the keys into `splits` ranges;
 attention_combine adds the ranges up). A workgroup owns one (batch, kv head, key range)
 and the `heads_per_kv` query heads that share the kv head (grouped-query attention), so
-every key and value row is read from memory once. Three phases:
-  1. scores: `lanes` threads per key each load one KernelElement of it (neighbouring
-     threads read neighbouring memory) and dot it with their slice of every query head,
-     held in registers and pre-scaled; the lanes are summed with subgroup shuffles where
-     the adapter's subgroups hold them, else a tree in workgroup memory. The range's
-     scores sit in workgroup memory (at most `chunk` keys), and their max per head.
-  2. softmax statistics per head: exp(score - max) in place, and its sum.
-  3. values: each thread owns one KernelElement of the value row and strides over the
-     keys; the rows of threads are added in workgroup memory, one head at a time.
+every key and value row is read from memory once.
+
+The workgroup's threads are `rows` of `lanes` threads (lanes * rows = threads). A row
+takes keys start + row, + rows, + 2 * rows, ... `unroll` of them a step: each lane loads
+its slices of the step's keys and values (KernelElements lane, lane + lanes, ...: the
+lanes of a row read neighbouring memory), every load of the step issued before any
+arithmetic. The lanes' partial dot products with each query head (pre-scaled, from
+workgroup memory) are summed over the row by subgroup shuffles where the adapter's
+subgroups hold a row (`lane_shuffle`), else through workgroup memory; then each row
+keeps, per head, a running max, sum of exp and value sum (online softmax), so keys and
+values stream together and nothing waits on a barrier inside the loop when shuffles
+sum the lanes. At the end the rows' (max, sum, values) merge in a tree in workgroup
+memory (`merge_heads` heads at a time), and row 0 stores the range's output: the
+normalized row, or (ATTENTION_SPLITS) the value sums with the max and sum of exp.
 The attended length `s` lives in the uniform, so a new length needs no new shader; a
 range is ceil(s / splits) keys. Math in f32; float16 caches are widened as they load.
 """
@@ -28,9 +33,6 @@ from ir.node import Node
 from ir.ops import AttentionArg, Op
 from ir.view import View
 
-THREADS = 256  # per workgroup
-UNROLL = 4  # keys (and value rows) each thread loads per pass
-
 
 def pow2_at_least(n: int) -> int:
     return 1 << max(0, (max(n, 1) - 1).bit_length())
@@ -38,6 +40,19 @@ def pow2_at_least(n: int) -> int:
 
 def attention_arg(node: Node) -> AttentionArg:
     return node.arg.attention if node.op is Op.ATTENTION_SPLITS else node.arg
+
+
+def lanes_for(elements: int) -> int:
+    """Lanes per key row for a head of `elements` KernelElements: four slices of at most four each
+    (a lane's slices of a query head, a key, a value and its output stay few registers), more
+    lanes only for heads past 16 KernelElements."""
+    return max(1, min(pow2_at_least(elements), max(4, pow2_at_least(-(-elements // 4)))))
+
+
+def merge_heads_for(g: int, rows: int, lanes: int, per_v: int, w: int, storage: int) -> int:
+    """Heads merged per round of the rows' tree: as many as half the rows' values fit in `storage` bytes."""
+    per_head = (rows // 2) * (lanes * per_v * 4 * w + 8)
+    return max(1, min(g, storage // max(per_head, 1)))
 
 
 class DecodeAttentionKernel(Kernel):
@@ -50,10 +65,16 @@ class DecodeAttentionKernel(Kernel):
 
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
-        g = node.kernel.param("heads_per_kv")
+        c = node.kernel
+        g, lanes, unroll = c.param("heads_per_kv"), c.param("lanes"), c.param("unroll")
+        rows = c.workgroup[0] // lanes
         splits = node.arg.splits if node.op is Op.ATTENTION_SPLITS else 1
         ranges = f", keys in {splits} ranges" if splits > 1 else ""
-        return f"one query row: a workgroup per kv head{ranges}, its {g} query heads together (K and V read once)"
+        sums = "subgroup shuffles" if c.param("lane_shuffle") else "workgroup memory"
+        return (
+            f"one query row: a workgroup per kv head{ranges}, its {g} query heads together (K and V read once); "
+            f"{rows} rows of {lanes} lanes, {unroll} keys per row a step (lanes summed by {sums}), online softmax"
+        )
 
     # --- shapes ---------------------------------------------------------------------
     @property
@@ -64,8 +85,26 @@ class DecodeAttentionKernel(Kernel):
     def splits(self) -> int:
         return self.node.arg.splits if self.node.op is Op.ATTENTION_SPLITS else 1
 
-    def _lanes(self, n: int) -> int:
-        return pow2_at_least(-(-n // self.kernel_element()))
+    @property
+    def lanes(self) -> int:
+        return self.choice.param("lanes")
+
+    @property
+    def rows(self) -> int:
+        return self.choice.workgroup[0] // self.lanes
+
+    @property
+    def unroll(self) -> int:
+        """Keys each row loads per step (their loads in flight together)."""
+        return self.choice.param("unroll", 1)
+
+    def _ew(self, i: int) -> int:
+        """KernelElements of a row of operand i (q, k: E; v: Ev)."""
+        return self.operands[i].view.shape[3] // self.kernel_element()
+
+    def _per(self, i: int) -> int:
+        """KernelElements of a row of operand i each lane holds."""
+        return -(-self._ew(i) // self.lanes)
 
     def metadata(self) -> Meta:
         q, k, v = (self.operands[i].view for i in range(3))
@@ -114,71 +153,23 @@ class DecodeAttentionKernel(Kernel):
             return f"u32({' + '.join(parts)} + i32({lane}) * params.{name}_s3)"
         return f"u32({' + '.join(parts)}) / {w}u + {lane}"
 
-    def _reduce(self, b: WgslBuilder, var: str, kind: str) -> None:
-        """`var` combined over the workgroup (every thread gets it); reuses one workgroup array."""
-        subgroups = self.choice.param("subgroups", False)
-        fn = "max({a}, {b})" if kind == "max" else "{a} + {b}"
-        if subgroups:
-            op = "subgroupMax" if kind == "max" else "subgroupAdd"
-            b.line(f"{var} = {op}({var});")
-            b.line(f"if (sg_lane == 0u) {{ red[lidx / sg_size] = {var}; }}")
-            b.line("workgroupBarrier();")
-            b.line(f"{var} = red[0];")
-            b.line(f"for (var i = 1u; i < {THREADS}u / sg_size; i++) {{ {var} = {fn.format(a=var, b='red[i]')}; }}")
-        else:
-            b.line(f"red[lidx] = {var};")
-            b.line("workgroupBarrier();")
-            b.line(f"for (var half = {THREADS // 2}u; half > 0u; half = half >> 1u) {{")
-            b.line(f"  if (lidx < half) {{ red[lidx] = {fn.format(a='red[lidx]', b='red[lidx + half]')}; }}")
-            b.line("  workgroupBarrier();")
-            b.line("}")
-            b.line(f"{var} = red[0];")
-        b.line("workgroupBarrier();  // red is reused")
-
-    def _lane_sum(self, b: WgslBuilder, lanes: int, names: list[str], indent: str) -> None:
-        """Sum each of `names` over the `lanes` threads of its key (lane 0 of the key gets the sums)."""
-        if lanes == 1:
-            return
-        if self.choice.param("lane_shuffle", False):
-            for name in names:
-                m = lanes // 2
-                while m:
-                    b.line(f"{indent}{name} += subgroupShuffleXor({name}, {m}u);")
-                    m //= 2
-            return
-        for i, name in enumerate(names):
-            b.line(f"{indent}lane_red[{i * THREADS}u + lidx] = {name};")
-        b.line(f"{indent}workgroupBarrier();")
-        b.line(f"{indent}for (var half = {lanes // 2}u; half > 0u; half = half >> 1u) {{")
-        adds = " ".join(
-            f"lane_red[{i * THREADS}u + lidx] += lane_red[{i * THREADS}u + lidx + half];" for i in range(len(names))
-        )
-        b.line(f"{indent}  if (lane < half) {{ {adds} }}")
-        b.line(f"{indent}  workgroupBarrier();")
-        b.line(f"{indent}}}")
-        for i, name in enumerate(names):
-            b.line(f"{indent}{name} = lane_red[{i * THREADS}u + lidx];")
-        b.line(f"{indent}workgroupBarrier();  // lane_red is reused by the next keys")
-
-    @property
-    def unroll(self) -> int:
-        """Keys each thread loads per pass (several loads in flight), from select_kernels' plan."""
-        return self.choice.param("unroll", 1)
+    def _slice_ok(self, i: int, slot: int) -> str | None:
+        """WGSL: is this lane's slice `slot` of operand i inside the row (None: always)."""
+        if self._ew(i) % self.lanes == 0:
+            return None
+        return f"lane + {slot * self.lanes}u < {self._ew(i)}u"
 
     def render(self, b: WgslBuilder) -> None:
         arg = attention_arg(self.node)
-        g, w, chunk = self.g, self.kernel_element(), self.choice.param("chunk")
-        q = self.operands[0].view
-        lanes, lanes_v = self._lanes(q.shape[3]), self._lanes(self.operands[2].view.shape[3])
+        g, w, lanes, rows, unroll = self.g, self.kernel_element(), self.lanes, self.rows, self.unroll
+        threads = self.choice.workgroup[0]
+        per_k, per_v = self._per(0), self._per(2)
         vt = f32v(w)
-        if self.choice.param("subgroups", False):
-            b.builtin("@builtin(subgroup_invocation_id) sg_lane: u32")
-            b.builtin("@builtin(subgroup_size) sg_size: u32")
-        b.workgroup_var(f"scores: array<f32, {g * chunk}>")
-        b.workgroup_var(f"red: array<f32, {THREADS}>")
-        b.workgroup_var(f"out_red: array<{vt}, {THREADS}>")
-        if lanes > 1 and not self.choice.param("lane_shuffle", False):
-            b.workgroup_var(f"lane_red: array<f32, {g * self.unroll * THREADS}>")
+        shuffle = self.choice.param("lane_shuffle", False)
+        ew_q = lanes * per_k  # a head's padded slots in `qs`
+        b.workgroup_var(f"qs: array<{vt}, {g * ew_q}>")
+        if lanes > 1 and not shuffle:
+            b.workgroup_var(f"part: array<f32, {threads * g * unroll}>")
         inf = infinity(b)
         b.line("let split = wg % params.splits;")
         b.line("let hk = (wg / params.splits) % params.hkv;")
@@ -187,108 +178,172 @@ class DecodeAttentionKernel(Kernel):
         b.line("let range_len = (params.s + params.splits - 1u) / params.splits;")
         b.line("let start = min(split * range_len, params.s);")
         b.line("let n = min(start + range_len, params.s) - start;")
-        # 1. scores
         b.line(f"let lane = lidx % {lanes}u;")
-        b.line(f"let key_row = lidx / {lanes}u;")
-        b.line(f"let lane_on = lane * {w}u < params.e;")
-        for h in range(g):
-            b.line(f"var q{h} = {vt}(0.0);")
-            b.line(f"var m{h} = -{inf};")
-        b.line("if (lane_on) {")
-        for h in range(g):
-            head = f"hk * {g}u + {h}u"
-            b.line(f"  q{h} = {vt}(in0[{self._addr('q', head, '0u', 'lane')}]) * params.scale;")
+        b.line(f"let row = lidx / {lanes}u;")
+        # the query heads, pre-scaled, into workgroup memory (padded slots are 0)
+        b.line(f"for (var t = lidx; t < {g * ew_q}u; t += {threads}u) {{")
+        b.line(f"  let h = t / {ew_q}u;")
+        b.line(f"  let c = t % {ew_q}u;")
+        b.line(f"  var x = {vt}(0.0);")
+        b.line(
+            f"  if (c < {self._ew(0)}u) {{ x = {vt}(in0[{self._addr('q', f'hk * {g}u + h', '0u', 'c')}]) * params.scale; }}"
+        )
+        b.line("  qs[t] = x;")
         b.line("}")
-        per_pass, unroll = THREADS // lanes, self.unroll
-        b.line(f"for (var first = 0u; first < n; first += {per_pass * unroll}u) {{")
-        for u in range(unroll):  # every load of the pass first, then the arithmetic
-            b.line(f"  let j{u} = first + {u * per_pass}u + key_row;")
-            b.line(f"  var kv{u} = {vt}(0.0);")
-            key = self._addr("k", "hk", f"start + j{u}", "lane")
-            b.line(f"  if (j{u} < n && lane_on) {{ kv{u} = {vt}(in1[{key}]); }}")
+        b.line("workgroupBarrier();")
+        for h in range(g):
+            b.line(f"var m{h} = -{inf};")
+            b.line(f"var l{h} = 0.0;")
+            for i in range(per_v):
+                b.line(f"var o{h}_{i} = {vt}(0.0);")
+        b.line(f"for (var first = 0u; first < n; first += {rows * unroll}u) {{")
+        self._step(b, arg, inf, shuffle, per_k, per_v, "  ")
+        b.line("}")
+        self._merge_rows(b, inf, per_v)
+        b.line("if (row == 0u) {")
+        for h in range(g):
+            self._store(b, h, per_v, "  ")
+        b.line("}")
+
+    def _step(
+        self, b: WgslBuilder, arg: AttentionArg, inf: str, shuffle: bool, per_k: int, per_v: int, ind: str
+    ) -> None:
+        """One step of the key loop: `unroll` keys per row, loaded, scored and folded into the running sums."""
+        g, w, lanes, rows, unroll = self.g, self.kernel_element(), self.lanes, self.rows, self.unroll
+        vt = f32v(w)
+        for u in range(unroll):
+            b.line(f"{ind}let j{u} = first + {u * rows}u + row;")
+            b.line(f"{ind}let ok{u} = j{u} < n;")
+        for name, operand, per in (("k", 1, per_k), ("v", 2, per_v)):  # every load of the step first
+            for u in range(unroll):
+                for i in range(per):
+                    cond = " && ".join(c for c in (f"ok{u}", self._slice_ok(operand, i)) if c)
+                    at = self._addr(name, "hk", f"start + j{u}", f"lane + {i * lanes}u")
+                    b.line(f"{ind}var {name}{u}_{i} = {vt}(0.0);")
+                    b.line(f"{ind}if ({cond}) {{ {name}{u}_{i} = {vt}(in{operand}[{at}]); }}")
+        if arg.mask != "none":  # the mask's values load with the keys, not after the lane sums
+            for u in range(unroll):
+                for h in range(g):
+                    at = self._mask_at(f"hk * {g}u + {h}u", f"start + j{u}")
+                    if arg.mask == "bool":
+                        b.line(f"{ind}var mk{h}_{u} = 1u;")
+                    else:
+                        b.line(f"{ind}var mk{h}_{u} = 0.0;")
+                    b.line(f"{ind}if (ok{u}) {{ mk{h}_{u} = {at if arg.mask == 'bool' else f'f32({at})'}; }}")
+        ew_q = lanes * per_k
+        for h in range(g):
+            for i in range(per_k):
+                b.line(f"{ind}let q{h}_{i} = qs[{h * ew_q}u + lane + {i * lanes}u];")
         names = []
         for u in range(unroll):
             for h in range(g):
-                b.line(f"  var d{h}_{u} = {f'dot(q{h}, kv{u})' if w > 1 else f'q{h} * kv{u}'};")
-                names.append(f"d{h}_{u}")
-        self._lane_sum(b, lanes, names, "  ")
+                terms = [f"dot(q{h}_{i}, k{u}_{i})" if w > 1 else f"q{h}_{i} * k{u}_{i}" for i in range(per_k)]
+                b.line(f"{ind}var d{h}_{u} = {' + '.join(terms)};")
+                names.append((h, u))
+        self._lane_sum(b, names, shuffle, ind)
         for u in range(unroll):
-            b.line(f"  if (lane == 0u && j{u} < n) {{")
             for h in range(g):
-                b.line(f"    var s{h} = d{h}_{u};")
-                self._mask(b, arg, f"s{h}", f"hk * {g}u + {h}u", f"start + j{u}", inf, "    ")
-                b.line(f"    scores[{h * chunk}u + j{u}] = s{h};")
-                b.line(f"    m{h} = max(m{h}, s{h});")
-            b.line("  }")
-        b.line("}")
-        b.line("workgroupBarrier();")
-        # 2. max and sum of exp per head
+                score = f"d{h}_{u} + mk{h}_{u}" if arg.mask == "add" else f"d{h}_{u}"
+                keep = f"ok{u} && mk{h}_{u} != 0u" if arg.mask == "bool" else f"ok{u}"
+                b.line(f"{ind}let s{h}_{u} = select(-{inf}, {score}, {keep});")
         for h in range(g):
-            self._reduce(b, f"m{h}", "max")
-        for h in range(g):
-            b.line(f"var l{h} = 0.0;")
-        b.line(f"for (var j = lidx; j < n; j += {THREADS}u) {{")
-        for h in range(g):
-            # keys all masked (max -inf) contribute nothing rather than NaN
-            b.line(f"  let p{h} = select(exp(scores[{h * chunk}u + j] - m{h}), 0.0, m{h} == -{inf});")
-            b.line(f"  scores[{h * chunk}u + j] = p{h};")
-            b.line(f"  l{h} += p{h};")
-        b.line("}")
-        for h in range(g):
-            self._reduce(b, f"l{h}", "add")  # its barrier also publishes the exps in `scores`
-        # 3. values
-        rows = THREADS // lanes_v
-        b.line(f"let vlane = lidx % {lanes_v}u;")
-        b.line(f"let vrow = lidx / {lanes_v}u;")
-        for h in range(g):
-            b.line(f"var o{h} = {vt}(0.0);")
-        b.line(f"if (vlane * {w}u < params.ev) {{")
-        b.line(f"  for (var first = vrow; first < n; first += {rows * UNROLL}u) {{")
-        for u in range(UNROLL):
-            b.line(f"    let j{u} = first + {u * rows}u;")
-            b.line(f"    var vv{u} = {vt}(0.0);")
-            b.line(f"    if (j{u} < n) {{ vv{u} = {vt}(in2[{self._addr('v', 'hk', f'start + j{u}', 'vlane')}]); }}")
-        for u in range(UNROLL):
-            b.line(f"    if (j{u} < n) {{")
-            for h in range(g):
-                b.line(f"      o{h} = fma({vt}(scores[{h * chunk}u + j{u}]), vv{u}, o{h});")
-            b.line("    }")
-        b.line("  }")
-        b.line("}")
-        for h in range(g):
-            b.line(f"out_red[lidx] = o{h};")
-            b.line("workgroupBarrier();")
-            b.line(f"for (var half = {rows // 2}u; half > 0u; half = half >> 1u) {{")
-            b.line(f"  if (vrow < half) {{ out_red[lidx] += out_red[lidx + half * {lanes_v}u]; }}")
-            b.line("  workgroupBarrier();")
-            b.line("}")
-            b.line(f"if (vrow == 0u && vlane * {w}u < params.ev) {{")
-            self._store(b, f"hk * {g}u + {h}u", "out_red[lidx]", f"m{h}", f"l{h}", "  ")
-            b.line("}")
-            b.line("workgroupBarrier();  // out_red is reused by the next head")
+            top = f"m{h}"
+            for u in range(unroll):
+                top = f"max({top}, s{h}_{u})"
+            b.line(f"{ind}let mn{h} = {top};")
+            # nothing seen yet (all -inf): keep the zeros, rather than exp(-inf + inf) = NaN
+            b.line(f"{ind}let none{h} = mn{h} == -{inf};")
+            b.line(f"{ind}let c{h} = select(exp(m{h} - mn{h}), 1.0, none{h});")
+            for u in range(unroll):
+                b.line(f"{ind}let p{h}_{u} = select(exp(s{h}_{u} - mn{h}), 0.0, none{h});")
+            b.line(f"{ind}l{h} = l{h} * c{h} + {' + '.join(f'p{h}_{u}' for u in range(unroll))};")
+            for i in range(per_v):
+                acc = f"o{h}_{i} * {vt}(c{h})"
+                for u in range(unroll):
+                    acc = f"fma({vt}(p{h}_{u}), v{u}_{i}, {acc})"
+                b.line(f"{ind}o{h}_{i} = {acc};")
+            b.line(f"{ind}m{h} = mn{h};")
 
-    def _mask(self, b: WgslBuilder, arg: AttentionArg, var: str, head: str, key: str, inf: str, indent: str) -> None:
-        if arg.mask == "none":
+    def _lane_sum(self, b: WgslBuilder, names: list[tuple[int, int]], shuffle: bool, ind: str) -> None:
+        """Sum each d{h}_{u} over the row's lanes; every lane of the row gets the sums."""
+        lanes = self.lanes
+        if lanes == 1:
             return
-        at = f"in3[u32(i32(params.m_off) + i32(bt) * params.m_s0 + i32({head}) * params.m_s1 + i32({key}) * params.m_s3)]"
-        if arg.mask == "bool":
-            b.line(f"{indent}if ({at} == 0u) {{ {var} = -{inf}; }}")
-        else:
-            b.line(f"{indent}{var} += f32({at});")
+        if shuffle:
+            for h, u in names:
+                m = lanes // 2
+                while m:
+                    b.line(f"{ind}d{h}_{u} += subgroupShuffleXor(d{h}_{u}, {m}u);")
+                    m //= 2
+            return
+        stride = len(names)
+        for n, (h, u) in enumerate(names):
+            b.line(f"{ind}part[lidx * {stride}u + {n}u] = d{h}_{u};")
+        b.line(f"{ind}workgroupBarrier();")
+        for n, (h, u) in enumerate(names):
+            terms = [f"part[(row * {lanes}u + {ln}u) * {stride}u + {n}u]" for ln in range(lanes)]
+            b.line(f"{ind}d{h}_{u} = {' + '.join(terms)};")
+        b.line(f"{ind}workgroupBarrier();  // part is rewritten by the next step")
 
-    def _store(self, b: WgslBuilder, head: str, acc: str, m: str, total: str, indent: str) -> None:
-        w = self.kernel_element()
+    def _merge_rows(self, b: WgslBuilder, inf: str, per_v: int) -> None:
+        """The rows' (max, sum of exp, value sums) merged into row 0, a tree in workgroup memory."""
+        g, lanes, rows, w = self.g, self.lanes, self.rows, self.kernel_element()
+        if rows == 1:
+            return
+        vt = f32v(w)
+        hpr = self.choice.param("merge_heads", 1)
+        slots = lanes * per_v
+        b.workgroup_var(f"mg_o: array<{vt}, {(rows // 2) * hpr * slots}>")
+        b.workgroup_var(f"mg_ml: array<vec2<f32>, {(rows // 2) * hpr}>")
+        half = rows // 2
+        while half:
+            for first in range(0, g, hpr):
+                heads = list(range(first, min(g, first + hpr)))
+                b.line(f"if (row >= {half}u && row < {2 * half}u) {{  // the upper half of the rows left")
+                b.line(f"  let r = row - {half}u;")
+                for k, h in enumerate(heads):
+                    b.line(f"  if (lane == 0u) {{ mg_ml[r * {hpr}u + {k}u] = vec2<f32>(m{h}, l{h}); }}")
+                    for i in range(per_v):
+                        b.line(f"  mg_o[(r * {hpr}u + {k}u) * {slots}u + lane + {i * lanes}u] = o{h}_{i};")
+                b.line("}")
+                b.line("workgroupBarrier();")
+                b.line(f"if (row < {half}u) {{")
+                for k, h in enumerate(heads):
+                    b.line(f"  let ml{h} = mg_ml[row * {hpr}u + {k}u];")
+                    b.line(f"  let top{h} = max(m{h}, ml{h}.x);")
+                    b.line(f"  let a{h} = select(exp(m{h} - top{h}), 0.0, m{h} == -{inf});")
+                    b.line(f"  let b{h} = select(exp(ml{h}.x - top{h}), 0.0, ml{h}.x == -{inf});")
+                    b.line(f"  l{h} = l{h} * a{h} + ml{h}.y * b{h};")
+                    for i in range(per_v):
+                        other = f"mg_o[(row * {hpr}u + {k}u) * {slots}u + lane + {i * lanes}u]"
+                        b.line(f"  o{h}_{i} = o{h}_{i} * {vt}(a{h}) + {other} * {vt}(b{h});")
+                    b.line(f"  m{h} = top{h};")
+                b.line("}")
+                b.line("workgroupBarrier();  // mg is rewritten next")
+            half //= 2
+
+    def _mask_at(self, head: str, key: str) -> str:
+        return f"in3[u32(i32(params.m_off) + i32(bt) * params.m_s0 + i32({head}) * params.m_s1 + i32({key}) * params.m_s3)]"
+
+    def _store(self, b: WgslBuilder, h: int, per_v: int, ind: str) -> None:
+        w, lanes = self.kernel_element(), self.lanes
+        head = f"hk * {self.g}u + {h}u"
         if self.node.op is Op.ATTENTION_SPLITS:
             # row (bt, head, split) of (B, H, 1, splits, Ev + 2): the sums, then m and sum(exp)
-            b.line(f"{indent}let base = ((bt * params.heads + {head}) * params.splits + split) * (params.ev + 2u);")
-            for c in range(w):
-                lane = f"{acc}.{'xyzw'[c]}" if w > 1 else acc
-                b.line(f"{indent}out[base + vlane * {w}u + {c}u] = {lane};")
-            b.line(f"{indent}if (vlane == 0u) {{ out[base + params.ev] = {m}; out[base + params.ev + 1u] = {total}; }}")
+            b.line(f"{ind}let base{h} = ((bt * params.heads + {head}) * params.splits + split) * (params.ev + 2u);")
+            for i in range(per_v):
+                ok = self._slice_ok(2, i)
+                pre, post = (f"if ({ok}) {{ ", " }") if ok else ("", "")
+                for c in range(w):
+                    lane_value = f"o{h}_{i}.{'xyzw'[c]}" if w > 1 else f"o{h}_{i}"
+                    b.line(f"{ind}{pre}out[base{h} + (lane + {i * lanes}u) * {w}u + {c}u] = {lane_value};{post}")
+            b.line(f"{ind}if (lane == 0u) {{ out[base{h} + params.ev] = m{h}; out[base{h} + params.ev + 1u] = l{h}; }}")
             return
         # no keys at all gives 0 (the empty sum); keys all masked give NaN (0 / 0), as the reference
         dt = self.node.dtype
-        value = f"select({acc} / {total}, {f32v(w)}(0.0), params.s == 0u)"
-        b.line(
-            f"{indent}out[(bt * params.heads + {head}) * (params.ev / {w}u) + vlane] = {vtype(dt, w, storage=True)}({value});"
-        )
+        for i in range(per_v):
+            ok = self._slice_ok(2, i)
+            pre, post = (f"if ({ok}) {{ ", " }") if ok else ("", "")
+            value = f"select(o{h}_{i} / l{h}, {f32v(w)}(0.0), params.s == 0u)"
+            at = f"(bt * params.heads + {head}) * (params.ev / {w}u) + lane + {i * lanes}u"
+            b.line(f"{ind}{pre}out[{at}] = {vtype(dt, w, storage=True)}({value});{post}")

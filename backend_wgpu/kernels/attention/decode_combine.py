@@ -1,31 +1,55 @@
 """attention_combine: the key ranges of ATTENTION_SPLITS added up into the attention output.
 
-One thread per output element (b, head, query, c): the ranges' max scores give the
-common max M; each range's sums are rescaled by exp(m - M) (0 for a range that saw no
-key) and added; the output is the rescaled value sum over the rescaled sum of exp. A row
-whose keys were all masked is NaN (0 / 0), as the unsplit attention's.
+One workgroup per output row (b, head, query): its threads are `groups` groups of one
+thread per output element c; group r takes ranges r, r + groups, ... four at a time (their
+loads in flight together) and folds each into a running (max, sum of exp, value sum):
+a range's sums are rescaled by exp(m - M) for the common max M (0 for a range that saw
+no key). The groups then merge through workgroup memory, and the output is the value sum
+over the sum of exp. A row whose keys were all masked is NaN (0 / 0), as the unsplit
+attention's.
 """
 
 from __future__ import annotations
 
-from backend_wgpu.kernel import Meta, PerElementKernel
+from backend_wgpu.kernel import Kernel, Meta, Workload
+from backend_wgpu.kernels.attention.decode import pow2_at_least
 from backend_wgpu.kernels.blocks import infinity
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
 
+COMBINE_THREADS = 256
+STEP = 4  # ranges a thread loads per step
 
-class AttentionCombineKernel(PerElementKernel):
+
+class AttentionCombineKernel(Kernel):
     name = "attention_combine"
 
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
         splits = graph[node.srcs[0]].shape[-2]
-        return f"one thread per output element, adding the {splits} key ranges"
+        return f"a workgroup per output row adding its {splits} key ranges, groups of threads over the ranges"
 
-    def extra_metadata(self) -> Meta:
+    def _ev(self) -> int:
+        return self.node.shape[-1]
+
+    def _lanes(self) -> int:
+        """Threads per group: one per output element (a power of two), at most the workgroup."""
+        return min(pow2_at_least(self._ev()), self.choice.workgroup[0])
+
+    def metadata(self) -> Meta:
         parts = self.operands[0].view
-        return [("splits", "u32", parts.shape[-2]), ("ev", "u32", self.node.shape[-1]), ("p_off", "u32", parts.offset)]
+        rows = self.node.size // max(self._ev(), 1)
+        return [
+            ("rows", "u32", rows),
+            ("splits", "u32", parts.shape[-2]),
+            ("ev", "u32", self._ev()),
+            ("p_off", "u32", parts.offset),
+        ]
+
+    def calculate_dispatch(self) -> Workload:
+        rows = self.node.size // max(self._ev(), 1)
+        return Workload.for_workgroups(rows, self.choice.workgroup, self.max_workgroups)
 
     def operand_type(self, i: int) -> str:
         return "f32"
@@ -34,19 +58,69 @@ class AttentionCombineKernel(PerElementKernel):
         return vtype(self.node.dtype, 1, storage=True)
 
     def render(self, b: WgslBuilder) -> None:
-        idx = self.thread_index(b)
+        threads = self.choice.workgroup[0]
+        lanes = self._lanes()
+        groups = threads // lanes
         inf = infinity(b)
-        b.line(f"let c = {idx} % params.ev;")
-        b.line(f"let base = params.p_off + ({idx} / params.ev) * params.splits * (params.ev + 2u);")
+        b.workgroup_var(f"cm: array<vec3<f32>, {threads}>")
+        b.line("let row = wg;")
+        b.line("if (row >= params.rows) { return; }")
+        b.line(f"let lane = lidx % {lanes}u;")
+        b.line(f"let grp = lidx / {lanes}u;")
         b.line("let stride = params.ev + 2u;")
-        b.line(f"var top = -{inf};")
-        b.line("for (var r = 0u; r < params.splits; r++) { top = max(top, in0[base + r * stride + params.ev]); }")
-        b.line("var acc = 0.0;")
+        b.line("let base = params.p_off + row * params.splits * stride;")
+        b.line(f"var m = -{inf};")
         b.line("var total = 0.0;")
-        b.line("for (var r = 0u; r < params.splits; r++) {")
-        b.line("  let m = in0[base + r * stride + params.ev];")
-        b.line(f"  let scale = select(exp(m - top), 0.0, m == -{inf});")
-        b.line("  acc = fma(scale, in0[base + r * stride + c], acc);")
-        b.line("  total = fma(scale, in0[base + r * stride + params.ev + 1u], total);")
+        b.line("var acc = 0.0;")
+        # element loops over the row when it is wider than the workgroup
+        b.line(f"for (var c0 = 0u; c0 < params.ev; c0 += {lanes}u) {{")
+        b.line("  let c = c0 + lane;")
+        b.line("  let on = c < params.ev;")
+        b.line(f"  m = -{inf};")
+        b.line("  total = 0.0;")
+        b.line("  acc = 0.0;")
+        b.line(f"  for (var r0 = grp; r0 < params.splits; r0 += {groups * STEP}u) {{")
+        for u in range(STEP):  # every load of the step first
+            b.line(f"    let r{u} = r0 + {u * groups}u;")
+            b.line(f"    var mr{u} = -{inf};")
+            b.line(f"    var lr{u} = 0.0;")
+            b.line(f"    var sr{u} = 0.0;")
+            b.line(f"    if (r{u} < params.splits) {{")
+            b.line(f"      let at{u} = base + r{u} * stride;")
+            b.line(f"      mr{u} = in0[at{u} + params.ev];")
+            b.line(f"      lr{u} = in0[at{u} + params.ev + 1u];")
+            b.line(f"      if (on) {{ sr{u} = in0[at{u} + c]; }}")
+            b.line("    }")
+        top = "m"
+        for u in range(STEP):
+            top = f"max({top}, mr{u})"
+        b.line(f"    let top = {top};")
+        b.line(f"    let none = top == -{inf};  // no key seen yet: keep the zeros")
+        b.line("    let a = select(exp(m - top), 1.0, none);")
+        b.line("    total = total * a;")
+        b.line("    acc = acc * a;")
+        for u in range(STEP):
+            b.line(f"    let x{u} = select(exp(mr{u} - top), 0.0, none);")
+            b.line(f"    total = fma(x{u}, lr{u}, total);")
+            b.line(f"    acc = fma(x{u}, sr{u}, acc);")
+        b.line("    m = top;")
+        b.line("  }")
+        if groups > 1:
+            b.line("  cm[lidx] = vec3<f32>(m, total, acc);")
+            b.line("  workgroupBarrier();")
+            b.line("  if (grp == 0u) {")
+            b.line(f"    for (var r = 1u; r < {groups}u; r++) {{")
+            b.line(f"      let o = cm[r * {lanes}u + lane];")
+            b.line("      let top = max(m, o.x);")
+            b.line(f"      let a = select(exp(m - top), 0.0, m == -{inf});")
+            b.line(f"      let x = select(exp(o.x - top), 0.0, o.x == -{inf});")
+            b.line("      total = total * a + o.y * x;")
+            b.line("      acc = acc * a + o.z * x;")
+            b.line("      m = top;")
+            b.line("    }")
+            b.line("  }")
+            b.line("  workgroupBarrier();  // cm is rewritten next")
+        b.line("  if (grp == 0u && on) {")
+        b.line(f"    out[row * params.ev + c] = {vtype(self.node.dtype, 1, storage=True)}(acc / total);")
+        b.line("  }")
         b.line("}")
-        b.line(f"out[{idx}] = {vtype(self.node.dtype, 1, storage=True)}(acc / total);")

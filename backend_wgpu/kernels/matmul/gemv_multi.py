@@ -12,14 +12,24 @@ rope rotates together (i and i + d/2, or 2i and 2i + 1), for every matmul of the
 for all of the unit's dot products (and, with the norm, squaring it into the row's
 sum of squares and scaling it by the norm weight); one workgroup sum gives every dot
 product, and the norm's 1 / rms then scales them (rms_norm(x) @ B = (x * w) @ B / rms).
+A float16 norm instead sums the row's squares first (a pass over the row, then a
+workgroup sum): the k loop then rounds each normed, weighted element to float16 where the
+unfused graph stores its row, so the products are those of the stored row (an element past
+65504 is inf there as well).
 Thread 0 evaluates the part's terms at the unit's elements, stores the root and makes
-the side writes. B is read through one method per operand (`_b_load`), so another
-weight format can reuse the prologue and epilogue. Math in f32; each term's value is
-rounded to its dtype as the unfused graph would store it.
+the side writes.
+
+Quantized weights (q8_0, q4_0: kernels/quant/formats.py) make the `blocks` variant: each
+thread takes whole blocks of 32 values along k (one or two 16-byte loads of quants and a
+scale per B, eight vec4 of the row), dequantizes in registers as qgemv does and adds
+scale * (quants . row) to its sum; a float B of the same group is read 32 values a block.
+
+Math in f32; each term's value is rounded to its dtype as the unfused graph would store it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from backend_wgpu.element import WIDTHS, k_contiguous, vector_readable
@@ -27,6 +37,7 @@ from backend_wgpu.kernel import Kernel, Meta, Workload, index_to_coords
 from backend_wgpu.kernels import expr
 from backend_wgpu.kernels.elementwise.fused import FusedCode
 from backend_wgpu.kernels.matmul import side_writes
+from backend_wgpu.kernels.quant.formats import describe, quant_format
 from backend_wgpu.wgsl import WgslBuilder, f32v, load_cast, store_cast, vtype
 from ir.dtypes import DType
 from ir.fusion import FusedArg
@@ -77,15 +88,22 @@ class Layout:
             arg, cores, norm, parts, arg.leaf_index(a_src), w_leaf, [arg.leaf_index(c.srcs[1]) for c in cores]
         )
 
+    @property
+    def rounded_row(self) -> bool:
+        """A float16 norm: its row is rounded to float16 (as the unfused graph stores it) before the products."""
+        return self.norm is not None and self.norm.dtype is DType.float16
+
     def loop_leaves(self) -> set[int]:
         return {self.a_leaf, *self.b_leaves} | ({self.w_leaf} if self.w_leaf is not None else set())
 
-    def epilogue_leaves(self) -> set[int]:
-        """Leaves the epilogue terms read (side writes read theirs in side_writes.py)."""
+    def epilogue_leaves(self, written: frozenset[int] | set[int] = frozenset()) -> set[int]:
+        """Leaves the epilogue terms read, but for the side writes in `written` (term ids), which
+        read theirs in side_writes.py. A where that writes nothing (tril's mask, say) reads its
+        leaves here: its condition is a leaf as a side write's is, so the op alone cannot tell."""
         found = set()
         for part in self.parts:
             for t in part.terms:
-                if t.op not in (Op.INDEX_WRITE, Op.WHERE) or self.arg.is_term(t.srcs[0]):
+                if t.id not in written:
                     found |= {self.arg.leaf_index(s) for s in t.srcs if not self.arg.is_term(s)}
         return found
 
@@ -142,7 +160,7 @@ class GemvMultiKernel(Kernel):
         """The k loop's KernelElement: the row, the norm weight and every B read along k at it."""
         lay = Layout.of(node.arg)
         k = lay.norm.shape[-1] if lay.norm else views[lay.a_leaf].shape[-1]
-        if lay.loop_leaves() & lay.epilogue_leaves():
+        if lay.loop_leaves() & lay.epilogue_leaves():  # side writes counted in: only ever narrower
             return 1  # a leaf read in the loop and by the epilogue is bound once, as scalars
         for w in WIDTHS:
             row = [views[lay.a_leaf]] + ([views[lay.w_leaf]] if lay.w_leaf is not None else [])
@@ -158,9 +176,14 @@ class GemvMultiKernel(Kernel):
         lay = Layout.of(node.arg)
         what = [f"{len(lay.cores)} matmuls of one row sharing it"]
         if lay.norm:
-            what.append("rms_norm folded in")
+            what.append("rms_norm folded in" + (" (its row rounded to float16 first)" if lay.rounded_row else ""))
         if any(p.pair for p in lay.parts):
             what.append("rope pairs per workgroup")
+        owners = [graph[node.srcs[i]] for i in sorted(set(lay.b_leaves))]
+        owners = [graph[o.srcs[0]] if o.op is Op.VIEW else o for o in owners]
+        quantized = [describe(o.dtype, o.shape) for o in owners if o.dtype.is_quantized]
+        if quantized:
+            what.append(f"blocks of 32 along k, {', '.join(quantized)} dequantized in registers")
         writes = [t for p in lay.parts for t in p.terms if _writes(node.arg, t)]
         if writes:
             what.append(f"{len(writes)} side writes")
@@ -169,6 +192,8 @@ class GemvMultiKernel(Kernel):
     def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
         super().__init__(node, graph, max_workgroups)
         self.lay = Layout.of(node.arg)
+        # a quantized B: threads walk whole blocks of 32 along k (the row's length is whole blocks)
+        self.blocks = any(self.operands[i].dtype.is_quantized for i in self.lay.b_leaves)
         self.writes = side_writes.side_writes(node, graph, [t for p in self.lay.parts for t in p.terms])
         self.targets = {w.target for w in self.writes if w.copy is None}
         self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
@@ -178,9 +203,12 @@ class GemvMultiKernel(Kernel):
         parts = ";".join(
             f"{len(p.cores)}{'p' if p.pair else ''}{'i' if p.pair and p.pair[0] else ''}" for p in self.lay.parts
         )
-        return f"{self.node.arg.short_key()}:{parts}:{'n' if self.lay.norm else ''}"
+        norm = ("nr" if self.lay.rounded_row else "n") if self.lay.norm else ""
+        return f"{self.node.arg.short_key()}:{parts}:{norm}{':blocks' if self.blocks else ''}"
 
     def operand_type(self, i: int) -> str:
+        if self.operands[i].dtype.is_quantized:
+            return "vec4<u32>"  # 16-byte units of quants, then the scales (formats.py)
         w = self.kernel_element() if i in self.lay.loop_leaves() else 1
         return vtype(self.operands[i].dtype, w, storage=True)
 
@@ -205,6 +233,10 @@ class GemvMultiKernel(Kernel):
         slots: list[int | None] = [o.slot for i, o in enumerate(self.operands) if not self.reads_output(i)]
         return slots + list(self.copy_slots) + [self.node.slot, None]
 
+    def _quantized(self) -> list[int]:
+        """Operand indices of the quantized Bs, each once."""
+        return sorted({i for i in self.lay.b_leaves if self.operands[i].dtype.is_quantized})
+
     def _k(self) -> int:
         return self.lay.norm.shape[-1] if self.lay.norm else self.operands[self.lay.a_leaf].view.shape[-1]
 
@@ -216,8 +248,16 @@ class GemvMultiKernel(Kernel):
             meta += [("k", "u32", self._k()), ("eps", "f32", lay.norm.arg.eps)]
             if lay.w_leaf is not None:
                 meta += [("nw_off", "u32", self.operands[lay.w_leaf].view.offset)]
+        if self.blocks:
+            meta.append(("kb", "u32", self._k() // 32))
+        for i in self._quantized():  # w (N, K) read through w.T (K, N)
+            fmt = quant_format(self.operands[i].dtype)
+            n = self.operands[i].view.shape[-1]
+            meta += [(f"q{i}_s4", "u32", fmt.units(n * self._k())), (f"q{i}_upr", "u32", fmt.units(self._k()))]
         for c, i in enumerate(lay.b_leaves):
             b = self.operands[i].view
+            if self.operands[i].dtype.is_quantized:
+                continue
             meta += [
                 (f"b{c}_off", "u32", b.offset),
                 (f"b{c}_sk", "i32", b.strides[-2]),
@@ -229,7 +269,7 @@ class GemvMultiKernel(Kernel):
             meta.append((f"u{p}", "u32", end))
             if part.pair:
                 meta.append((f"half{p}", "u32", part.pair[1] // 2))
-        for i in sorted(lay.epilogue_leaves()):
+        for i in sorted(lay.epilogue_leaves({w.term.id for w in self.writes})):
             view = self.operands[i].view
             meta += [(f"l{i}_off", "u32", view.offset)] + [(f"l{i}_s{d}", "i32", s) for d, s in enumerate(view.strides)]
         for t in self._terms():
@@ -258,6 +298,8 @@ class GemvMultiKernel(Kernel):
         b.workgroup_var(f"red: array<vec4<f32>, {wg}>")
         if any(not w.box for w in self.writes):
             b.workgroup_var(f"wv: array<f32, {2 * len(self.writes)}>")
+        for i in self._quantized():
+            quant_format(self.operands[i].dtype).define(b, f"in{i}", f"q{i}_s4")
         if self.choice.param("subgroups", False):
             b.builtin("@builtin(subgroup_invocation_id) sg_lane: u32")
             b.builtin("@builtin(subgroup_size) sg_size: u32")
@@ -323,6 +365,8 @@ class GemvMultiKernel(Kernel):
     def _k_loop(self, b: WgslBuilder, part: Part, elements: list[str], lanes: list[tuple[int, int]]) -> list[str]:
         """Every dot product of the unit (and the row's sum of squares), summed over the workgroup."""
         lay, w, wgx = self.lay, self.kernel_element(), self.choice.workgroup[0]
+        if self.blocks:
+            return self._sums(b, self._block_loop(b, part, elements, lanes))
         vt = f32v(w)
         globals_ = [lay.cores.index(c) for c in part.cores]
         for n, (c, j) in enumerate(lanes):
@@ -330,27 +374,42 @@ class GemvMultiKernel(Kernel):
             col = f"i32(params.b{g}_off) + i32({elements[j]}) * params.b{g}_sn"
             b.line(f"let bb{n} = {f'u32({col}) / {w}u' if w > 1 else col};")
             b.line(f"var acc{n} = {vt}(0.0);")
-        if lay.norm:
-            b.line(f"var sq = {vt}(0.0);")
-        b.line(f"for (var kk = lidx; kk < params.kw; kk += {wgx}u) {{")
         ia = lay.a_leaf
         raw = (
             f"in{ia}[params.a_off / {w}u + kk]" if w > 1 else f"in{ia}[u32(i32(params.a_off) + i32(kk) * params.a_sk)]"
         )
+        if lay.rounded_row:
+            self._row_rstd(b, raw)
+        folded = lay.norm is not None and not lay.rounded_row  # its sum of squares rides along the products
+        if folded:
+            b.line(f"var sq = {vt}(0.0);")
+        b.line(f"for (var kk = lidx; kk < params.kw; kk += {wgx}u) {{")
         b.line(f"  let xa = {vt}({raw});")
         a = "xa"
-        if lay.norm:
+        if folded:
             b.line("  sq = fma(xa, xa, sq);")
+        if lay.norm:
+            normed = f"xa * {vt}(rstd)" if lay.rounded_row else "xa"
             if lay.w_leaf is not None:
                 wl = f"in{lay.w_leaf}[params.nw_off / {w}u + kk]" if w > 1 else f"in{lay.w_leaf}[params.nw_off + kk]"
-                b.line(f"  let a = xa * {vt}({wl});")
+                normed = f"{normed} * {vt}({wl})"
+            if lay.rounded_row:  # the norm kernel's value, rounded as its store rounds it
+                for name, code in expr.f16_round_helper(vt).items():
+                    b.helper(name, code)
+                normed = expr.f16_rounded(normed, vt)
+            if normed != "xa":
+                b.line(f"  let a = {normed};")
                 a = "a"
         for n, (c, _) in enumerate(lanes):
             b.line(f"  acc{n} = fma({a}, {self._b_load(globals_[c], f'bb{n}', 'kk')}, acc{n});")
         b.line("}")
         values = [f"dot(acc{n}, {vt}(1.0))" if w > 1 else f"acc{n}" for n in range(len(lanes))]
-        if lay.norm:
+        if folded:
             values.append(f"dot(sq, {vt}(1.0))" if w > 1 else "sq")
+        return self._sums(b, values)
+
+    def _sums(self, b: WgslBuilder, values: list[str]) -> list[str]:
+        """Each thread's values summed over the workgroup, four at a time; the names of the sums."""
         names = []
         for pack in range(0, len(values), 4):
             chunk = values[pack : pack + 4] + ["0.0"] * (4 - len(values[pack : pack + 4]))
@@ -359,6 +418,102 @@ class GemvMultiKernel(Kernel):
             self._workgroup_sum(b, name)
             names += [f"{name}.{'xyzw'[i]}" for i in range(min(4, len(values) - pack))]
         return names
+
+    def _vec4(self, at: Callable[[str], str], k: str) -> str:
+        """vec4<f32> of a loop leaf's values k .. k + 3 (k a multiple of 4), from `at(index)`: the WGSL
+        of its KernelElement at an index in KernelElements (one value at an element index when 1)."""
+        w = self.kernel_element()
+        if w == 4:
+            return f"vec4<f32>({at(f'({k}) / 4u')})"
+        if w == 2:
+            return f"vec4<f32>(vec2<f32>({at(f'({k}) / 2u')}), vec2<f32>({at(f'({k}) / 2u + 1u')}))"
+        lanes = [f"f32({at(f'{k} + {t}u')})" for t in range(4)]
+        return f"vec4<f32>({', '.join(lanes)})"
+
+    def _block_loop(self, b: WgslBuilder, part: Part, elements: list[str], lanes: list[tuple[int, int]]) -> list[str]:
+        """The k loop of the `blocks` variant: a thread per block of 32 values at a time; returns the
+        values to sum (every lane's dot product, then the row's sum of squares when the norm folds)."""
+        lay, w, wgx = self.lay, self.kernel_element(), self.choice.workgroup[0]
+        ia, wl = lay.a_leaf, lay.w_leaf
+        globals_ = [lay.cores.index(c) for c in part.cores]
+        leaves = [lay.b_leaves[globals_[c]] for c, _ in lanes]
+        for n, (c, j) in enumerate(lanes):
+            g, i = globals_[c], leaves[n]
+            if self.operands[i].dtype.is_quantized:
+                b.line(f"let bb{n} = {elements[j]} * params.q{i}_upr;  // its row's first unit")
+            else:
+                col = f"i32(params.b{g}_off) + i32({elements[j]}) * params.b{g}_sn"
+                b.line(f"let bb{n} = {f'u32({col}) / {w}u' if w > 1 else col};")
+            b.line(f"var acc{n} = 0.0;")
+
+        def a_at(idx: str) -> str:
+            return (
+                f"in{ia}[params.a_off / {w}u + {idx}]"
+                if w > 1
+                else f"in{ia}[u32(i32(params.a_off) + i32({idx}) * params.a_sk)]"
+            )
+
+        if lay.rounded_row:
+            self._row_rstd(b, a_at("kk"))
+        folded = lay.norm is not None and not lay.rounded_row
+        if folded:
+            b.line("var sq = vec4<f32>(0.0);")
+        b.line(f"for (var kb = lidx; kb < params.kb; kb += {wgx}u) {{")
+        b.line("  let k0 = kb * 32u;")
+        for n, i in enumerate(leaves):  # the quants first: the loads in flight together
+            if self.operands[i].dtype is DType.q4_0:
+                b.line(f"  let q{n} = in{i}[bb{n} + kb];")
+            elif self.operands[i].dtype is DType.q8_0:
+                b.line(f"  let q{n}_0 = in{i}[bb{n} + 2u * kb];")
+                b.line(f"  let q{n}_1 = in{i}[bb{n} + 2u * kb + 1u];")
+        for t in range(8):
+            b.line(f"  let xa{t} = {self._vec4(a_at, f'k0 + {4 * t}u')};")
+            if folded:
+                b.line(f"  sq = fma(xa{t}, xa{t}, sq);")
+            normed = f"xa{t} * vec4<f32>(rstd)" if lay.rounded_row else f"xa{t}"
+            if lay.norm and wl is not None:
+                nw = self._vec4(
+                    lambda idx: f"in{wl}[params.nw_off / {w}u + {idx}]" if w > 1 else f"in{wl}[params.nw_off + {idx}]",
+                    f"k0 + {4 * t}u",
+                )
+                normed = f"{normed} * {nw}"
+            if lay.rounded_row:  # the norm kernel's value, rounded as its store rounds it
+                for name, code in expr.f16_round_helper("vec4<f32>").items():
+                    b.helper(name, code)
+                normed = expr.f16_rounded(normed, "vec4<f32>")
+            b.line(f"  let a{t} = {normed};")
+        for n, i in enumerate(leaves):
+            dtype = self.operands[i].dtype
+            if dtype.is_quantized:
+                fmt = quant_format(dtype)
+                units = [f"q{n}"] if dtype is DType.q4_0 else [f"q{n}_0", f"q{n}_1"]
+                values = [v for u in units for v, _ in fmt.lanes(u)]
+                blk = f"bb{n} / {fmt.units_per_block}u + kb" if fmt.units_per_block > 1 else f"bb{n} + kb"
+                terms = " + ".join(f"dot({v}, a{t})" for t, v in enumerate(values))
+                b.line(f"  acc{n} = fma(in{i}_scale({blk}), {terms}, acc{n});")
+            else:
+                g = globals_[lanes[n][0]]
+
+                def b_at(idx: str, n: int = n, i: int = i, g: int = g) -> str:
+                    return f"in{i}[bb{n} + {idx}]" if w > 1 else f"in{i}[u32(bb{n} + i32({idx}) * params.b{g}_sk)]"
+
+                terms = " + ".join(f"dot({self._vec4(b_at, f'k0 + {4 * t}u')}, a{t})" for t in range(8))
+                b.line(f"  acc{n} += {terms};")
+        b.line("}")
+        return [f"acc{n}" for n in range(len(lanes))] + (["dot(sq, vec4<f32>(1.0))"] if folded else [])
+
+    def _row_rstd(self, b: WgslBuilder, raw: str) -> None:
+        """`rstd`, the norm's 1 / rms of the row, from a pass over it before the k loop (as the norm kernel)."""
+        vt, wgx = f32v(self.kernel_element()), self.choice.workgroup[0]
+        b.line(f"var sq = {vt}(0.0);")
+        b.line(f"for (var kk = lidx; kk < params.kw; kk += {wgx}u) {{")
+        b.line(f"  let xa = {vt}({raw});")
+        b.line("  sq = fma(xa, xa, sq);")
+        b.line("}")
+        total = f"dot(sq, {vt}(1.0))" if self.kernel_element() > 1 else "sq"
+        b.line(f"var ss = vec4<f32>({total}, 0.0, 0.0, 0.0);")
+        self._workgroup_sum(b, "ss")
+        b.line("let rstd = inverseSqrt(ss.x / f32(params.k) + params.eps);")
 
     def _workgroup_sum(self, b: WgslBuilder, var: str) -> None:
         wg = self.choice.workgroup[0]
@@ -383,11 +538,12 @@ class GemvMultiKernel(Kernel):
         self, b: WgslBuilder, p: int, part: Part, elements: list[str], lanes: list[tuple[int, int]], sums: list[str]
     ) -> None:
         values: dict[tuple[int, int], tuple[str, DType]] = {}
-        if self.lay.norm:
+        scaled = self.lay.norm is not None and not self.lay.rounded_row  # else rstd scaled the row itself
+        if scaled:
             b.line(f"let rstd = inverseSqrt({sums[-1]} / f32(params.k) + params.eps);")
         for n, (c, j) in enumerate(lanes):
             core = part.cores[c]
-            acc = f"{sums[n]} * rstd" if self.lay.norm else sums[n]
+            acc = f"{sums[n]} * rstd" if scaled else sums[n]
             name = f"c{n}"
             b.line(f"let {name} = {self._rounded(b, acc, core.dtype)};")
             values[(core.id, j)] = (name, core.dtype)

@@ -29,12 +29,13 @@ class QuantFormat:
         """Units (vec4<u32> loads of quants) of a tensor of `numel` values; also where its scales start."""
         return numel // self.values_per_unit
 
-    def define(self, b: WgslBuilder, binding: str) -> None:
-        """The helpers: `{binding}_scale(block)` and the unpacking of one word into four f32 values."""
+    def define(self, b: WgslBuilder, binding: str, s4: str = "s4") -> None:
+        """The helpers: `{binding}_scale(block)` (its scales from uniform field `s4` on) and the
+        unpacking of one word into four f32 values."""
         b.helper(
             f"{binding}_scale",
             f"fn {binding}_scale(blk: u32) -> f32 {{\n"
-            f"  let w = {binding}[params.s4 + blk / 8u][(blk / 2u) % 4u];  // two half-precision scales per word\n"
+            f"  let w = {binding}[params.{s4} + blk / 8u][(blk / 2u) % 4u];  // two half-precision scales per word\n"
             f"  return unpack2x16float(w)[blk & 1u];\n}}",
         )
         if self.dtype is DType.q8_0:
