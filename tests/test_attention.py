@@ -178,6 +178,25 @@ def test_padding_mask_as_minilm_builds_it(rng: np.random.Generator) -> None:
     check(y, np_attention(*ref, keep.reshape(n, 1, 1, t)))
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("kv_heads", [1, 3])
+def test_padding_mask_skips_hidden_key_blocks(causal: bool, kv_heads: int, rng: np.random.Generator) -> None:
+    # a key padding mask (B, 1, 1, S) is the same for every row: the kernel visits only the blocks from
+    # the first to the last key it lets through; per batch: all keys, a right-padded prefix, a
+    # left-padded suffix, a window in the middle, one key, and none (its rows are NaN)
+    b, s = 6, 150
+    q, k, v = randn(rng, b, 3, 70, 64), randn(rng, b, kv_heads, s, 64), randn(rng, b, kv_heads, s, 48)
+    keep = np.zeros((b, 1, 1, s), bool)
+    for i, (lo, hi) in enumerate([(0, s), (0, 37), (100, s), (40, 90), (77, 78), (0, 0)]):
+        keep[i, ..., lo:hi] = True
+    keep[3, ..., 60] = False  # a hidden key inside the window
+    y = sdpa(q, k, v, keep, causal=causal)
+    assert ".row0" in attention_dispatch(y).variant
+    want = np_attention(q, k, v, keep, causal=causal)
+    assert np.isnan(want[5]).all()
+    check(y, want)
+
+
 # --- causal, grouped-query ------------------------------------------------------------------------
 
 
