@@ -752,6 +752,10 @@ ATTENTION_TILES: tuple[tuple[int, int, bool, bool], ...] = (
 )
 
 
+# vec4 registers per thread a prefetch of the next k/v block may take (FlashAttentionKernel's `pf`)
+ATTENTION_PREFETCH_MAX = 8
+
+
 def attention_choice(
     graph: Graph, node: Node, caps: DeviceCaps, tile: tuple[int, int, bool, bool] | None = None
 ) -> KernelChoice:
@@ -770,5 +774,8 @@ def attention_choice(
         if smem <= caps.max_workgroup_storage and br // 4 * t <= caps.max_invocations:
             params = (("br", br), ("bc", bc), ("tx", t), ("dk", dkp), ("dv", dvp))
             params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg))
+            # the next block of k and v prefetched into registers where that costs few of them
+            fetches = -(-bc * (dkp + dvp) // (4 * (br // 4) * t))
+            params += (("pf", fetches <= ATTENTION_PREFETCH_MAX),)
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
     raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")

@@ -63,31 +63,41 @@ QUICK = [
     Case("causal 1x2x70x128", 1, 2, 70, 70, 128, causal=True, padding=False),
 ]
 
-# tile configurations tried besides the rule's choice: (br, bc, tx, q^T in workgroup memory, k/v aliased, subgroups);
-# those past the device's workgroup memory (48 KiB on the H200) or not dividing the head dim are left out
-VARIANTS: list[tuple[int, int, int, bool, bool, bool]] = [
+# tile configurations tried besides the rule's choice: (br, bc, tx, q^T in workgroup memory, k/v aliased, subgroups,
+# next k/v block prefetched into registers); those past the device's workgroup memory (48 KiB on the H200) or not
+# dividing the head dim are left out
+VARIANTS: list[tuple[int, int, int, bool, bool, bool, bool]] = [
     # head dim 64 (MiniLM): tx 4 gives 8 keys x 4 rows of scores and 16 dims x 4 rows of output per thread
-    (128, 32, 8, False, False, False),
-    (128, 32, 4, False, False, False),
-    (128, 16, 8, False, False, False),
-    (128, 16, 4, False, False, False),
-    (64, 32, 8, True, False, False),
-    (64, 32, 4, True, False, False),
-    (64, 32, 4, False, False, False),
-    (64, 64, 8, False, True, False),
-    (64, 64, 4, False, True, False),
+    (128, 32, 8, False, False, False, False),
+    (128, 32, 8, False, False, False, True),
+    (128, 32, 4, False, False, False, False),
+    (128, 32, 4, False, False, False, True),
+    (128, 16, 8, False, False, False, True),
+    (128, 16, 4, False, False, False, True),
+    (64, 32, 8, True, False, False, False),
+    (64, 32, 8, True, False, False, True),
+    (64, 32, 4, True, False, False, True),
+    (64, 32, 4, False, False, False, True),
+    (64, 64, 8, False, True, False, True),
+    (64, 64, 4, False, True, False, True),
     # head dim 128 (causal 2048)
-    (64, 32, 8, False, False, False),
-    (64, 16, 8, False, False, False),
-    (64, 16, 8, True, True, False),
-    (128, 16, 8, False, False, False),
-    (128, 32, 8, False, True, False),
-    (32, 64, 8, False, True, False),
-    (32, 32, 8, True, True, False),
-    (32, 16, 8, True, False, False),
-    (64, 32, 16, False, False, False),
-    (64, 32, 8, False, False, True),
-    (128, 32, 8, False, False, True),
+    (64, 32, 8, False, False, False, False),
+    (64, 32, 8, False, False, False, True),
+    (64, 16, 8, False, False, False, False),
+    (64, 16, 8, False, False, False, True),
+    (64, 16, 8, True, True, False, False),
+    (64, 16, 8, True, True, False, True),
+    (128, 16, 8, False, False, False, False),
+    (128, 16, 8, False, False, False, True),
+    (128, 32, 8, False, True, False, False),
+    (32, 64, 8, False, True, False, False),
+    (32, 32, 8, True, True, False, False),
+    (32, 32, 8, True, True, False, True),
+    (32, 16, 8, True, False, False, True),
+    (64, 32, 16, False, False, False, False),
+    (64, 32, 4, False, False, False, False),
+    (64, 32, 8, False, False, True, False),
+    (128, 32, 8, False, False, True, False),
 ]
 
 
@@ -121,10 +131,10 @@ def wgjit_program(case: Case, data: dict[str, np.ndarray], variant: tuple | None
 def _forced(node: Any, variant: tuple) -> Any:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
-    br, bc, tx, q_smem, kv_alias, sg = variant
+    br, bc, tx, q_smem, kv_alias, sg, pf = variant
     dk, dv = FlashAttentionKernel.padded_dims(node.kernel.param("dk"), node.kernel.param("dv"), tx)
     params = (("br", br), ("bc", bc), ("tx", tx), ("dk", dk), ("dv", dv))
-    params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg))
+    params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf))
     return dataclasses.replace(
         node, kernel=dataclasses.replace(node.kernel, params=params, workgroup=(br // 4 * tx, 1, 1))
     )
@@ -134,7 +144,7 @@ def fits(variant: tuple, case: Case) -> bool:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
     caps = get_device().caps
-    br, bc, tx, q_smem, kv_alias, sg = variant
+    br, bc, tx, q_smem, kv_alias, sg, _pf = variant
     if sg and not (caps.subgroups and caps.subgroup_size in (0, 32, 64) and caps.backend.lower() == "vulkan"):
         return False  # NVIDIA reports no minimum size through wgpu; its subgroups have 32 lanes
     dk, dv = FlashAttentionKernel.padded_dims(case.d, case.d, tx)

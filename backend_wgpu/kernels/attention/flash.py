@@ -42,6 +42,8 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
   q_smem     q^T staged in workgroup memory (else each thread reads its rows' q from memory)
   kv_alias   k and v share one buffer (k for the scores, then v), for large head dims
   sg         the block max through subgroup shuffles (needs subgroups of at least tx lanes)
+  pf         prefetch: the next block of k and v is loaded into registers while this one is
+             computed (global latency hidden behind the block's FMAs; costs those registers)
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class FlashAttentionKernel(Kernel):
         self.br, self.bc, self.tx = c.param("br"), c.param("bc"), c.param("tx")
         self.dk, self.dv = c.param("dk"), c.param("dv")
         self.q_smem, self.kv_alias, self.sg = c.param("q_smem", True), c.param("kv_alias", False), c.param("sg", False)
+        self.pf = c.param("pf", False)
         self.ty = self.br // 4
         self.rn = self.bc // self.tx  # keys per thread: tx + j * tx_threads for j < rn
         self.ks = self.key_stride(self.dk)
@@ -120,7 +123,7 @@ class FlashAttentionKernel(Kernel):
 
     def variant_key(self) -> str:
         c = self.choice
-        flags = "".join(f for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg)) if on)
+        flags = "".join(f for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg), ("p", self.pf)) if on)
         a = self.arg
         mode = f"{a.mask}{'.row0' * self.mask_row0}{'.hide' * a.hide}{'.fill' * a.fill}{'.' + a.scale_by if a.scale_by else ''}{'.causal' * a.causal}"
         return f"{c.variant}:{self.br}x{self.bc}t{self.tx}:d{self.dk}.{self.dv}:{flags}:{mode}"
@@ -159,20 +162,39 @@ class FlashAttentionKernel(Kernel):
     def render(self, b: WgslBuilder) -> None:
         self._declare(b)
         self._prologue(b)
+        karr = "kv" if self.kv_alias else "ks"
+        varr = "kv" if self.kv_alias else "vs"
+        if self.pf:  # block blk0 in registers before the loop; each block then fetches the next
+            for which in "kv":
+                for li in range(self._kv_items(which)[2]):
+                    b.line(f"var p{which}{li} = {'vec4<f32>(0.0)' if self.v4 else '0.0'};")
+            b.line(f"let c0_first = blk0 * {self.bc}u;")
+            self._load_kv(b, "k", "c0_first", None)
+            self._load_kv(b, "v", "c0_first", None)
         b.line("for (var blk = blk0; blk < nblocks; blk++) {")
         b.line(f"  let c0 = blk * {self.bc}u;")
         b.line("  workgroupBarrier();  // the previous block's readers are done")
-        self._load_kv(b, "k", "kv" if self.kv_alias else "ks")
+        self._load_kv(b, "k", "c0", karr)
         if not self.kv_alias:
-            self._load_kv(b, "v", "vs")
+            self._load_kv(b, "v", "c0", varr)
         b.line("  workgroupBarrier();")
+        if self.pf:  # the next block's loads are in flight while this one is computed
+            b.line("  if (blk + 1u < nblocks) {")
+            self._load_kv(b, "k", f"(c0 + {self.bc}u)", None)
+            if not self.kv_alias:
+                self._load_kv(b, "v", f"(c0 + {self.bc}u)", None)
+            b.line("  }")
         self._scores(b)
         self._mask(b)
         self._softmax_step(b)
         if self.kv_alias:
             if self.sg:
                 b.line("  workgroupBarrier();  // every thread is done reading k")
-            self._load_kv(b, "v", "kv")
+            self._load_kv(b, "v", "c0", varr)
+            if self.pf:
+                b.line("  if (blk + 1u < nblocks) {")
+                self._load_kv(b, "v", f"(c0 + {self.bc}u)", None)
+                b.line("  }")
         b.line("  workgroupBarrier();  // p^T (and v) in workgroup memory")
         self._accumulate(b, "kv" if self.kv_alias else "vs")
         b.line("}")
@@ -301,33 +323,50 @@ class FlashAttentionKernel(Kernel):
                 b.line(f"  qs[dd * {self.ty}u + r / 4u][r % 4u] = x;")
             b.line("}")
 
-    def _load_kv(self, b: WgslBuilder, which: str, arr: str) -> None:
-        """Block c0 of k or v into workgroup memory as [key][d / 4], zeros past S and the head dim."""
+    def _kv_items(self, which: str) -> tuple[int, int, int]:
+        """(loads per key row, loads per block, loads per thread) of k or v."""
+        per = (self.dk if which == "k" else self.dv) // (4 if self.v4 else 1)
+        items = self.bc * per
+        return per, items, -(-items // (self.ty * self.tx))
+
+    def _load_kv(self, b: WgslBuilder, which: str, c0: str, arr: str | None) -> None:
+        """Block c0 of k or v into workgroup memory as [key][d / 4], zeros past S and the head dim.
+
+        With prefetching (`pf`), arr None loads block c0 into this thread's registers p{which}{li},
+        and a named arr stores those registers (loaded one block earlier) instead of loading."""
         threads = self.ty * self.tx
         src = self.in_name(1 if which == "k" else 2)
-        dpad = self.dk if which == "k" else self.dv
         dim = "params.dk" if which == "k" else "params.dv"
-        per = dpad // 4 if self.v4 else dpad
-        items = self.bc * per
-        for li in range(-(-items // threads)):
+        per, items, n = self._kv_items(which)
+        for li in range(n):
             e = f"(lidx + {li * threads}u)"
             guard = f"{e} < {items}u" if (li + 1) * threads > items else ""
             b.line(f"  {'if (' + guard + ') ' if guard else ''}{{")
             b.line(f"    let c = {e} / {per}u;")
             b.line(f"    let dd = {e} % {per}u;")
-            b.line("    let key = c0 + c;")
+            if self.pf and arr is not None:
+                b.line(f"    let x = p{which}{li};")
+                self._store_kv(b, which, arr)
+                b.line("  }")
+                continue
+            b.line(f"    let key = {c0} + c;")
             row = f"{which}_base + i32(key) * params.{which}_sl"
+            x = "x" if arr is not None else f"p{which}{li}"
+            zero = "vec4<f32>(0.0)" if self.v4 else "0.0"
+            if arr is not None:
+                b.line(f"    var x = {zero};")
+            else:  # a register still holding the previous block's value
+                b.line(f"    {x} = {zero};")
             if self.v4:
-                b.line("    var x = vec4<f32>(0.0);")
                 b.line(
-                    f"    if (key < params.s && dd * 4u < {dim}) {{ x = vec4<f32>({src}[u32({row} + i32(dd * 4u)) / 4u]); }}"
+                    f"    if (key < params.s && dd * 4u < {dim}) {{ {x} = vec4<f32>({src}[u32({row} + i32(dd * 4u)) / 4u]); }}"
                 )
             else:
-                b.line("    var x = 0.0;")
                 b.line(
-                    f"    if (key < params.s && dd < {dim}) {{ x = f32({src}[u32({row} + i32(dd) * params.{which}_sx)]); }}"
+                    f"    if (key < params.s && dd < {dim}) {{ {x} = f32({src}[u32({row} + i32(dd) * params.{which}_sx)]); }}"
                 )
-            self._store_kv(b, which, arr)
+            if arr is not None:
+                self._store_kv(b, which, arr)
             b.line("  }")
 
     def _store_kv(self, b: WgslBuilder, which: str, arr: str) -> None:
