@@ -465,16 +465,23 @@ class GemmConfig:
     half_products: bool = False
     # compiled without wgpu's index clamps (Device.pipeline); only for tiles that cover the problem exactly
     unchecked: bool = False
+    # planes of wx x wy threads splitting each k tile (sliced k, summed in workgroup memory at the end)
+    slices: int = 1
     kernel: str = BlockedGemmKernel.name
 
     @property
     def smem(self) -> int:
         item = 2 if self.half_products else 4
         pad = 2 * 2 * 4 * item * self.tile_k if self.conflict_free else 0  # a vec4 per k row, stages, operands
-        return 2 * item * self.tile_k * (self.tile_m + self.tile_n) + pad  # two stages of A and B tiles
+        red = 4 * self.tile_m * self.tile_n if self.slices > 1 else 0  # another plane's accumulators
+        return 2 * item * self.tile_k * (self.tile_m + self.tile_n) + pad + red  # two stages of A and B tiles
+
+    @property
+    def threads(self) -> int:
+        return self.wx * self.wy * self.slices
 
     def fits(self, caps: DeviceCaps) -> bool:
-        return self.smem <= caps.max_workgroup_storage and self.wx * self.wy <= caps.max_invocations
+        return self.smem <= caps.max_workgroup_storage and self.threads <= caps.max_invocations
 
 
 # the configurations gemm_blocked runs; the built-in rules use the first three, `wgjit tune` times them all
@@ -506,6 +513,20 @@ GEMM_CONFIGS: dict[str, GemmConfig] = {
     "b128cu": GemmConfig(128, 128, 8, 16, 16, conflict_free=True, unchecked=True),
     "b64u": GemmConfig(64, 64, 16, 16, 16, unchecked=True),
     "b64cu": GemmConfig(64, 64, 16, 16, 16, conflict_free=True, unchecked=True),
+    # issue 14: small squares (1024^3: 64 tiles of 128x128, 256 of 64x64 for 132 multiprocessors) want more
+    # threads per tile at 8x8 per thread: k sliced over 2 or 4 planes; and unchecked forms of the 8x8 tiles
+    "b64t8s2": GemmConfig(64, 64, 16, 8, 8, slices=2),
+    "b64t8s4": GemmConfig(64, 64, 16, 8, 8, slices=4),
+    "b64t8s2u": GemmConfig(64, 64, 16, 8, 8, slices=2, unchecked=True),
+    "b128x64s2": GemmConfig(128, 64, 8, 8, 16, slices=2),
+    "b64x128s2": GemmConfig(64, 128, 8, 16, 8, slices=2),
+    "b64t8k32s2": GemmConfig(64, 64, 32, 8, 8, slices=2),
+    "b64t8u": GemmConfig(64, 64, 16, 8, 8, unchecked=True),
+    "b128x64u": GemmConfig(128, 64, 16, 8, 16, unchecked=True),
+    "b64x128u": GemmConfig(64, 128, 16, 16, 8, unchecked=True),
+    "b128k16lu": GemmConfig(128, 128, 16, 16, 16, lanes=(8, 4), unchecked=True),
+    "b128x64k32": GemmConfig(128, 64, 32, 8, 16),  # 48 KiB: half the barriers of k16
+    "b64x128k32": GemmConfig(64, 128, 32, 16, 8),
 }
 # split-K candidates: "split4" cuts k into 4 chunks (passes.split_k), each chunk's GEMM chosen by the rules
 GEMM_SPLITS = (2, 4, 8)
@@ -548,7 +569,7 @@ def gemm_choice(config: str, variant: str, tuned: str = "") -> KernelChoice:
         params += (("unchecked", True),)
     if tuned:
         params += (("tuned", tuned),)
-    return KernelChoice(c.kernel, variant, workgroup=(c.wx, c.wy, 1), params=params)
+    return KernelChoice(c.kernel, variant, workgroup=(c.wx, c.wy, c.slices), params=params)
 
 
 # 128x128 tiles only when they alone make this many workgroups (a large GPU has 100+ multiprocessors)
