@@ -95,6 +95,9 @@ VARIANTS: list[tuple[int, int, int, bool, bool, bool, bool]] = [
     (32, 32, 8, True, True, False, True),
     (32, 16, 8, True, False, False, True),
     (64, 32, 16, False, False, False, False),
+    (64, 32, 16, False, False, False, True),  # 2 keys x 4 rows, 8 dims x 4 rows: fewer registers, prefetch cheap
+    (128, 16, 16, False, False, False, True),
+    (128, 32, 16, False, False, False, True),
     (64, 32, 4, False, False, False, False),
     (64, 32, 8, False, False, True, False),
     (128, 32, 8, False, False, True, False),
