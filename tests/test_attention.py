@@ -355,10 +355,15 @@ def test_every_tile(
     check_arrays(got, np_attention(q, k, v, keep))
 
 
+@pytest.mark.parametrize("tile", [None, (32, 16, False, True)], ids=["rule", "aliased"])
 @pytest.mark.parametrize("dv", [8, 16])
-def test_subgroup_reduction(dv: int, rng: np.random.Generator) -> None:
+def test_subgroup_reduction(
+    dv: int, tile: tuple | None, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not get_device().caps.subgroups:
         pytest.skip("this adapter has no subgroups")
+    if tile is not None:  # k and v sharing a buffer: the subgroup path's extra barrier, with the prefetch
+        monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
     # lavapipe's subgroups have at least 4 lanes: tx = dv / 4 threads fit in one
     q, k, v = randn(rng, 2, 2, 33, 12), randn(rng, 2, 2, 50, 12), randn(rng, 2, 2, 50, dv)
     keep = make_mask(rng, "bool", (2, 1, 1, 50))
