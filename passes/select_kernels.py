@@ -775,6 +775,8 @@ ATTENTION_TILES: tuple[tuple[int, int, bool, bool], ...] = (
 
 # vec4 registers per thread a prefetch of the next k/v block may take (FlashAttentionKernel's `pf`)
 ATTENTION_PREFETCH_MAX = 8
+# v read from memory in the p v product instead of through workgroup memory (FlashAttentionKernel's `vg`)
+ATTENTION_V_FROM_MEMORY = False
 
 
 def attention_choice(
@@ -791,12 +793,13 @@ def attention_choice(
         t = min(tx, bc)
         dkp, dvp = FlashAttentionKernel.padded_dims(dk, dv, t)
         sg = caps.subgroups and caps.subgroup_size >= t > 1
-        smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg)
+        vg = ATTENTION_V_FROM_MEMORY and v4 and not kv_alias
+        smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg)
         if smem <= caps.max_workgroup_storage and br // 4 * t <= caps.max_invocations:
             params = (("br", br), ("bc", bc), ("tx", t), ("dk", dkp), ("dv", dvp))
             params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg))
             # the next block of k and v prefetched into registers where that costs few of them
-            fetches = -(-bc * (dkp + dvp) // (4 * (br // 4) * t))
-            params += (("pf", fetches <= ATTENTION_PREFETCH_MAX),)
+            fetches = -(-bc * (dkp + (0 if vg else dvp)) // (4 * (br // 4) * t))
+            params += (("pf", fetches <= ATTENTION_PREFETCH_MAX), ("vg", vg))
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
     raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")

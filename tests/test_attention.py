@@ -328,20 +328,28 @@ def run_with_caps(y: tr.Tensor, **changes: object) -> tuple[np.ndarray, Program]
     return np.frombuffer(dev.read(out), dtype=y.dtype.np).reshape(y.shape), program
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["load", "prefetch"])
+@pytest.mark.parametrize(
+    "prefetch,v_memory", [(False, False), (True, False), (False, True), (True, True)], ids=["", "p", "v", "pv"]
+)
 @pytest.mark.parametrize("tile", sk.ATTENTION_TILES, ids=lambda t: f"{t[0]}x{t[1]}{'q' * t[2]}{'a' * t[3]}")
 def test_every_tile(
-    tile: tuple[int, int, bool, bool], prefetch: bool, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+    tile: tuple[int, int, bool, bool],
+    prefetch: bool,
+    v_memory: bool,
+    rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
     monkeypatch.setattr(sk, "ATTENTION_PREFETCH_MAX", 10**6 if prefetch else 0)
+    monkeypatch.setattr(sk, "ATTENTION_V_FROM_MEMORY", v_memory)
     q, k, v = randn(rng, 1, 4, 70, 24), randn(rng, 1, 2, 75, 24), randn(rng, 1, 2, 75, 40)
     mask = make_mask(rng, "add", (1, 1, 70, 75))
     y = sdpa(q, k, v, mask, causal=True)
     got, program = run_with_caps(y)  # a fresh compile: the program cache does not know the patched table
     (d,) = program.dispatches
     assert d.kernel == "flash_attention" and f":{tile[0]}x{tile[1]}t" in d.variant, d.variant
-    assert ("p" in d.variant.split(":")[3]) == prefetch, d.variant  # flags: q, a, g, p
+    flags = d.variant.split(":")[3]  # q, a, g, p, v
+    assert ("p" in flags) == prefetch and ("v" in flags) == (v_memory and not tile[3]), d.variant
     check_arrays(got, np_attention(q, k, v, mask, causal=True))
     # a key padding mask (the blocks it hides are skipped), the scalar loads of a strided k
     keep = make_mask(rng, "bool", (1, 1, 1, 75))

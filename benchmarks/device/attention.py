@@ -64,9 +64,9 @@ QUICK = [
 ]
 
 # tile configurations tried besides the rule's choice: (br, bc, tx, q^T in workgroup memory, k/v aliased, subgroups,
-# next k/v block prefetched into registers); those past the device's workgroup memory (48 KiB on the H200) or not
+# next k/v block prefetched into registers[, v read from memory in p v]); those past the device's workgroup memory (48 KiB on the H200) or not
 # dividing the head dim are left out
-VARIANTS: list[tuple[int, int, int, bool, bool, bool, bool]] = [
+VARIANTS: list[tuple[int, ...]] = [
     # head dim 64 (MiniLM): tx 4 gives 8 keys x 4 rows of scores and 16 dims x 4 rows of output per thread
     (128, 32, 8, False, False, False, False),
     (128, 32, 8, False, False, False, True),
@@ -101,6 +101,16 @@ VARIANTS: list[tuple[int, int, int, bool, bool, bool, bool]] = [
     (64, 32, 4, False, False, False, False),
     (64, 32, 8, False, False, True, False),
     (128, 32, 8, False, False, True, False),
+    # v read from memory (L1) in p v: no workgroup memory for v, room for q^T
+    (64, 16, 8, True, False, False, False, True),
+    (64, 16, 8, True, False, False, True, True),
+    (64, 32, 8, False, False, False, False, True),
+    (64, 32, 8, False, False, False, True, True),
+    (128, 32, 8, False, False, False, False, True),
+    (32, 32, 8, True, False, False, True, True),
+    (128, 32, 4, False, False, False, True, True),
+    (64, 32, 4, True, False, False, True, True),
+    (64, 32, 8, True, False, False, True, True),
 ]
 
 
@@ -134,10 +144,10 @@ def wgjit_program(case: Case, data: dict[str, np.ndarray], variant: tuple | None
 def _forced(node: Any, variant: tuple) -> Any:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
-    br, bc, tx, q_smem, kv_alias, sg, pf = variant
+    br, bc, tx, q_smem, kv_alias, sg, pf, *vg = variant
     dk, dv = FlashAttentionKernel.padded_dims(node.kernel.param("dk"), node.kernel.param("dv"), tx)
     params = (("br", br), ("bc", bc), ("tx", tx), ("dk", dk), ("dv", dv))
-    params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf))
+    params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf), ("vg", bool(vg and vg[0])))
     return dataclasses.replace(
         node, kernel=dataclasses.replace(node.kernel, params=params, workgroup=(br // 4 * tx, 1, 1))
     )
@@ -147,11 +157,11 @@ def fits(variant: tuple, case: Case) -> bool:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
     caps = get_device().caps
-    br, bc, tx, q_smem, kv_alias, sg, _pf = variant
+    br, bc, tx, q_smem, kv_alias, sg, _pf, *vg = variant
     if sg and not (caps.subgroups and caps.subgroup_size in (0, 32, 64) and caps.backend.lower() == "vulkan"):
         return False  # NVIDIA reports no minimum size through wgpu; its subgroups have 32 lanes
     dk, dv = FlashAttentionKernel.padded_dims(case.d, case.d, tx)
-    smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg)
+    smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg, bool(vg and vg[0]))
     return smem <= caps.max_workgroup_storage and br // 4 * tx <= caps.max_invocations and case.d % (4 * tx) == 0
 
 

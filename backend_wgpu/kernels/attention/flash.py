@@ -42,6 +42,8 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
   q_smem     q^T staged in workgroup memory (else each thread reads its rows' q from memory)
   kv_alias   k and v share one buffer (k for the scores, then v), for large head dims
   sg         the block max through subgroup shuffles (needs subgroups of at least tx lanes)
+  vg         v read from memory in the product with p (no workgroup memory for v: a row group's
+             threads read one contiguous run of a key's row, as from workgroup memory)
   pf         prefetch: the next block of k and v is loaded into registers while this one is
              computed (global latency hidden behind the block's FMAs; costs those registers)
 """
@@ -79,11 +81,13 @@ class FlashAttentionKernel(Kernel):
         return ""  # the variant names the loads (v4: vec4 along the head dim, s: scalars)
 
     @staticmethod
-    def smem_bytes(br: int, bc: int, tx: int, dk: int, dv: int, q_smem: bool, kv_alias: bool, sg: bool) -> int:
+    def smem_bytes(
+        br: int, bc: int, tx: int, dk: int, dv: int, q_smem: bool, kv_alias: bool, sg: bool, vg: bool = False
+    ) -> int:
         """Workgroup memory of a configuration (dk, dv padded), to check against the device's limit."""
         q = dk * br if q_smem else 0
         kr = 4 * FlashAttentionKernel.key_stride(dk)  # a key's row of k, padded
-        kv = max(kr, dv) * bc if kv_alias else (kr + dv) * bc
+        kv = max(kr, dv) * bc if kv_alias else (kr + (0 if vg else dv)) * bc
         red = 0 if sg else 4 * (br // 4) * tx
         return 4 * (q + kv + bc * br + red) + 8  # 8: the key range of a padding mask
 
@@ -106,9 +110,11 @@ class FlashAttentionKernel(Kernel):
         self.dk, self.dv = c.param("dk"), c.param("dv")
         self.q_smem, self.kv_alias, self.sg = c.param("q_smem", True), c.param("kv_alias", False), c.param("sg", False)
         self.pf = c.param("pf", False)
+        self.vg = c.param("vg", False)
         self.ty = self.br // 4
         self.rn = self.bc // self.tx  # keys per thread: tx + j * tx_threads for j < rn
         self.ks = self.key_stride(self.dk)
+        self.true_dv = self.operands[2].view.shape[3]
         self.gd = self.dv // (4 * self.tx)  # vec4 groups of head dims per thread
         self.v4 = c.variant.startswith("v4")
         # a mask the same for every query row (a padding mask (B, 1, 1, S)): one load per key, not four
@@ -119,11 +125,16 @@ class FlashAttentionKernel(Kernel):
         self.key_range = self.mask_row0 and self.arg.mask == "bool" and not self.arg.fill
         self.o4 = c.variant.endswith("o4")
         assert self.br % 4 == 0 and self.rn * self.tx == self.bc
+        assert not self.vg or (self.v4 and not self.kv_alias), "flash_attention: v from memory needs vec4 loads"
         assert self.gd * 4 * self.tx == self.dv and self.dk % 4 == 0
 
     def variant_key(self) -> str:
         c = self.choice
-        flags = "".join(f for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg), ("p", self.pf)) if on)
+        flags = "".join(
+            f
+            for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg), ("p", self.pf), ("v", self.vg))
+            if on
+        )
         a = self.arg
         mode = f"{a.mask}{'.row0' * self.mask_row0}{'.hide' * a.hide}{'.fill' * a.fill}{'.' + a.scale_by if a.scale_by else ''}{'.causal' * a.causal}"
         return f"{c.variant}:{self.br}x{self.bc}t{self.tx}:d{self.dk}.{self.dv}:{flags}:{mode}"
@@ -164,24 +175,25 @@ class FlashAttentionKernel(Kernel):
         self._prologue(b)
         karr = "kv" if self.kv_alias else "ks"
         varr = "kv" if self.kv_alias else "vs"
+        loads = "k" if self.vg else "kv"  # what goes through workgroup memory
         if self.pf:  # block blk0 in registers before the loop; each block then fetches the next
-            for which in "kv":
+            for which in loads:
                 for li in range(self._kv_items(which)[2]):
                     b.line(f"var p{which}{li} = {'vec4<f32>(0.0)' if self.v4 else '0.0'};")
             b.line(f"let c0_first = blk0 * {self.bc}u;")
-            self._load_kv(b, "k", "c0_first", None)
-            self._load_kv(b, "v", "c0_first", None)
+            for which in loads:
+                self._load_kv(b, which, "c0_first", None)
         b.line("for (var blk = blk0; blk < nblocks; blk++) {")
         b.line(f"  let c0 = blk * {self.bc}u;")
         b.line("  workgroupBarrier();  // the previous block's readers are done")
         self._load_kv(b, "k", "c0", karr)
-        if not self.kv_alias:
+        if not self.kv_alias and not self.vg:
             self._load_kv(b, "v", "c0", varr)
         b.line("  workgroupBarrier();")
         if self.pf:  # the next block's loads are in flight while this one is computed
             b.line("  if (blk + 1u < nblocks) {")
             self._load_kv(b, "k", f"(c0 + {self.bc}u)", None)
-            if not self.kv_alias:
+            if not self.kv_alias and not self.vg:
                 self._load_kv(b, "v", f"(c0 + {self.bc}u)", None)
             b.line("  }")
         self._scores(b)
@@ -196,7 +208,7 @@ class FlashAttentionKernel(Kernel):
                 self._load_kv(b, "v", f"(c0 + {self.bc}u)", None)
                 b.line("  }")
         b.line("  workgroupBarrier();  // p^T (and v) in workgroup memory")
-        self._accumulate(b, "kv" if self.kv_alias else "vs")
+        self._accumulate(b, "" if self.vg else varr)
         b.line("}")
         self._finish(b)
 
@@ -208,7 +220,8 @@ class FlashAttentionKernel(Kernel):
             b.workgroup_var(f"kv: array<vec4<f32>, {max(self.ks, self.dv // 4) * self.bc}>")  # k, then v
         else:
             b.workgroup_var(f"ks: array<vec4<f32>, {self.ks * self.bc}>")  # k: [key][d / 4], rows padded
-            b.workgroup_var(f"vs: array<vec4<f32>, {self.bc * self.dv // 4}>")  # v: [key][d / 4]
+            if not self.vg:
+                b.workgroup_var(f"vs: array<vec4<f32>, {self.bc * self.dv // 4}>")  # v: [key][d / 4]
         if self.key_range:
             b.workgroup_var("key_lo: atomic<u32>")
             b.workgroup_var("key_hi: atomic<u32>")
@@ -484,8 +497,18 @@ class FlashAttentionKernel(Kernel):
         for i in range(4):
             b.line(f"    {{ let c = c4 * 4u + {i}u;")
             b.line(f"      let pv = ps[c * {self.ty}u + ty];")
+            if not arr:  # v from memory: a row group's threads read one contiguous run of a key's row
+                b.line("      let vkey = c0 + c;")
+                b.line("      let vrow = v_base + i32(min(vkey, params.s - 1u)) * params.v_sl;")
             for g in range(self.gd):
-                b.line(f"      let vv{g} = {arr}[c * {self.dv // 4}u + {g * self.tx}u + tx];")
+                if arr:
+                    b.line(f"      let vv{g} = {arr}[c * {self.dv // 4}u + {g * self.tx}u + tx];")
+                else:  # keys past S (p = 0) and head dims past dv read 0, never another row's inf or NaN
+                    d = f"({g * self.tx}u + tx) * 4u"
+                    ok = "vkey < params.s" + ("" if self.dv == self.true_dv else f" && {d} < params.dv")
+                    dd = d if self.dv == self.true_dv else f"min({d}, params.dv - 4u)"
+                    val = f"vec4<f32>({self.in_name(2)}[u32(vrow + i32({dd})) / 4u])"
+                    b.line(f"      let vv{g} = select(vec4<f32>(0.0), {val}, {ok});")
                 for ri, ch in enumerate("xyzw"):
                     b.line(f"      o{ri}_{g} = fma(vec4<f32>(pv.{ch}), vv{g}, o{ri}_{g});")
             b.line("    }")
