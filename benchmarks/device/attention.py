@@ -111,6 +111,9 @@ VARIANTS: list[tuple[int, ...]] = [
     (128, 32, 4, False, False, False, True, True),
     (64, 32, 4, True, False, False, True, True),
     (64, 32, 8, True, False, False, True, True),
+    (32, 64, 8, False, False, False, False, True),  # 8 keys x 4 rows of scores per thread at head dim 128
+    (64, 64, 8, False, False, False, False, True),
+    (64, 64, 4, False, False, False, False, True),
 ]
 
 
