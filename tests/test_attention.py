@@ -270,16 +270,26 @@ def test_nonfinite_scores_follow_numpy(rng: np.random.Generator) -> None:
 # --- dtypes and layouts ------------------------------------------------------------------------------
 
 
-def test_float16(rng: np.random.Generator) -> None:
+@pytest.mark.parametrize("loads", ["", "pv"], ids=["rule", "prefetch+v-from-memory"])
+def test_float16(loads: str, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
     if not get_device().caps.shader_f16:
         pytest.skip("this adapter has no shader-f16")
+    if loads:
+        monkeypatch.setattr(sk, "ATTENTION_PREFETCH_MAX", 10**6)
+        monkeypatch.setattr(sk, "ATTENTION_V_FROM_MEMORY", True)
     q, k, v = (randn(rng, 2, 4, 19, 64, dtype="float16") for _ in range(3))
     mask = make_mask(rng, "add16", (2, 1, 19, 19))
     y = sdpa(q, k, v, mask, causal=True)
     assert y.dtype is tr.float16
-    attention_dispatch(y)
+    got, program = run_with_caps(y)  # a fresh compile: the program cache does not know the patched rule
+    (d,) = program.dispatches
+    assert d.kernel == "flash_attention" and all(f in d.variant.split(":")[3] for f in loads), d.variant
     # f32 accumulation: within one float16 rounding of the float64 result
-    check(y, np_attention(q, k, v, mask, causal=True), tol=2e-3)
+    check_arrays(got, np_attention(q, k, v, mask, causal=True), tol=2e-3)
+    keep = np.zeros((2, 1, 1, 19), bool)  # a key padding mask: its hidden blocks skipped
+    keep[0, ..., :7], keep[1, ..., 3:] = True, True
+    got, _ = run_with_caps(sdpa(q, k, v, keep))
+    check_arrays(got, np_attention(q, k, v, keep), tol=2e-3)
 
 
 def test_mixed_dtypes_promote(rng: np.random.Generator) -> None:
