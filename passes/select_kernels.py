@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from backend_wgpu.element import row_vector, vector_readable
 from backend_wgpu.kernels import (
@@ -756,20 +756,36 @@ def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | N
     return gemm_choice(config, p.variant(GEMM_CONFIGS[config])) if config else None
 
 
-# flash_attention tiles, best first: (query rows, keys per block, q^T in workgroup memory, k/v sharing one buffer);
-# the first that fits the device's workgroup memory wins (backend_wgpu/kernels/attention/flash.py)
-ATTENTION_TILES: tuple[tuple[int, int, bool, bool], ...] = (
-    # 128 query rows per workgroup first: MiniLM's 32x12x128x64 with a padding mask ran in 0.110 ms
-    # against 0.145 ms for the 64-row tile (H200, benchmarks/runs/2026-12-01-B/attention.txt)
-    (128, 32, False, False),
-    (64, 32, True, False),
-    (64, 32, False, False),
-    (64, 16, True, False),
-    (32, 32, True, True),
-    (32, 16, False, True),
-    (16, 16, False, True),
-    (8, 8, False, True),
-    (4, 4, False, True),
+class AttentionTile(NamedTuple):
+    """A flash_attention tile (backend_wgpu/kernels/attention/flash.py): query rows, keys per block, q^T in
+    workgroup memory, k/v sharing one buffer; at most `tx` threads across the head dims; prefetch and v read
+    from memory as the module's defaults say (ATTENTION_PREFETCH_MAX, ATTENTION_V_FROM_MEMORY) unless set."""
+
+    br: int
+    bc: int
+    q_smem: bool
+    kv_alias: bool
+    tx: int = 8
+    pf: bool | None = None
+    vg: bool | None = None
+
+
+# flash_attention tiles, best first: the first that fits the device's workgroup memory wins
+ATTENTION_TILES: tuple[AttentionTile, ...] = tuple(
+    AttentionTile(*t)
+    for t in (
+        # 128 query rows per workgroup first: MiniLM's 32x12x128x64 with a padding mask ran in 0.110 ms
+        # against 0.145 ms for the 64-row tile (H200, benchmarks/runs/2026-12-01-B/attention.txt)
+        (128, 32, False, False),
+        (64, 32, True, False),
+        (64, 32, False, False),
+        (64, 16, True, False),
+        (32, 32, True, True),
+        (32, 16, False, True),
+        (16, 16, False, True),
+        (8, 8, False, True),
+        (4, 4, False, True),
+    )
 )
 
 
@@ -779,27 +795,27 @@ ATTENTION_PREFETCH_MAX = 8
 ATTENTION_V_FROM_MEMORY = False
 
 
-def attention_choice(
-    graph: Graph, node: Node, caps: DeviceCaps, tile: tuple[int, int, bool, bool] | None = None
-) -> KernelChoice:
+def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: AttentionTile | None = None) -> KernelChoice:
     """Flash attention: vec4 loads where q, k and v allow them, the largest tile that fits (or `tile`)."""
     q, k, v = (view_of_operand(graph, s)[1] for s in node.srcs[:3])
     dk, dv = q.shape[-1], v.shape[-1]
     v4 = all(x.strides[-1] == 1 and vector_readable(x, 4) for x in (q, k, v))
     variant = f"{'v4' if v4 else 's'}.{'o4' if dv % 4 == 0 else 'o1'}"
     dv4 = 4 * max(1, -(-dv // 4))
-    tx = next(t for t in (8, 4, 2, 1) if dv4 % (4 * t) == 0)  # threads across dv: no padding past 4
-    for br, bc, q_smem, kv_alias in ATTENTION_TILES if tile is None else (tile,):
-        t = min(tx, bc)
+    for at in ATTENTION_TILES if tile is None else (tile,):
+        br, bc, q_smem, kv_alias = at.br, at.bc, at.q_smem, at.kv_alias
+        # threads across dv: no padding past 4
+        t = min(next(t for t in (16, 8, 4, 2, 1) if t <= at.tx and dv4 % (4 * t) == 0), bc)
         dkp, dvp = FlashAttentionKernel.padded_dims(dk, dv, t)
         sg = caps.subgroups and caps.subgroup_size >= t > 1
-        vg = ATTENTION_V_FROM_MEMORY and v4 and not kv_alias
+        vg = (ATTENTION_V_FROM_MEMORY if at.vg is None else at.vg) and v4 and not kv_alias
         smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg)
         if smem <= caps.max_workgroup_storage and br // 4 * t <= caps.max_invocations:
             params = (("br", br), ("bc", bc), ("tx", t), ("dk", dkp), ("dv", dvp))
             params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg))
             # the next block of k and v prefetched into registers where that costs few of them
             fetches = -(-bc * (dkp + (0 if vg else dvp)) // (4 * (br // 4) * t))
-            params += (("pf", fetches <= ATTENTION_PREFETCH_MAX), ("vg", vg))
+            pf = fetches <= ATTENTION_PREFETCH_MAX if at.pf is None else at.pf
+            params += (("pf", pf), ("vg", vg))
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
     raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")
