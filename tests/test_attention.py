@@ -373,7 +373,7 @@ def test_every_tile(
     check_arrays(got, np_attention(q, k, v, keep))
 
 
-@pytest.mark.parametrize("tile", [None, (32, 16, False, True)], ids=["rule", "aliased"])
+@pytest.mark.parametrize("tile", [None, sk.AttentionTile(32, 16, False, True)], ids=["rule", "aliased"])
 @pytest.mark.parametrize("dv", [8, 16])
 def test_subgroup_reduction(
     dv: int, tile: tuple | None, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
