@@ -260,7 +260,7 @@ class Device:
             encoder = self.device.create_command_encoder()
             encoder.copy_buffer_to_buffer(buf.buffer, buf.offset, staging, 0, size)
             self.queue.submit([encoder.finish()])
-            promise = staging.map_async(wgpu.MapMode.READ, 0, size)
+            promise = self._map_for_read(staging, size)
             if self._spin_wait:
                 # On a GPU, poll without blocking until the map is done: a blocking wait (ours or
                 # wgpu-py's poll thread) sleeps in the driver and wakes up to ~1 ms late, more than
@@ -279,6 +279,16 @@ class Device:
             if staging.size > READBACK_KEPT_BYTES:
                 staging.destroy()
             self.stats["reads"] += 1
+
+    @staticmethod
+    def _map_for_read(staging: Any, size: int) -> Any:
+        """Map `staging` for reading. wgpu-py 0.32 submits an empty command buffer before every read
+        map of a buffer not mapped since (a workaround for maps right after creation); the copy
+        into it was just submitted, so its internal mode without that submission suffices."""
+        try:
+            return staging.map_async("READ_NOSYNC", 0, size)
+        except (ValueError, KeyError, TypeError, AttributeError):  # a wgpu-py without that mode
+            return staging.map_async(wgpu.MapMode.READ, 0, size)
 
     def drop_readback(self) -> None:
         """Free the kept read-back staging buffers (the next reads make new ones)."""
