@@ -6,10 +6,10 @@ running sum l of exp(s - m) and the output accumulator o in registers (the onlin
 softmax): per block, m' = max(m, block max), o and l are scaled by exp(m - m'), and the
 block's p = exp(s - m') are added (o += p v, l += sum p). The output is o / l.
 
-Threads form a (br / 4) x tx grid: thread (ty, tx) owns 4 query rows (4ty..4ty+3) and,
+Threads form a (br / 4) x tx grid: thread (ty, tx) owns 4 query rows (ty + i br / 4) and,
 for those rows, the scores of bc / tx keys (tx, tx + tx_threads, ...) and the output of
 dv / tx head dims, so both products are register-blocked outer products over vec4s of rows:
-  scores   s[rows, keys] += q^T[d][rows] * k[key][d]       (q^T, k in workgroup memory)
+  scores   s[rows, keys] += q[rows][d] * k[key][d]         (q, k in workgroup memory)
   output   o[rows, dims] += p^T[key][rows] * v[key][dims]  (p^T, v in workgroup memory)
 k and v are stored as loaded (consecutive threads, consecutive vec4s of a key's row: no bank
 conflicts); k's rows are padded to an odd number of vec4s so the tx threads reading their
@@ -39,7 +39,7 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
   br, bc     query rows per workgroup, keys per block (br a multiple of 4, bc of tx)
   tx         threads across keys and head dims; the workgroup has br / 4 * tx threads
   dk, dv     the head dims padded (dk to 4, dv to 4 * tx): zeros fill the padding
-  q_smem     q^T staged in workgroup memory (else each thread reads its rows' q from memory)
+  q_smem     q staged in workgroup memory (as loaded, rows padded) (else each thread reads its rows' q from memory)
   kv_alias   k and v share one buffer (k for the scores, then v), for large head dims
   sg         the block max through subgroup shuffles (needs subgroups of at least tx lanes)
   vg         v read from memory in the product with p (no workgroup memory for v: a row group's
@@ -85,8 +85,8 @@ class FlashAttentionKernel(Kernel):
         br: int, bc: int, tx: int, dk: int, dv: int, q_smem: bool, kv_alias: bool, sg: bool, vg: bool = False
     ) -> int:
         """Workgroup memory of a configuration (dk, dv padded), to check against the device's limit."""
-        q = dk * br if q_smem else 0
-        kr = 4 * FlashAttentionKernel.key_stride(dk)  # a key's row of k, padded
+        kr = 4 * FlashAttentionKernel.key_stride(dk)  # a key's (or query's) row of k (q), padded
+        q = kr * br if q_smem else 0
         kv = max(kr, dv) * bc if kv_alias else (kr + (0 if vg else dv)) * bc
         red = 0 if sg else 4 * (br // 4) * tx
         return 4 * (q + kv + bc * br + red) + 8  # 8: the key range of a padding mask
@@ -215,7 +215,7 @@ class FlashAttentionKernel(Kernel):
     def _declare(self, b: WgslBuilder) -> None:
         br4 = self.br // 4
         if self.q_smem:
-            b.workgroup_var(f"qs: array<vec4<f32>, {self.dk * br4}>")  # q^T: [d][row / 4]
+            b.workgroup_var(f"qs: array<vec4<f32>, {self.br * self.ks}>")  # q: [row][d / 4], rows padded
         if self.kv_alias:
             b.workgroup_var(f"kv: array<vec4<f32>, {max(self.ks, self.dv // 4) * self.bc}>")  # k, then v
         else:
@@ -266,7 +266,7 @@ class FlashAttentionKernel(Kernel):
         if self.arg.fill:  # the score of a key the mask hides, in log2 units
             b.line(f"let fill2 = vec4<f32>(f32({self.in_name(self.arg.operand('fill'))}[params.fill_off]) * {LOG2E});")
         for ri in range(4):
-            b.line(f"let row{ri} = r0 + ty * 4u + {ri}u;")
+            b.line(f"let row{ri} = r0 + ty + {ri * self.ty}u;")
             b.line(f"let qrow{ri} = min(row{ri}, params.lq - 1u);  // rows past lq compute, never store")
         if self.q_smem:
             self._load_q(b)
@@ -308,7 +308,7 @@ class FlashAttentionKernel(Kernel):
         b.line("kv_begin = min(span.x, span.y);")
 
     def _load_q(self, b: WgslBuilder) -> None:
-        """q^T into qs: qs[d * br/4 + row/4][row % 4] (zeros past lq and dk), once per workgroup."""
+        """q into qs as loaded: qs[row * ks + d / 4] (zeros past lq and dk), once per workgroup."""
         threads = self.ty * self.tx
         per = self.dk // 4 if self.v4 else self.dk
         items = self.br * per
@@ -326,14 +326,13 @@ class FlashAttentionKernel(Kernel):
                     f"    x = vec4<f32>({self.in_name(0)}[u32(q_base + i32(row) * params.q_sl + i32(dd * 4u)) / 4u]);"
                 )
                 b.line("  }")
-                for lane, c in enumerate("xyzw"):
-                    b.line(f"  qs[(dd * 4u + {lane}u) * {self.ty}u + r / 4u][r % 4u] = x.{c};")
+                b.line(f"  qs[r * {self.ks}u + dd] = x;")
             else:
                 b.line("  var x = 0.0;")
                 b.line("  if (row < params.lq && dd < params.dk) {")
                 b.line(f"    x = f32({self.in_name(0)}[u32(q_base + i32(row) * params.q_sl + i32(dd) * params.q_sx)]);")
                 b.line("  }")
-                b.line(f"  qs[dd * {self.ty}u + r / 4u][r % 4u] = x;")
+                b.line(f"  qs[r * {self.ks}u + dd / 4u][dd % 4u] = x;")
             b.line("}")
 
     def _kv_items(self, which: str) -> tuple[int, int, int]:
@@ -399,7 +398,10 @@ class FlashAttentionKernel(Kernel):
         for j in range(self.rn):
             b.line(f"  var s{j} = vec4<f32>(0.0);")
         b.line(f"  for (var d4 = 0u; d4 < {self.dk // 4}u; d4++) {{")
-        if not self.q_smem and self.v4:  # each row's 4 head dims from memory, turned into 4 vec4s over rows
+        if self.q_smem:  # each row's 4 head dims: the row group's 4 rows are consecutive (distinct banks)
+            for ri in range(4):
+                b.line(f"    let qr{ri} = qs[(ty + {ri * self.ty}u) * {self.ks}u + d4];")
+        elif self.v4:  # each row's 4 head dims from memory, turned into 4 vec4s over rows
             for ri in range(4):
                 b.line(
                     f"    let qr{ri} = vec4<f32>({self.in_name(0)}[u32(q_base + i32(qrow{ri}) * params.q_sl + i32(d4 * 4u)) / 4u]);"
@@ -408,9 +410,7 @@ class FlashAttentionKernel(Kernel):
             b.line(f"    let k{j} = {karr}[({j * self.tx}u + tx) * {self.ks}u + d4];")
         for lane, c in enumerate("xyzw"):
             d = f"d4 * 4u + {lane}u"
-            if self.q_smem:
-                q = f"qs[({d}) * {self.ty}u + ty]"
-            elif self.v4:
+            if self.q_smem or self.v4:
                 q = f"vec4<f32>(qr0.{c}, qr1.{c}, qr2.{c}, qr3.{c})"
             else:  # scalars through any strides; the padding past dk reads 0
                 dd = f"i32(min({d}, max(params.dk, 1u) - 1u)) * params.q_sx"
