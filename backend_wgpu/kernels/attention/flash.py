@@ -232,11 +232,16 @@ class FlashAttentionKernel(Kernel):
 
     def _prologue(self, b: WgslBuilder) -> None:
         """Which (batch, head, row block) this workgroup owns, its key range, q staged, state zeroed."""
-        b.line("let bh = wg / params.qblocks;")
-        b.line("if (bh >= params.bh) { return; }")
-        # causal: later row blocks see more keys; they start first (workgroups start in index order)
-        qb = "params.qblocks - 1u - wg % params.qblocks" if self.arg.causal else "wg % params.qblocks"
-        b.line(f"let r0 = ({qb}) * {self.br}u;")
+        if self.arg.causal:
+            # later row blocks see more keys: the last row block of every head starts first, then the one
+            # before... (workgroups start in index order; the longest first leaves the shortest for the tail)
+            b.line("let bh = wg % params.bh;")
+            b.line("if (wg / params.bh >= params.qblocks) { return; }")
+            b.line(f"let r0 = (params.qblocks - 1u - wg / params.bh) * {self.br}u;")
+        else:  # a head's row blocks side by side: they share its k and v in the cache
+            b.line("let bh = wg / params.qblocks;")
+            b.line("if (bh >= params.bh) { return; }")
+            b.line(f"let r0 = (wg % params.qblocks) * {self.br}u;")
         b.line("let bi = bh / params.heads;")
         b.line("let hq = bh % params.heads;")
         b.line("let hk = hq / params.group;")
