@@ -299,12 +299,17 @@ class FlashAttentionKernel(Kernel):
         b.line("  let mrow = i32(params.m_off) + i32(bi) * params.m_sb + i32(hq) * params.m_sh;")
         b.line("  var lo = 0xffffffffu;")
         b.line("  var hi = 0u;")
+        # only the ends of runs of kept keys take part (a padding mask: one thread each), so few threads
+        # contend for the workgroup's atomics
+        keep = f"(u32({self.in_name(3)}[u32(mrow + i32({{}}) * params.m_sx)]) {seen})"
         b.line(f"  for (var j = lidx; j < kv_end; j += {threads}u) {{")
-        b.line(
-            f"    if (u32({self.in_name(3)}[u32(mrow + i32(j) * params.m_sx)]) {seen}) {{ lo = min(lo, j); hi = j + 1u; }}"
-        )
+        b.line(f"    if {keep.format('j')} {{")
+        b.line(f"      if (j == 0u || !{keep.format('j - 1u')}) {{ lo = min(lo, j); }}")
+        b.line(f"      if (j + 1u == kv_end || !{keep.format('j + 1u')}) {{ hi = max(hi, j + 1u); }}")
+        b.line("    }")
         b.line("  }")
-        b.line("  if (hi > 0u) { atomicMin(&key_lo, lo); atomicMax(&key_hi, hi); }")
+        b.line("  if (lo != 0xffffffffu) { atomicMin(&key_lo, lo); }")
+        b.line("  if (hi > 0u) { atomicMax(&key_hi, hi); }")
         b.line("}")
         b.line("workgroupBarrier();")
         b.line("if (lidx == 0u) { key_span = vec2<u32>(atomicLoad(&key_lo), atomicLoad(&key_hi)); }")
