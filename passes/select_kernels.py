@@ -793,6 +793,14 @@ ATTENTION_TILES: tuple[AttentionTile, ...] = tuple(
 ATTENTION_PREFETCH_MAX = 8
 # v read from memory in the p v product instead of through workgroup memory (FlashAttentionKernel's `vg`)
 ATTENTION_V_FROM_MEMORY = False
+# the kernel's inner loops unrolled in the WGSL (`un`): None unrolls except on CPU adapters, whose LLVM
+# takes minutes over the unrolled shaders (lavapipe: the attention tests 1.5 -> 11 minutes)
+ATTENTION_UNROLL: bool | None = None
+
+
+def cpu_adapter(caps: DeviceCaps) -> bool:
+    """Mesa's llvmpipe (lavapipe, and its GL driver): shaders compiled by LLVM on the CPU."""
+    return "llvmpipe" in caps.name.lower()
 
 
 def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: AttentionTile | None = None) -> KernelChoice:
@@ -816,6 +824,7 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
             # the next block of k and v prefetched into registers where that costs few of them
             fetches = -(-bc * (dkp + (0 if vg else dvp)) // (4 * (br // 4) * t))
             pf = fetches <= ATTENTION_PREFETCH_MAX if at.pf is None else at.pf
-            params += (("pf", pf), ("vg", vg))
+            un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL
+            params += (("pf", pf), ("vg", vg), ("un", un))
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
     raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")

@@ -444,3 +444,24 @@ def test_random_attention_programs(program) -> None:  # noqa: ANN001
     """The GPU and ir.interpret (before and after every pass) against the generator's numpy meaning,
     on attention steps with every mask kind and head layout (tests/strategies.py, d_attention)."""
     check_program(program)
+
+
+@pytest.mark.parametrize(
+    "d,tile",
+    [(32, sk.AttentionTile(64, 32, True, False, pf=True)), (128, sk.AttentionTile(64, 16, False, True))],
+    ids=["d32-q-prefetch", "d128-aliased"],
+)
+def test_unrolled_loops(
+    d: int, tile: sk.AttentionTile, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loops over head dims and a block's keys unrolled in the WGSL (what GPUs run; CPU adapters
+    compile the loops: select_kernels.cpu_adapter), causal with a padding mask, grouped-query."""
+    monkeypatch.setattr(sk, "ATTENTION_UNROLL", True)
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
+    q, k, v = randn(rng, 2, 4, 45, d), randn(rng, 2, 2, 50, d), randn(rng, 2, 2, 50, d)
+    keep = np.ones((2, 1, 1, 50), bool)
+    keep[1, ..., 33:] = False
+    got, program = run_with_caps(sdpa(q, k, v, keep, causal=True))
+    (dispatch,) = program.dispatches
+    assert "u" in dispatch.variant.split(":")[3] and f":{tile.br}x{tile.bc}t" in dispatch.variant, dispatch.variant
+    check_arrays(got, np_attention(q, k, v, keep, causal=True))

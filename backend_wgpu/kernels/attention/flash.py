@@ -44,6 +44,8 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
   sg         the block max through subgroup shuffles (needs subgroups of at least tx lanes)
   vg         v read from memory in the product with p (no workgroup memory for v: a row group's
              threads read one contiguous run of a key's row, as from workgroup memory)
+  un         the loops over head dims and over a block's keys unrolled in the WGSL (constants in each
+             copy): larger shaders, slow to compile on CPU adapters (lavapipe)
   pf         prefetch: the next block of k and v is loaded into registers while this one is
              computed (global latency hidden behind the block's FMAs; costs those registers)
 """
@@ -110,6 +112,7 @@ class FlashAttentionKernel(Kernel):
         self.dk, self.dv = c.param("dk"), c.param("dv")
         self.q_smem, self.kv_alias, self.sg = c.param("q_smem", True), c.param("kv_alias", False), c.param("sg", False)
         self.pf = c.param("pf", False)
+        self.unroll = c.param("un", False)
         self.vg = c.param("vg", False)
         self.ty = self.br // 4
         self.rn = self.bc // self.tx  # keys per thread: tx + j * tx_threads for j < rn
@@ -132,7 +135,14 @@ class FlashAttentionKernel(Kernel):
         c = self.choice
         flags = "".join(
             f
-            for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg), ("p", self.pf), ("v", self.vg))
+            for f, on in (
+                ("q", self.q_smem),
+                ("a", self.kv_alias),
+                ("g", self.sg),
+                ("p", self.pf),
+                ("v", self.vg),
+                ("u", self.unroll),
+            )
             if on
         )
         a = self.arg
@@ -407,7 +417,21 @@ class FlashAttentionKernel(Kernel):
         karr = "kv" if self.kv_alias else "ks"
         for j in range(self.rn):
             b.line(f"  var s{j} = vec4<f32>(0.0);")
-        b.line(f"  for (var d4 = 0u; d4 < {self.dk // 4}u; d4++) {{")
+        # `un`: unrolled here (d4 a constant in each copy): no loop for the driver to keep bounded or to
+        # unroll, so it can schedule the next step's loads under this one's FMAs
+        for head in self._steps("d4", self.dk // 4):
+            b.line(head)
+            self._score_step(b, karr)
+            b.line("  }")
+
+    def _steps(self, var: str, n: int) -> list[str]:
+        """The openings of a loop of n steps over `var`: one loop, or n blocks with `var` a constant (`un`)."""
+        if self.unroll:
+            return [f"  {{ let {var} = {i}u;" for i in range(n)]
+        return [f"  for (var {var} = 0u; {var} < {n}u; {var}++) {{"]
+
+    def _score_step(self, b: WgslBuilder, karr: str) -> None:
+        """One vec4 of head dims d4: the 4 rows' q, the thread's keys' k, 16 rn FMAs."""
         if self.q_smem:  # each row's 4 head dims: the row group's 4 rows are consecutive (distinct banks)
             for ri in range(4):
                 b.line(f"    let qr{ri} = qs[(ty + {ri * self.ty}u) * {self.ks}u + d4];")
@@ -432,7 +456,6 @@ class FlashAttentionKernel(Kernel):
             for j in range(self.rn):
                 b.line(f"      s{j} = fma(qv, vec4<f32>(k{j}.{c}), s{j});")
             b.line("    }")
-        b.line("  }")
 
     def _key_index(self, j: int) -> str:
         return f"(c0 + {j * self.tx}u + tx)"
@@ -482,7 +505,8 @@ class FlashAttentionKernel(Kernel):
             return
         b.line(f"  red[ty * {self.tx}u + tx] = mx;")
         b.line("  workgroupBarrier();")
-        b.line(f"  for (var t = 0u; t < {self.tx}u; t++) {{ mx = max(mx, red[ty * {self.tx}u + t]); }}")
+        for t in range(self.tx):
+            b.line(f"  mx = max(mx, red[ty * {self.tx}u + {t}u]);")
 
     def _softmax_step(self, b: WgslBuilder) -> None:
         """The online softmax: new max, rescale o and l, p = exp2(s - m) into p^T."""
@@ -503,9 +527,8 @@ class FlashAttentionKernel(Kernel):
 
     def _accumulate(self, b: WgslBuilder, arr: str) -> None:
         """o += p v over the block's keys: per key, this thread's 4 rows of p^T times its head dims of v."""
-        b.line(f"  for (var c4 = 0u; c4 < {self.bc // 4}u; c4++) {{")
-        for i in range(4):
-            b.line(f"    {{ let c = c4 * 4u + {i}u;")
+        for head in self._steps("c", self.bc):  # unrolled or not (see _scores)
+            b.line(head)
             b.line(f"      let pv = ps[c * {self.ty}u + ty];")
             if not arr:  # v from memory: a row group's threads read one contiguous run of a key's row
                 b.line("      let vkey = c0 + c;")
@@ -522,7 +545,6 @@ class FlashAttentionKernel(Kernel):
                 for ri, ch in enumerate("xyzw"):
                     b.line(f"      o{ri}_{g} = fma(vec4<f32>(pv.{ch}), vv{g}, o{ri}_{g});")
             b.line("    }")
-        b.line("  }")
 
     def _finish(self, b: WgslBuilder) -> None:
         """l summed over the row group's threads; o / l stored (a row with no key: 0 / 0 = NaN; S == 0: 0)."""
@@ -537,7 +559,8 @@ class FlashAttentionKernel(Kernel):
             b.line(f"red[ty * {self.tx}u + tx] = lsum;")
             b.line("workgroupBarrier();")
             b.line("lsum = vec4<f32>(0.0);")
-            b.line(f"for (var t = 0u; t < {self.tx}u; t++) {{ lsum += red[ty * {self.tx}u + t]; }}")
+            for t in range(self.tx):
+                b.line(f"lsum += red[ty * {self.tx}u + {t}u];")
         b.line("let inv = select(vec4<f32>(1.0) / lsum, vec4<f32>(0.0), params.s == 0u);")
         ot = vtype(self.node.dtype, 1)
         for ri, ch in enumerate("xyzw"):
