@@ -527,6 +527,11 @@ GEMM_CONFIGS: dict[str, GemmConfig] = {
     "b128k16lu": GemmConfig(128, 128, 16, 16, 16, lanes=(8, 4), unchecked=True),
     "b128x64k32": GemmConfig(128, 64, 32, 8, 16),  # 48 KiB: half the barriers of k16
     "b64x128k32": GemmConfig(64, 128, 32, 16, 8),
+    # around run F's winner of 4096^3 and 1024^3 (b64x128u: 8x8 per thread, 128 threads, unchecked)
+    "b64x128k8u": GemmConfig(64, 128, 8, 16, 8, unchecked=True),
+    "b64x128lu": GemmConfig(64, 128, 16, 16, 8, lanes=(8, 4), unchecked=True),
+    "b64x128cu": GemmConfig(64, 128, 16, 16, 8, conflict_free=True, unchecked=True),
+    "b32x128u": GemmConfig(32, 128, 16, 16, 4, unchecked=True),
 }
 # split-K candidates: "split4" cuts k into 4 chunks (passes.split_k), each chunk's GEMM chosen by the rules
 GEMM_SPLITS = (2, 4, 8)
