@@ -773,6 +773,7 @@ class AttentionTile(NamedTuple):
     tx: int = 8
     pf: bool | None = None
     vg: bool | None = None
+    pl: bool | None = None
 
 
 # flash_attention tiles, best first: the first that fits the device's workgroup memory wins
@@ -801,6 +802,9 @@ ATTENTION_V_FROM_MEMORY = False
 # the kernel's inner loops unrolled in the WGSL (`un`): None unrolls except on CPU adapters, whose LLVM
 # takes minutes over the unrolled shaders (lavapipe: the attention tests 1.5 -> 11 minutes)
 ATTENTION_UNROLL: bool | None = None
+# two barriers per block instead of four, k and v through registers (FlashAttentionKernel's `pl`; not with
+# k and v sharing a buffer)
+ATTENTION_PIPELINED = False
 
 
 def cpu_adapter(caps: DeviceCaps) -> bool:
@@ -830,6 +834,7 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
             fetches = -(-bc * (dkp + (0 if vg else dvp)) // (4 * (br // 4) * t))
             pf = fetches <= ATTENTION_PREFETCH_MAX if at.pf is None else at.pf
             un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL
-            params += (("pf", pf), ("vg", vg), ("un", un))
+            pl = (ATTENTION_PIPELINED if at.pl is None else at.pl) and not kv_alias
+            params += (("pf", pf), ("vg", vg), ("un", un), ("pl", pl))
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
     raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")

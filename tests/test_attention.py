@@ -465,3 +465,38 @@ def test_unrolled_loops(
     (dispatch,) = program.dispatches
     assert "u" in dispatch.variant.split(":")[3] and f":{tile.br}x{tile.bc}t" in dispatch.variant, dispatch.variant
     check_arrays(got, np_attention(q, k, v, keep, causal=True))
+
+
+@pytest.mark.parametrize(
+    "tile,v_memory,subgroups",
+    [
+        (sk.AttentionTile(64, 16, False, False, pl=True), False, False),
+        (sk.AttentionTile(32, 16, True, False, pl=True), True, False),
+        (sk.AttentionTile(16, 8, False, False, pl=True), False, True),
+    ],
+    ids=["64x16", "32x16-q-v-from-memory", "16x8-subgroups"],
+)
+def test_pipelined_loop(
+    tile: sk.AttentionTile,
+    v_memory: bool,
+    subgroups: bool,
+    rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two barriers per block (k of the next block stored during this one): one block, several, a
+    partial last one, keys skipped by a padding mask at both ends, causal, grouped-query."""
+    if subgroups and not get_device().caps.subgroups:
+        pytest.skip("this adapter has no subgroups")
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
+    monkeypatch.setattr(sk, "ATTENTION_V_FROM_MEMORY", v_memory)
+    caps = {"subgroups": True, "subgroup_size": 4} if subgroups else {"subgroups": False}
+    for s in (5, 16, 61):
+        q, k, v = randn(rng, 2, 4, 37, 16), randn(rng, 2, 2, s, 16), randn(rng, 2, 2, s, 8)
+        keep = np.ones((2, 1, 1, s), bool)
+        keep[1, ..., : s // 3], keep[1, ..., s - s // 4 :] = False, False
+        for mask, causal in ((None, True), (keep, False), (keep, True)):
+            got, program = run_with_caps(sdpa(q, k, v, mask, causal=causal), **caps)
+            (d,) = program.dispatches
+            flags = d.variant.split(":")[3]
+            assert "l" in flags and ("v" in flags) == v_memory and ("g" in flags) == subgroups, d.variant
+            check_arrays(got, np_attention(q, k, v, mask, causal=causal))

@@ -100,6 +100,14 @@ VARIANTS: list[tuple[int, ...]] = [
     (64, 32, 16, False, False, False, False),
     (64, 32, 8, False, False, True, False),
     (128, 32, 8, False, False, True, False),
+    # pipelined: two barriers per block (br, bc, tx, q, a, sg, pf, vg, unrolled, pipelined)
+    (128, 32, 8, False, False, False, True, False, True, True),
+    (128, 32, 4, False, False, False, True, False, True, True),
+    (64, 16, 8, False, False, False, True, False, True, True),
+    (64, 32, 8, True, False, False, True, False, True, True),
+    (64, 32, 8, False, False, False, True, False, True, True),
+    (128, 16, 8, False, False, False, True, False, True, True),
+    (32, 32, 8, False, False, False, True, False, True, True),
 ]
 
 
@@ -134,10 +142,11 @@ def _forced(node: Any, variant: tuple) -> Any:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
     br, bc, tx, q_smem, kv_alias, sg, pf, *more = variant
-    vg, un = (more + [False, node.kernel.param("un")])[:2]  # unrolled as the rule says unless given
+    vg, un, pl = (more + [False, node.kernel.param("un"), False][len(more) :])[:3]  # unrolled as the rule says
     dk, dv = FlashAttentionKernel.padded_dims(node.kernel.param("dk"), node.kernel.param("dv"), tx)
     params = (("br", br), ("bc", bc), ("tx", tx), ("dk", dk), ("dv", dv))
     params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf), ("vg", vg), ("un", un))
+    params += (("pl", pl),)
     return dataclasses.replace(
         node, kernel=dataclasses.replace(node.kernel, params=params, workgroup=(br // 4 * tx, 1, 1))
     )

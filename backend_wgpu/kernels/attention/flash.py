@@ -46,6 +46,8 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
              threads read one contiguous run of a key's row, as from workgroup memory)
   un         the loops over head dims and over a block's keys unrolled in the WGSL (constants in each
              copy): larger shaders, slow to compile on CPU adapters (lavapipe)
+  pl         pipelined: two barriers per block instead of four (k of the next block stored during
+             this one; implies pf; not with kv_alias)
   pf         prefetch: the next block of k and v is loaded into registers while this one is
              computed (global latency hidden behind the block's FMAs; costs those registers)
 """
@@ -113,6 +115,9 @@ class FlashAttentionKernel(Kernel):
         self.q_smem, self.kv_alias, self.sg = c.param("q_smem", True), c.param("kv_alias", False), c.param("sg", False)
         self.pf = c.param("pf", False)
         self.unroll = c.param("un", False)
+        # two barriers per block (_render_pipelined): k and v pass through registers as with `pf`
+        self.pl = c.param("pl", False)
+        self.pf = self.pf or self.pl
         self.vg = c.param("vg", False)
         self.ty = self.br // 4
         self.rn = self.bc // self.tx  # keys per thread: tx + j * tx_threads for j < rn
@@ -129,6 +134,7 @@ class FlashAttentionKernel(Kernel):
         self.o4 = c.variant.endswith("o4")
         assert self.br % 4 == 0 and self.rn * self.tx == self.bc
         assert not self.vg or (self.v4 and not self.kv_alias), "flash_attention: v from memory needs vec4 loads"
+        assert not (self.pl and self.kv_alias), "flash_attention: the pipelined loop needs k and v apart"
         assert self.gd * 4 * self.tx == self.dv and self.dk % 4 == 0
 
     def unchecked(self) -> bool:
@@ -149,6 +155,7 @@ class FlashAttentionKernel(Kernel):
                 ("p", self.pf),
                 ("v", self.vg),
                 ("u", self.unroll),
+                ("l", self.pl),
             )
             if on
         )
@@ -190,6 +197,10 @@ class FlashAttentionKernel(Kernel):
     def render(self, b: WgslBuilder) -> None:
         self._declare(b)
         self._prologue(b)
+        if self.pl:
+            self._render_pipelined(b)
+            self._finish(b)
+            return
         karr = "kv" if self.kv_alias else "ks"
         varr = "kv" if self.kv_alias else "vs"
         loads = "k" if self.vg else "kv"  # what goes through workgroup memory
@@ -228,6 +239,46 @@ class FlashAttentionKernel(Kernel):
         self._accumulate(b, "" if self.vg else varr)
         b.line("}")
         self._finish(b)
+
+    def _render_pipelined(self, b: WgslBuilder) -> None:
+        """The key loop with two barriers per block instead of four (`pl`).
+
+        Between the block's row-max barrier (every thread is done with this block's k, and with the
+        previous block's v and p) and the barrier before p v, each thread stores this block's v and the
+        next block's k from its registers, and starts loading the next v and the k after that: k of
+        block b + 1 is in workgroup memory when block b + 1 starts, and the loads run under a block."""
+        loads = "k" if self.vg else "kv"
+        for which in loads:
+            for li in range(self._kv_items(which)[2]):
+                b.line(f"var p{which}{li} = {'vec4<f32>(0.0)' if self.v4 else '0.0'};")
+        b.line(f"let c0_first = blk0 * {self.bc}u;")
+        for which in loads:
+            self._load_kv(b, which, "c0_first", None)
+        self._load_kv(b, "k", "c0_first", "ks")
+        b.line("if (blk0 + 1u < nblocks) {")
+        self._load_kv(b, "k", f"(c0_first + {self.bc}u)", None)
+        b.line("}")
+        b.line("workgroupBarrier();  // k of the first block in workgroup memory")
+        b.line("for (var blk = blk0; blk < nblocks; blk++) {")
+        b.line(f"  let c0 = blk * {self.bc}u;")
+        self._scores(b)
+        self._mask(b)
+        self._softmax_step(b)
+        if self.sg:  # the row max needed no barrier: this one frees k, and the previous block's v and p
+            b.line("  workgroupBarrier();")
+        if not self.vg:
+            self._load_kv(b, "v", "c0", "vs")
+        b.line("  if (blk + 1u < nblocks) {")
+        self._load_kv(b, "k", f"(c0 + {self.bc}u)", "ks")
+        if not self.vg:
+            self._load_kv(b, "v", f"(c0 + {self.bc}u)", None)
+        b.line("  }")
+        b.line("  if (blk + 2u < nblocks) {")
+        self._load_kv(b, "k", f"(c0 + {2 * self.bc}u)", None)
+        b.line("  }")
+        b.line("  workgroupBarrier();  // p^T, v, and the next block's k in workgroup memory")
+        self._accumulate(b, "" if self.vg else "vs")
+        b.line("}")
 
     def _declare(self, b: WgslBuilder) -> None:
         br4 = self.br // 4
