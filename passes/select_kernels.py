@@ -661,8 +661,19 @@ def builtin_matmul_config(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -
     return f"split{split}" if split > 1 else builtin_gemm_config(p, caps) or GemmKernel.name
 
 
+# f32 GEMMs this large, tiled exactly by 64x128x16, run b64x128u (8x8 per thread, 128 threads, no index
+# clamps): the H200's fastest at 4096^3 (3.25 ms against b128k16's 3.39) and 1024^3 (0.0714 ms against b64's
+# 0.0849; benchmarks/runs/2026-12-01-F/gemm.txt); not yet measured on smaller or thinner shapes
+BIG_EXACT_GEMM = 1024
+
+
 def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
-    """The built-in rule: 128x128 tiles when there are enough of them and few are padding, else 64x64."""
+    """The built-in rule: b64x128u for large exact f32 problems; 128x128 tiles when there are enough of them
+    and few are padding, else 64x64."""
+    c = GEMM_CONFIGS["b64x128u"]
+    f32 = all(d is DType.float32 for d in p.dtypes)
+    if f32 and min(p.m, p.n, p.k) >= BIG_EXACT_GEMM and _config_runs(p, c, caps):  # _config_runs: exact tiles
+        return "b64x128u"
     for config in ("b128k16", "b128", "b64"):
         c = GEMM_CONFIGS[config]
         tiles = p.batch * -(-p.m // c.tile_m) * -(-p.n // c.tile_n)
@@ -801,10 +812,13 @@ ATTENTION_PREFETCH_MAX = 8
 ATTENTION_V_FROM_MEMORY = False
 # the kernel's inner loops unrolled in the WGSL (`un`): None unrolls except on CPU adapters, whose LLVM
 # takes minutes over the unrolled shaders (lavapipe: the attention tests 1.5 -> 11 minutes)
-ATTENTION_UNROLL: bool | None = None
+# (benchmarks/device/attention.py times both)
+ATTENTION_UNROLL: bool | None = False  # None: unrolled on GPUs; off until an H200 run measures it
 # two barriers per block instead of four, k and v through registers (FlashAttentionKernel's `pl`; not with
 # k and v sharing a buffer)
 ATTENTION_PIPELINED = False
+# causal: workgroups row block major across heads, every head's longest row block first (`lpt`); off: head major
+ATTENTION_CAUSAL_ROW_MAJOR = False
 
 
 def cpu_adapter(caps: DeviceCaps) -> bool:
@@ -835,6 +849,6 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
             pf = fetches <= ATTENTION_PREFETCH_MAX if at.pf is None else at.pf
             un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL
             pl = (ATTENTION_PIPELINED if at.pl is None else at.pl) and not kv_alias
-            params += (("pf", pf), ("vg", vg), ("un", un), ("pl", pl))
+            params += (("pf", pf), ("vg", vg), ("un", un), ("pl", pl), ("lpt", ATTENTION_CAUSAL_ROW_MAJOR))
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
     raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")

@@ -200,11 +200,15 @@ def test_padding_mask_skips_hidden_key_blocks(causal: bool, kv_heads: int, rng: 
 # --- causal, grouped-query ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("lq,s", [(5, 70), (70, 70), (70, 5), (1, 40), (40, 1), (1, 1)])
-def test_causal_lengths(lq: int, s: int, rng: np.random.Generator) -> None:
-    q, k, v = randn(rng, 1, 2, lq, 32), randn(rng, 1, 2, s, 32), randn(rng, 1, 2, s, 32)
+@pytest.mark.parametrize("row_major", [False, True], ids=["head-major", "row-block-major"])
+@pytest.mark.parametrize("lq,s", [(5, 70), (70, 70), (70, 5), (1, 40), (40, 1), (1, 1), (300, 300)])
+def test_causal_lengths(
+    lq: int, s: int, row_major: bool, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sk, "ATTENTION_CAUSAL_ROW_MAJOR", row_major)  # the order workgroups take row blocks
+    q, k, v = randn(rng, 1, 3, lq, 32), randn(rng, 1, 3, s, 32), randn(rng, 1, 3, s, 32)
     y = sdpa(q, k, v, causal=True)
-    attention_dispatch(y)
+    assert ("o" in attention_dispatch(y).variant.split(":")[3]) == row_major
     want = np_attention(q, k, v, causal=True)
     if lq > s:  # the first lq - s queries see no key: NaN, as the composed softmax gives
         assert np.isnan(want[..., : lq - s, :]).all()

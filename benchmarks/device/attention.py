@@ -64,14 +64,14 @@ QUICK = [
 ]
 
 # tile configurations tried besides the rule's choice: (br, bc, tx, q in workgroup memory, k/v aliased, subgroups,
-# next k/v block prefetched into registers[, v read from memory in p v[, loops unrolled]]; unrolled as the rule
-# says where not given); those past the device's workgroup memory (48 KiB on the H200) or not dividing the head
+# next k/v block prefetched into registers[, v read from memory in p v[, loops unrolled[, pipelined[, causal
+# workgroups row block major]]]]; unrolled as the rule says where not given); those past the device's workgroup memory (48 KiB on the H200) or not dividing the head
 # dim are left out. Run F (benchmarks/runs/2026-12-01-F) pruned the list: v from memory lost everywhere, tx 4
 # and 16 mostly lost.
 VARIANTS: list[tuple[int, ...]] = [
     # head dim 64 (MiniLM)
     (128, 32, 8, False, False, False, True),
-    (128, 32, 8, False, False, False, True, False, False),  # the same, loops not unrolled
+    (128, 32, 8, False, False, False, True, False, True),  # the same, loops unrolled
     (128, 32, 8, False, False, False, False),
     (128, 32, 4, False, False, False, True),
     (128, 32, 8, False, True, False, True),
@@ -86,10 +86,13 @@ VARIANTS: list[tuple[int, ...]] = [
     (64, 32, 8, False, False, False, True, True),  # v from memory, for reference
     # head dim 128 (causal 2048)
     (128, 32, 8, False, True, False, False),
-    (128, 32, 8, False, True, False, False, False, False),  # the same, loops not unrolled
+    (128, 32, 8, False, True, False, False, False, True),  # the same, loops unrolled
+    (128, 32, 8, False, True, False, False, False, False, False, True),  # causal workgroups row block major
+    (128, 32, 8, False, True, False, False, False, True, False, True),
     (128, 32, 8, False, True, False, True),
     (64, 32, 8, False, False, False, True),
-    (64, 32, 8, False, False, False, True, False, False),  # the same, loops not unrolled
+    (64, 32, 8, False, False, False, True, False, True),  # the same, loops unrolled
+    (64, 32, 8, False, False, False, True, False, False, False, True),  # causal workgroups row block major
     (64, 32, 8, False, False, False, False),
     (64, 32, 8, False, True, False, True),
     (64, 16, 8, False, False, False, True),
@@ -142,11 +145,11 @@ def _forced(node: Any, variant: tuple) -> Any:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
     br, bc, tx, q_smem, kv_alias, sg, pf, *more = variant
-    vg, un, pl = (more + [False, node.kernel.param("un"), False][len(more) :])[:3]  # unrolled as the rule says
+    vg, un, pl, lpt = (more + [False, node.kernel.param("un"), False, False][len(more) :])[:4]
     dk, dv = FlashAttentionKernel.padded_dims(node.kernel.param("dk"), node.kernel.param("dv"), tx)
     params = (("br", br), ("bc", bc), ("tx", tx), ("dk", dk), ("dv", dv))
     params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf), ("vg", vg), ("un", un))
-    params += (("pl", pl),)
+    params += (("pl", pl), ("lpt", lpt))
     return dataclasses.replace(
         node, kernel=dataclasses.replace(node.kernel, params=params, workgroup=(br // 4 * tx, 1, 1))
     )

@@ -48,6 +48,8 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
              copy): larger shaders, slow to compile on CPU adapters (lavapipe)
   pl         pipelined: two barriers per block instead of four (k of the next block stored during
              this one; implies pf; not with kv_alias)
+  lpt        causal: workgroups row block major across heads (every head's last, longest row block
+             first) instead of head major (a head's row blocks together, longest first)
   pf         prefetch: the next block of k and v is loaded into registers while this one is
              computed (global latency hidden behind the block's FMAs; costs those registers)
 """
@@ -117,6 +119,8 @@ class FlashAttentionKernel(Kernel):
         self.unroll = c.param("un", False)
         # two barriers per block (_render_pipelined): k and v pass through registers as with `pf`
         self.pl = c.param("pl", False)
+        # causal: workgroups ordered row block major across heads (every head's longest first), not head major
+        self.lpt = c.param("lpt", False)
         self.pf = self.pf or self.pl
         self.vg = c.param("vg", False)
         self.ty = self.br // 4
@@ -156,6 +160,7 @@ class FlashAttentionKernel(Kernel):
                 ("v", self.vg),
                 ("u", self.unroll),
                 ("l", self.pl),
+                ("o", self.lpt and self.arg.causal),
             )
             if on
         )
@@ -301,7 +306,7 @@ class FlashAttentionKernel(Kernel):
     def _prologue(self, b: WgslBuilder) -> None:
         """Which (batch, head, row block) this workgroup owns, its key range, q staged, state zeroed."""
         b.line("if (params.lq == 0u || params.bh == 0u) { return; }  // nothing to compute (and no row to clamp to)")
-        if self.arg.causal:
+        if self.arg.causal and self.lpt:
             # later row blocks see more keys: the last row block of every head starts first, then the one
             # before... (workgroups start in index order; the longest first leaves the shortest for the tail)
             b.line("let bh = wg % params.bh;")
@@ -310,7 +315,9 @@ class FlashAttentionKernel(Kernel):
         else:  # a head's row blocks side by side: they share its k and v in the cache
             b.line("let bh = wg / params.qblocks;")
             b.line("if (bh >= params.bh) { return; }")
-            b.line(f"let r0 = (wg % params.qblocks) * {self.br}u;")
+            # causal: later row blocks see more keys; within a head they start first
+            qb = "params.qblocks - 1u - wg % params.qblocks" if self.arg.causal else "wg % params.qblocks"
+            b.line(f"let r0 = ({qb}) * {self.br}u;")
         b.line("let bi = bh / params.heads;")
         b.line("let hq = bh % params.heads;")
         b.line("let hk = hq / params.group;")
