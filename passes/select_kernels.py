@@ -785,15 +785,20 @@ class AttentionTile(NamedTuple):
     pf: bool | None = None
     vg: bool | None = None
     pl: bool | None = None
+    min_dk: int = 0  # only for head dims (of q and k) at least this
 
 
 # flash_attention tiles, best first: the first that fits the device's workgroup memory wins
-ATTENTION_TILES: tuple[AttentionTile, ...] = tuple(
+ATTENTION_TILES: tuple[AttentionTile, ...] = (
+    # 128 query rows per workgroup first: MiniLM's 32x12x128x64 with a padding mask ran in 0.110 ms
+    # against 0.145 ms for the 64-row tile (H200, benchmarks/runs/2026-12-01-B/attention.txt)
+    AttentionTile(128, 32, False, False),
+    # head dim 128 (where the tile above does not fit 48 KiB): k and v sharing a buffer, 128 rows: causal
+    # 1x32x2048x128 in 2.04 ms against 2.19 for 64x32 (H200, benchmarks/runs/2026-12-01-F/attention.txt)
+    AttentionTile(128, 32, False, True, pf=False, min_dk=128),
+) + tuple(
     AttentionTile(*t)
     for t in (
-        # 128 query rows per workgroup first: MiniLM's 32x12x128x64 with a padding mask ran in 0.110 ms
-        # against 0.145 ms for the 64-row tile (H200, benchmarks/runs/2026-12-01-B/attention.txt)
-        (128, 32, False, False),
         (64, 32, True, False),
         (64, 32, False, False),
         (64, 16, True, False),
@@ -834,6 +839,8 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
     variant = f"{'v4' if v4 else 's'}.{'o4' if dv % 4 == 0 else 'o1'}"
     dv4 = 4 * max(1, -(-dv // 4))
     for at in ATTENTION_TILES if tile is None else (tile,):
+        if dk < at.min_dk:
+            continue
         br, bc, q_smem, kv_alias = at.br, at.bc, at.q_smem, at.kv_alias
         # threads across dv: no padding past 4
         t = min(next(t for t in (16, 8, 4, 2, 1) if t <= at.tx and dv4 % (4 * t) == 0), bc)
