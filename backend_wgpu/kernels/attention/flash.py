@@ -592,25 +592,38 @@ class FlashAttentionKernel(Kernel):
                 b.line(f"  o{ri}_{g} *= alpha.{c};")
 
     def _accumulate(self, b: WgslBuilder, arr: str) -> None:
-        """o += p v over the block's keys: per key, this thread's 4 rows of p^T times its head dims of v."""
-        for head in self._steps("c", self.bc):  # unrolled or not (see _scores)
-            b.line(head)
-            b.line(f"      let pv = ps[c * {self.ty}u + ty];")
-            if not arr:  # v from memory: a row group's threads read one contiguous run of a key's row
-                b.line("      let vkey = c0 + c;")
-                b.line("      let vrow = v_base + i32(min(vkey, params.s - 1u)) * params.v_sl;")
-            for g in range(self.gd):
-                if arr:
-                    b.line(f"      let vv{g} = {arr}[c * {self.dv // 4}u + {g * self.tx}u + tx];")
-                else:  # keys past S (p = 0) and head dims past dv read 0, never another row's inf or NaN
-                    d = f"({g * self.tx}u + tx) * 4u"
-                    ok = "vkey < params.s" + ("" if self.dv == self.true_dv else f" && {d} < params.dv")
-                    dd = d if self.dv == self.true_dv else f"min({d}, params.dv - 4u)"
-                    val = f"vec4<f32>({self.in_name(2)}[u32(vrow + i32({dd})) / 4u])"
-                    b.line(f"      let vv{g} = select(vec4<f32>(0.0), {val}, {ok});")
-                for ri, ch in enumerate("xyzw"):
-                    b.line(f"      o{ri}_{g} = fma(vec4<f32>(pv.{ch}), vv{g}, o{ri}_{g});")
-            b.line("    }")
+        """o += p v over the block's keys: per key, this thread's 4 rows of p^T times its head dims of v.
+
+        Unrolled (`un`, see _scores), or a loop of 4 keys per iteration."""
+        if self.unroll:
+            for c in range(self.bc):
+                b.line(f"    {{ let c = {c}u;")
+                self._pv_key(b, arr)
+            return
+        b.line(f"  for (var c4 = 0u; c4 < {self.bc // 4}u; c4++) {{")
+        for i in range(4):
+            b.line(f"    {{ let c = c4 * 4u + {i}u;")
+            self._pv_key(b, arr)
+        b.line("  }")
+
+    def _pv_key(self, b: WgslBuilder, arr: str) -> None:
+        """Key c of the block: o += p^T[c] (4 rows) * v[c] (this thread's head dims); closes c's scope."""
+        b.line(f"      let pv = ps[c * {self.ty}u + ty];")
+        if not arr:  # v from memory: a row group's threads read one contiguous run of a key's row
+            b.line("      let vkey = c0 + c;")
+            b.line("      let vrow = v_base + i32(min(vkey, params.s - 1u)) * params.v_sl;")
+        for g in range(self.gd):
+            if arr:
+                b.line(f"      let vv{g} = {arr}[c * {self.dv // 4}u + {g * self.tx}u + tx];")
+            else:  # keys past S (p = 0) and head dims past dv read 0, never another row's inf or NaN
+                d = f"({g * self.tx}u + tx) * 4u"
+                ok = "vkey < params.s" + ("" if self.dv == self.true_dv else f" && {d} < params.dv")
+                dd = d if self.dv == self.true_dv else f"min({d}, params.dv - 4u)"
+                val = f"vec4<f32>({self.in_name(2)}[u32(vrow + i32({dd})) / 4u])"
+                b.line(f"      let vv{g} = select(vec4<f32>(0.0), {val}, {ok});")
+            for ri, ch in enumerate("xyzw"):
+                b.line(f"      o{ri}_{g} = fma(vec4<f32>(pv.{ch}), vv{g}, o{ri}_{g});")
+        b.line("    }")
 
     def _finish(self, b: WgslBuilder) -> None:
         """l summed over the row group's threads; o / l stored (a row with no key: 0 / 0 = NaN; S == 0: 0)."""
