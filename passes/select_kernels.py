@@ -672,7 +672,9 @@ def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
     and few are padding, else 64x64."""
     c = GEMM_CONFIGS["b64x128u"]
     f32 = all(d is DType.float32 for d in p.dtypes)
-    if f32 and min(p.m, p.n, p.k) >= BIG_EXACT_GEMM and _config_runs(p, c, caps):  # _config_runs: exact tiles
+    # with index clamps (WGJIT_TRUSTED_SHADERS=0, backend_wgpu.device) b64x128 lost to b128k16 in run F
+    trusted = os.environ.get("WGJIT_TRUSTED_SHADERS", "1").strip() != "0"
+    if f32 and trusted and min(p.m, p.n, p.k) >= BIG_EXACT_GEMM and _config_runs(p, c, caps):  # exact tiles
         return "b64x128u"
     for config in ("b128k16", "b128", "b64"):
         c = GEMM_CONFIGS[config]

@@ -211,3 +211,6 @@ def test_builtin_rule_for_large_exact_f32(
     d = gemm_dispatch(program)
     assert (tile_text("b64x128u") in d.variant and ":u" in d.variant) == (want is not None), d.variant
     close(got, a.astype(np.float64) @ b.astype(np.float64), tol=1e-5 if dtype == "float32" else 4e-3)
+    monkeypatch.setenv("WGJIT_TRUSTED_SHADERS", "0")  # compiled with clamps it lost: the older rule
+    _, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
+    assert tile_text("b64x128u") not in gemm_dispatch(program).variant
