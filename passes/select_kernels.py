@@ -545,6 +545,11 @@ GEMM_CONFIGS: dict[str, GemmConfig] = {
     "b128k16lu": GemmConfig(128, 128, 16, 16, 16, lanes=(8, 4), unchecked=True),
     "b128x64k32": GemmConfig(128, 64, 32, 8, 16),  # 48 KiB: half the barriers of k16
     "b64x128k32": GemmConfig(64, 128, 32, 16, 8),
+    # around run F's winner of 4096^3 and 1024^3 (b64x128u: 8x8 per thread, 128 threads, unchecked)
+    "b64x128k8u": GemmConfig(64, 128, 8, 16, 8, unchecked=True),
+    "b64x128lu": GemmConfig(64, 128, 16, 16, 8, lanes=(8, 4), unchecked=True),
+    "b64x128cu": GemmConfig(64, 128, 16, 16, 8, conflict_free=True, unchecked=True),
+    "b32x128u": GemmConfig(32, 128, 16, 16, 4, unchecked=True),
 }
 # split-K candidates: "split4" cuts k into 4 chunks (passes.split_k), each chunk's GEMM chosen by the rules
 GEMM_SPLITS = (2, 4, 8)
@@ -674,8 +679,21 @@ def builtin_matmul_config(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -
     return f"split{split}" if split > 1 else builtin_gemm_config(p, caps) or GemmKernel.name
 
 
+# f32 GEMMs this large, tiled exactly by 64x128x16, run b64x128u (8x8 per thread, 128 threads, no index
+# clamps): the H200's fastest at 4096^3 (3.25 ms against b128k16's 3.39) and 1024^3 (0.0714 ms against b64's
+# 0.0849; benchmarks/runs/2026-12-01-F/gemm.txt); not yet measured on smaller or thinner shapes
+BIG_EXACT_GEMM = 1024
+
+
 def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
-    """The built-in rule: 128x128 tiles when there are enough of them and few are padding, else 64x64."""
+    """The built-in rule: b64x128u for large exact f32 problems; 128x128 tiles when there are enough of them
+    and few are padding, else 64x64."""
+    c = GEMM_CONFIGS["b64x128u"]
+    f32 = all(d is DType.float32 for d in p.dtypes)
+    # with index clamps (WGJIT_TRUSTED_SHADERS=0, backend_wgpu.device) b64x128 lost to b128k16 in run F
+    trusted = os.environ.get("WGJIT_TRUSTED_SHADERS", "1").strip() != "0"
+    if f32 and trusted and min(p.m, p.n, p.k) >= BIG_EXACT_GEMM and _config_runs(p, c, caps):  # exact tiles
+        return "b64x128u"
     for config in ("b128k16", "b128", "b64"):
         c = GEMM_CONFIGS[config]
         tiles = p.batch * -(-p.m // c.tile_m) * -(-p.n // c.tile_n)
@@ -786,15 +804,21 @@ class AttentionTile(NamedTuple):
     tx: int = 8
     pf: bool | None = None
     vg: bool | None = None
+    pl: bool | None = None
+    min_dk: int = 0  # only for head dims (of q and k) at least this
 
 
 # flash_attention tiles, best first: the first that fits the device's workgroup memory wins
-ATTENTION_TILES: tuple[AttentionTile, ...] = tuple(
+ATTENTION_TILES: tuple[AttentionTile, ...] = (
+    # 128 query rows per workgroup first: MiniLM's 32x12x128x64 with a padding mask ran in 0.110 ms
+    # against 0.145 ms for the 64-row tile (H200, benchmarks/runs/2026-12-01-B/attention.txt)
+    AttentionTile(128, 32, False, False),
+    # head dim 128 (where the tile above does not fit 48 KiB): k and v sharing a buffer, 128 rows: causal
+    # 1x32x2048x128 in 2.04 ms against 2.19 for 64x32 (H200, benchmarks/runs/2026-12-01-F/attention.txt)
+    AttentionTile(128, 32, False, True, pf=False, min_dk=128),
+) + tuple(
     AttentionTile(*t)
     for t in (
-        # 128 query rows per workgroup first: MiniLM's 32x12x128x64 with a padding mask ran in 0.110 ms
-        # against 0.145 ms for the 64-row tile (H200, benchmarks/runs/2026-12-01-B/attention.txt)
-        (128, 32, False, False),
         (64, 32, True, False),
         (64, 32, False, False),
         (64, 16, True, False),
@@ -811,6 +835,20 @@ ATTENTION_TILES: tuple[AttentionTile, ...] = tuple(
 ATTENTION_PREFETCH_MAX = 8
 # v read from memory in the p v product instead of through workgroup memory (FlashAttentionKernel's `vg`)
 ATTENTION_V_FROM_MEMORY = False
+# the kernel's inner loops unrolled in the WGSL (`un`): None unrolls except on CPU adapters, whose LLVM
+# takes minutes over the unrolled shaders (lavapipe: the attention tests 1.5 -> 11 minutes)
+# (benchmarks/device/attention.py times both)
+ATTENTION_UNROLL: bool | None = False  # None: unrolled on GPUs; off until an H200 run measures it
+# two barriers per block instead of four, k and v through registers (FlashAttentionKernel's `pl`; not with
+# k and v sharing a buffer)
+ATTENTION_PIPELINED = False
+# causal: workgroups row block major across heads, every head's longest row block first (`lpt`); off: head major
+ATTENTION_CAUSAL_ROW_MAJOR = False
+
+
+def cpu_adapter(caps: DeviceCaps) -> bool:
+    """Mesa's llvmpipe (lavapipe, and its GL driver): shaders compiled by LLVM on the CPU."""
+    return "llvmpipe" in caps.name.lower()
 
 
 def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: AttentionTile | None = None) -> KernelChoice:
@@ -821,6 +859,8 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
     variant = f"{'v4' if v4 else 's'}.{'o4' if dv % 4 == 0 else 'o1'}"
     dv4 = 4 * max(1, -(-dv // 4))
     for at in ATTENTION_TILES if tile is None else (tile,):
+        if dk < at.min_dk:
+            continue
         br, bc, q_smem, kv_alias = at.br, at.bc, at.q_smem, at.kv_alias
         # threads across dv: no padding past 4
         t = min(next(t for t in (16, 8, 4, 2, 1) if t <= at.tx and dv4 % (4 * t) == 0), bc)
@@ -834,6 +874,8 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
             # the next block of k and v prefetched into registers where that costs few of them
             fetches = -(-bc * (dkp + (0 if vg else dvp)) // (4 * (br // 4) * t))
             pf = fetches <= ATTENTION_PREFETCH_MAX if at.pf is None else at.pf
-            params += (("pf", pf), ("vg", vg))
+            un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL
+            pl = (ATTENTION_PIPELINED if at.pl is None else at.pl) and not kv_alias
+            params += (("pf", pf), ("vg", vg), ("un", un), ("pl", pl), ("lpt", ATTENTION_CAUSAL_ROW_MAJOR))
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
     raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")

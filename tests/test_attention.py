@@ -200,11 +200,15 @@ def test_padding_mask_skips_hidden_key_blocks(causal: bool, kv_heads: int, rng: 
 # --- causal, grouped-query ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("lq,s", [(5, 70), (70, 70), (70, 5), (1, 40), (40, 1), (1, 1)])
-def test_causal_lengths(lq: int, s: int, rng: np.random.Generator) -> None:
-    q, k, v = randn(rng, 1, 2, lq, 32), randn(rng, 1, 2, s, 32), randn(rng, 1, 2, s, 32)
+@pytest.mark.parametrize("row_major", [False, True], ids=["head-major", "row-block-major"])
+@pytest.mark.parametrize("lq,s", [(5, 70), (70, 70), (70, 5), (1, 40), (40, 1), (1, 1), (300, 300)])
+def test_causal_lengths(
+    lq: int, s: int, row_major: bool, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sk, "ATTENTION_CAUSAL_ROW_MAJOR", row_major)  # the order workgroups take row blocks
+    q, k, v = randn(rng, 1, 3, lq, 32), randn(rng, 1, 3, s, 32), randn(rng, 1, 3, s, 32)
     y = sdpa(q, k, v, causal=True)
-    attention_dispatch(y)
+    assert ("o" in attention_dispatch(y).variant.split(":")[3]) == row_major
     want = np_attention(q, k, v, causal=True)
     if lq > s:  # the first lq - s queries see no key: NaN, as the composed softmax gives
         assert np.isnan(want[..., : lq - s, :]).all()
@@ -349,7 +353,9 @@ def test_every_tile(
     rng: np.random.Generator,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
+    # a tile kept for large head dims runs here at 24 (its code does not depend on that; 128 would pass
+    # lavapipe's 32 KiB of workgroup memory)
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile._replace(min_dk=0, pf=None),))
     monkeypatch.setattr(sk, "ATTENTION_PREFETCH_MAX", 10**6 if prefetch else 0)
     monkeypatch.setattr(sk, "ATTENTION_V_FROM_MEMORY", v_memory)
     q, k, v = randn(rng, 1, 4, 70, 24), randn(rng, 1, 2, 75, 24), randn(rng, 1, 2, 75, 40)
@@ -444,3 +450,73 @@ def test_random_attention_programs(program) -> None:  # noqa: ANN001
     """The GPU and ir.interpret (before and after every pass) against the generator's numpy meaning,
     on attention steps with every mask kind and head layout (tests/strategies.py, d_attention)."""
     check_program(program)
+
+
+@pytest.mark.parametrize(
+    "d,tile",
+    [(32, sk.AttentionTile(64, 32, True, False, pf=True)), (128, sk.AttentionTile(64, 16, False, True))],
+    ids=["d32-q-prefetch", "d128-aliased"],
+)
+def test_unrolled_loops(
+    d: int, tile: sk.AttentionTile, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loops over head dims and a block's keys unrolled in the WGSL (what GPUs run; CPU adapters
+    compile the loops: select_kernels.cpu_adapter), causal with a padding mask, grouped-query."""
+    monkeypatch.setattr(sk, "ATTENTION_UNROLL", True)
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
+    q, k, v = randn(rng, 2, 4, 45, d), randn(rng, 2, 2, 50, d), randn(rng, 2, 2, 50, d)
+    keep = np.ones((2, 1, 1, 50), bool)
+    keep[1, ..., 33:] = False
+    got, program = run_with_caps(sdpa(q, k, v, keep, causal=True))
+    (dispatch,) = program.dispatches
+    assert "u" in dispatch.variant.split(":")[3] and f":{tile.br}x{tile.bc}t" in dispatch.variant, dispatch.variant
+    check_arrays(got, np_attention(q, k, v, keep, causal=True))
+
+
+@pytest.mark.parametrize(
+    "tile,v_memory,subgroups",
+    [
+        (sk.AttentionTile(64, 16, False, False, pl=True), False, False),
+        (sk.AttentionTile(32, 16, True, False, pl=True), True, False),
+        (sk.AttentionTile(16, 8, False, False, pl=True), False, True),
+    ],
+    ids=["64x16", "32x16-q-v-from-memory", "16x8-subgroups"],
+)
+def test_pipelined_loop(
+    tile: sk.AttentionTile,
+    v_memory: bool,
+    subgroups: bool,
+    rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two barriers per block (k of the next block stored during this one): one block, several, a
+    partial last one, keys skipped by a padding mask at both ends, causal, grouped-query."""
+    if subgroups and not get_device().caps.subgroups:
+        pytest.skip("this adapter has no subgroups")
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
+    monkeypatch.setattr(sk, "ATTENTION_V_FROM_MEMORY", v_memory)
+    caps = {"subgroups": True, "subgroup_size": 4} if subgroups else {"subgroups": False}
+    for s in (5, 16, 61):
+        q, k, v = randn(rng, 2, 4, 37, 16), randn(rng, 2, 2, s, 16), randn(rng, 2, 2, s, 8)
+        keep = np.ones((2, 1, 1, s), bool)
+        keep[1, ..., : s // 3], keep[1, ..., s - s // 4 :] = False, False
+        for mask, causal in ((None, True), (keep, False), (keep, True)):
+            got, program = run_with_caps(sdpa(q, k, v, mask, causal=causal), **caps)
+            (d,) = program.dispatches
+            flags = d.variant.split(":")[3]
+            assert "l" in flags and ("v" in flags) == v_memory and ("g" in flags) == subgroups, d.variant
+            check_arrays(got, np_attention(q, k, v, mask, causal=causal))
+
+
+def test_rule_tiles_on_the_h200() -> None:
+    """The tiles the rule picks with the H200's 48 KiB of workgroup memory (no subgroups through wgpu there),
+    as measured in benchmarks/runs/2026-12-01-F: MiniLM's head dim 64 and the causal head dim 128."""
+    caps = dataclasses.replace(get_device().caps, max_workgroup_storage=49152, subgroups=False, name="H200-like")
+    picked = {}
+    for d in (64, 128):
+        q = tr.tensor(np.zeros((1, 2, 16, d), np.float32))
+        graph = run_pipeline(build_graph([tr.nn.scaled_dot_product_attention(q, q, q)._lazy]).graph, caps).graph
+        (node,) = [n for n in graph if n.kernel is not None and n.kernel.name == "flash_attention"]
+        picked[d] = tuple(node.kernel.param(p) for p in ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl"))
+    assert picked[64] == (128, 32, 8, False, False, True, False, False)
+    assert picked[128] == (128, 32, 8, False, True, False, False, False)

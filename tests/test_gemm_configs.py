@@ -189,3 +189,28 @@ def test_builtin_thin_split_rule() -> None:
     assert builtin_gemm_split(problem(128, 8192, 2048)) == 1  # 256 tiles already
     assert builtin_gemm_split(problem(1024, 1024, 1024)) == 1
     assert builtin_gemm_split(problem(64, 64, 64)) == 1  # too small to pay for a sum
+
+
+@pytest.mark.parametrize(
+    "m,n,k,dtype,want",
+    [
+        (128, 256, 128, "float32", "b64x128u"),  # large (the threshold lowered here) and exact: b64x128u
+        (128, 192, 128, "float32", None),  # n not a multiple of 128: the older rule
+        (128, 256, 128, "float16", None),  # f16 operands: not measured, the older rule
+        (64, 256, 128, "float32", None),  # below the threshold
+    ],
+)
+def test_builtin_rule_for_large_exact_f32(
+    m: int, n: int, k: int, dtype: str, want: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if dtype == "float16" and not get_device().caps.shader_f16:
+        pytest.skip("no shader-f16")
+    monkeypatch.setattr(sk, "BIG_EXACT_GEMM", 128)
+    a, b = randn(m, k, dtype=dtype), randn(k, n, dtype=dtype)
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
+    d = gemm_dispatch(program)
+    assert (tile_text("b64x128u") in d.variant and ":u" in d.variant) == (want is not None), d.variant
+    close(got, a.astype(np.float64) @ b.astype(np.float64), tol=1e-5 if dtype == "float32" else 4e-3)
+    monkeypatch.setenv("WGJIT_TRUSTED_SHADERS", "0")  # compiled with clamps it lost: the older rule
+    _, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
+    assert tile_text("b64x128u") not in gemm_dispatch(program).variant

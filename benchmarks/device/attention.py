@@ -63,57 +63,54 @@ QUICK = [
     Case("causal 1x2x70x128", 1, 2, 70, 70, 128, causal=True, padding=False),
 ]
 
-# tile configurations tried besides the rule's choice: (br, bc, tx, q^T in workgroup memory, k/v aliased, subgroups,
-# next k/v block prefetched into registers[, v read from memory in p v]); those past the device's workgroup memory (48 KiB on the H200) or not
-# dividing the head dim are left out
+# tile configurations tried besides the rule's choice: (br, bc, tx, q in workgroup memory, k/v aliased, subgroups,
+# next k/v block prefetched into registers[, v read from memory in p v[, loops unrolled[, pipelined[, causal
+# workgroups row block major]]]]; unrolled as the rule says where not given); those past the device's workgroup memory (48 KiB on the H200) or not dividing the head
+# dim are left out. Run F (benchmarks/runs/2026-12-01-F) pruned the list: v from memory lost everywhere, tx 4
+# and 16 mostly lost.
 VARIANTS: list[tuple[int, ...]] = [
-    # head dim 64 (MiniLM): tx 4 gives 8 keys x 4 rows of scores and 16 dims x 4 rows of output per thread
-    (128, 32, 8, False, False, False, False),
+    # head dim 64 (MiniLM)
     (128, 32, 8, False, False, False, True),
-    (128, 32, 4, False, False, False, False),
+    (128, 32, 8, False, False, False, True, False, True),  # the same, loops unrolled
+    (128, 32, 8, False, False, False, False),
     (128, 32, 4, False, False, False, True),
+    (128, 32, 8, False, True, False, True),
     (128, 16, 8, False, False, False, True),
     (128, 16, 4, False, False, False, True),
+    (128, 32, 16, False, False, False, True),
     (64, 32, 8, True, False, False, False),
     (64, 32, 8, True, False, False, True),
-    (64, 32, 4, True, False, False, True),
-    (64, 32, 4, False, False, False, True),
-    (64, 64, 8, False, True, False, True),
-    (64, 64, 4, False, True, False, True),
-    # head dim 128 (causal 2048)
-    (64, 32, 8, False, False, False, False),
-    (64, 32, 8, False, False, False, True),
-    (64, 16, 8, False, False, False, False),
     (64, 16, 8, False, False, False, True),
-    (64, 16, 8, True, True, False, False),
-    (64, 16, 8, True, True, False, True),
-    (128, 16, 8, False, False, False, False),
-    (128, 16, 8, False, False, False, True),
+    (64, 16, 8, False, False, False, False),
+    (64, 16, 8, True, False, False, True),
+    (64, 32, 8, False, False, False, True, True),  # v from memory, for reference
+    # head dim 128 (causal 2048)
     (128, 32, 8, False, True, False, False),
-    (32, 64, 8, False, True, False, False),
-    (32, 32, 8, True, True, False, False),
+    (128, 32, 8, False, True, False, False, False, True),  # the same, loops unrolled
+    (128, 32, 8, False, True, False, False, False, False, False, True),  # causal workgroups row block major
+    (128, 32, 8, False, True, False, False, False, True, False, True),
+    (128, 32, 8, False, True, False, True),
+    (64, 32, 8, False, False, False, True),
+    (64, 32, 8, False, False, False, True, False, True),  # the same, loops unrolled
+    (64, 32, 8, False, False, False, True, False, False, False, True),  # causal workgroups row block major
+    (64, 32, 8, False, False, False, False),
+    (64, 32, 8, False, True, False, True),
+    (64, 16, 8, False, False, False, True),
+    (64, 16, 8, True, True, False, True),
+    (128, 16, 8, False, False, False, True),
     (32, 32, 8, True, True, False, True),
     (32, 16, 8, True, False, False, True),
     (64, 32, 16, False, False, False, False),
-    (64, 32, 16, False, False, False, True),  # 2 keys x 4 rows, 8 dims x 4 rows: fewer registers, prefetch cheap
-    (128, 16, 16, False, False, False, True),
-    (128, 32, 16, False, False, False, True),
-    (64, 32, 4, False, False, False, False),
     (64, 32, 8, False, False, True, False),
     (128, 32, 8, False, False, True, False),
-    # v read from memory (L1) in p v: no workgroup memory for v, room for q^T
-    (64, 16, 8, True, False, False, False, True),
-    (64, 16, 8, True, False, False, True, True),
-    (64, 32, 8, False, False, False, False, True),
-    (64, 32, 8, False, False, False, True, True),
-    (128, 32, 8, False, False, False, False, True),
-    (32, 32, 8, True, False, False, True, True),
-    (128, 32, 4, False, False, False, True, True),
-    (64, 32, 4, True, False, False, True, True),
-    (64, 32, 8, True, False, False, True, True),
-    (32, 64, 8, False, False, False, False, True),  # 8 keys x 4 rows of scores per thread at head dim 128
-    (64, 64, 8, False, False, False, False, True),
-    (64, 64, 4, False, False, False, False, True),
+    # pipelined: two barriers per block (br, bc, tx, q, a, sg, pf, vg, unrolled, pipelined)
+    (128, 32, 8, False, False, False, True, False, True, True),
+    (128, 32, 4, False, False, False, True, False, True, True),
+    (64, 16, 8, False, False, False, True, False, True, True),
+    (64, 32, 8, True, False, False, True, False, True, True),
+    (64, 32, 8, False, False, False, True, False, True, True),
+    (128, 16, 8, False, False, False, True, False, True, True),
+    (32, 32, 8, False, False, False, True, False, True, True),
 ]
 
 
@@ -147,10 +144,12 @@ def wgjit_program(case: Case, data: dict[str, np.ndarray], variant: tuple | None
 def _forced(node: Any, variant: tuple) -> Any:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
-    br, bc, tx, q_smem, kv_alias, sg, pf, *vg = variant
+    br, bc, tx, q_smem, kv_alias, sg, pf, *more = variant
+    vg, un, pl, lpt = (more + [False, node.kernel.param("un"), False, False][len(more) :])[:4]
     dk, dv = FlashAttentionKernel.padded_dims(node.kernel.param("dk"), node.kernel.param("dv"), tx)
     params = (("br", br), ("bc", bc), ("tx", tx), ("dk", dk), ("dv", dv))
-    params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf), ("vg", bool(vg and vg[0])))
+    params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf), ("vg", vg), ("un", un))
+    params += (("pl", pl), ("lpt", lpt))
     return dataclasses.replace(
         node, kernel=dataclasses.replace(node.kernel, params=params, workgroup=(br // 4 * tx, 1, 1))
     )

@@ -6,10 +6,10 @@ running sum l of exp(s - m) and the output accumulator o in registers (the onlin
 softmax): per block, m' = max(m, block max), o and l are scaled by exp(m - m'), and the
 block's p = exp(s - m') are added (o += p v, l += sum p). The output is o / l.
 
-Threads form a (br / 4) x tx grid: thread (ty, tx) owns 4 query rows (4ty..4ty+3) and,
+Threads form a (br / 4) x tx grid: thread (ty, tx) owns 4 query rows (ty + i br / 4) and,
 for those rows, the scores of bc / tx keys (tx, tx + tx_threads, ...) and the output of
 dv / tx head dims, so both products are register-blocked outer products over vec4s of rows:
-  scores   s[rows, keys] += q^T[d][rows] * k[key][d]       (q^T, k in workgroup memory)
+  scores   s[rows, keys] += q[rows][d] * k[key][d]         (q, k in workgroup memory)
   output   o[rows, dims] += p^T[key][rows] * v[key][dims]  (p^T, v in workgroup memory)
 k and v are stored as loaded (consecutive threads, consecutive vec4s of a key's row: no bank
 conflicts); k's rows are padded to an odd number of vec4s so the tx threads reading their
@@ -39,11 +39,17 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
   br, bc     query rows per workgroup, keys per block (br a multiple of 4, bc of tx)
   tx         threads across keys and head dims; the workgroup has br / 4 * tx threads
   dk, dv     the head dims padded (dk to 4, dv to 4 * tx): zeros fill the padding
-  q_smem     q^T staged in workgroup memory (else each thread reads its rows' q from memory)
+  q_smem     q staged in workgroup memory (as loaded, rows padded) (else each thread reads its rows' q from memory)
   kv_alias   k and v share one buffer (k for the scores, then v), for large head dims
   sg         the block max through subgroup shuffles (needs subgroups of at least tx lanes)
   vg         v read from memory in the product with p (no workgroup memory for v: a row group's
              threads read one contiguous run of a key's row, as from workgroup memory)
+  un         the loops over head dims and over a block's keys unrolled in the WGSL (constants in each
+             copy): larger shaders, slow to compile on CPU adapters (lavapipe)
+  pl         pipelined: two barriers per block instead of four (k of the next block stored during
+             this one; implies pf; not with kv_alias)
+  lpt        causal: workgroups row block major across heads (every head's last, longest row block
+             first) instead of head major (a head's row blocks together, longest first)
   pf         prefetch: the next block of k and v is loaded into registers while this one is
              computed (global latency hidden behind the block's FMAs; costs those registers)
 """
@@ -85,8 +91,8 @@ class FlashAttentionKernel(Kernel):
         br: int, bc: int, tx: int, dk: int, dv: int, q_smem: bool, kv_alias: bool, sg: bool, vg: bool = False
     ) -> int:
         """Workgroup memory of a configuration (dk, dv padded), to check against the device's limit."""
-        q = dk * br if q_smem else 0
-        kr = 4 * FlashAttentionKernel.key_stride(dk)  # a key's row of k, padded
+        kr = 4 * FlashAttentionKernel.key_stride(dk)  # a key's (or query's) row of k (q), padded
+        q = kr * br if q_smem else 0
         kv = max(kr, dv) * bc if kv_alias else (kr + (0 if vg else dv)) * bc
         red = 0 if sg else 4 * (br // 4) * tx
         return 4 * (q + kv + bc * br + red) + 8  # 8: the key range of a padding mask
@@ -110,6 +116,12 @@ class FlashAttentionKernel(Kernel):
         self.dk, self.dv = c.param("dk"), c.param("dv")
         self.q_smem, self.kv_alias, self.sg = c.param("q_smem", True), c.param("kv_alias", False), c.param("sg", False)
         self.pf = c.param("pf", False)
+        self.unroll = c.param("un", False)
+        # two barriers per block (_render_pipelined): k and v pass through registers as with `pf`
+        self.pl = c.param("pl", False)
+        # causal: workgroups ordered row block major across heads (every head's longest first), not head major
+        self.lpt = c.param("lpt", False)
+        self.pf = self.pf or self.pl
         self.vg = c.param("vg", False)
         self.ty = self.br // 4
         self.rn = self.bc // self.tx  # keys per thread: tx + j * tx_threads for j < rn
@@ -126,13 +138,30 @@ class FlashAttentionKernel(Kernel):
         self.o4 = c.variant.endswith("o4")
         assert self.br % 4 == 0 and self.rn * self.tx == self.bc
         assert not self.vg or (self.v4 and not self.kv_alias), "flash_attention: v from memory needs vec4 loads"
+        assert not (self.pl and self.kv_alias), "flash_attention: the pipelined loop needs k and v apart"
         assert self.gd * 4 * self.tx == self.dv and self.dk % 4 == 0
+
+    def unchecked(self) -> bool:
+        """Every index is in range by construction: loads of k, v and the output stores are guarded by
+        the lengths, q rows and mask rows clamped to the last row, mask keys to the last key, and the
+        workgroup-memory indices are below their arrays' sizes (tile constants). So the module is
+        compiled without wgpu's clamp on each index (Device.pipeline, WGJIT_TRUSTED_SHADERS=0: never)."""
+        return True
 
     def variant_key(self) -> str:
         c = self.choice
         flags = "".join(
             f
-            for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg), ("p", self.pf), ("v", self.vg))
+            for f, on in (
+                ("q", self.q_smem),
+                ("a", self.kv_alias),
+                ("g", self.sg),
+                ("p", self.pf),
+                ("v", self.vg),
+                ("u", self.unroll),
+                ("l", self.pl),
+                ("o", self.lpt and self.arg.causal),
+            )
             if on
         )
         a = self.arg
@@ -173,6 +202,10 @@ class FlashAttentionKernel(Kernel):
     def render(self, b: WgslBuilder) -> None:
         self._declare(b)
         self._prologue(b)
+        if self.pl:
+            self._render_pipelined(b)
+            self._finish(b)
+            return
         karr = "kv" if self.kv_alias else "ks"
         varr = "kv" if self.kv_alias else "vs"
         loads = "k" if self.vg else "kv"  # what goes through workgroup memory
@@ -212,10 +245,50 @@ class FlashAttentionKernel(Kernel):
         b.line("}")
         self._finish(b)
 
+    def _render_pipelined(self, b: WgslBuilder) -> None:
+        """The key loop with two barriers per block instead of four (`pl`).
+
+        Between the block's row-max barrier (every thread is done with this block's k, and with the
+        previous block's v and p) and the barrier before p v, each thread stores this block's v and the
+        next block's k from its registers, and starts loading the next v and the k after that: k of
+        block b + 1 is in workgroup memory when block b + 1 starts, and the loads run under a block."""
+        loads = "k" if self.vg else "kv"
+        for which in loads:
+            for li in range(self._kv_items(which)[2]):
+                b.line(f"var p{which}{li} = {'vec4<f32>(0.0)' if self.v4 else '0.0'};")
+        b.line(f"let c0_first = blk0 * {self.bc}u;")
+        for which in loads:
+            self._load_kv(b, which, "c0_first", None)
+        self._load_kv(b, "k", "c0_first", "ks")
+        b.line("if (blk0 + 1u < nblocks) {")
+        self._load_kv(b, "k", f"(c0_first + {self.bc}u)", None)
+        b.line("}")
+        b.line("workgroupBarrier();  // k of the first block in workgroup memory")
+        b.line("for (var blk = blk0; blk < nblocks; blk++) {")
+        b.line(f"  let c0 = blk * {self.bc}u;")
+        self._scores(b)
+        self._mask(b)
+        self._softmax_step(b)
+        if self.sg:  # the row max needed no barrier: this one frees k, and the previous block's v and p
+            b.line("  workgroupBarrier();")
+        if not self.vg:
+            self._load_kv(b, "v", "c0", "vs")
+        b.line("  if (blk + 1u < nblocks) {")
+        self._load_kv(b, "k", f"(c0 + {self.bc}u)", "ks")
+        if not self.vg:
+            self._load_kv(b, "v", f"(c0 + {self.bc}u)", None)
+        b.line("  }")
+        b.line("  if (blk + 2u < nblocks) {")
+        self._load_kv(b, "k", f"(c0 + {2 * self.bc}u)", None)
+        b.line("  }")
+        b.line("  workgroupBarrier();  // p^T, v, and the next block's k in workgroup memory")
+        self._accumulate(b, "" if self.vg else "vs")
+        b.line("}")
+
     def _declare(self, b: WgslBuilder) -> None:
         br4 = self.br // 4
         if self.q_smem:
-            b.workgroup_var(f"qs: array<vec4<f32>, {self.dk * br4}>")  # q^T: [d][row / 4]
+            b.workgroup_var(f"qs: array<vec4<f32>, {self.br * self.ks}>")  # q: [row][d / 4], rows padded
         if self.kv_alias:
             b.workgroup_var(f"kv: array<vec4<f32>, {max(self.ks, self.dv // 4) * self.bc}>")  # k, then v
         else:
@@ -232,11 +305,19 @@ class FlashAttentionKernel(Kernel):
 
     def _prologue(self, b: WgslBuilder) -> None:
         """Which (batch, head, row block) this workgroup owns, its key range, q staged, state zeroed."""
-        b.line("let bh = wg / params.qblocks;")
-        b.line("if (bh >= params.bh) { return; }")
-        # causal: later row blocks see more keys; they start first (workgroups start in index order)
-        qb = "params.qblocks - 1u - wg % params.qblocks" if self.arg.causal else "wg % params.qblocks"
-        b.line(f"let r0 = ({qb}) * {self.br}u;")
+        b.line("if (params.lq == 0u || params.bh == 0u) { return; }  // nothing to compute (and no row to clamp to)")
+        if self.arg.causal and self.lpt:
+            # later row blocks see more keys: the last row block of every head starts first, then the one
+            # before... (workgroups start in index order; the longest first leaves the shortest for the tail)
+            b.line("let bh = wg % params.bh;")
+            b.line("if (wg / params.bh >= params.qblocks) { return; }")
+            b.line(f"let r0 = (params.qblocks - 1u - wg / params.bh) * {self.br}u;")
+        else:  # a head's row blocks side by side: they share its k and v in the cache
+            b.line("let bh = wg / params.qblocks;")
+            b.line("if (bh >= params.bh) { return; }")
+            # causal: later row blocks see more keys; within a head they start first
+            qb = "params.qblocks - 1u - wg % params.qblocks" if self.arg.causal else "wg % params.qblocks"
+            b.line(f"let r0 = ({qb}) * {self.br}u;")
         b.line("let bi = bh / params.heads;")
         b.line("let hq = bh % params.heads;")
         b.line("let hk = hq / params.group;")
@@ -266,7 +347,7 @@ class FlashAttentionKernel(Kernel):
         if self.arg.fill:  # the score of a key the mask hides, in log2 units
             b.line(f"let fill2 = vec4<f32>(f32({self.in_name(self.arg.operand('fill'))}[params.fill_off]) * {LOG2E});")
         for ri in range(4):
-            b.line(f"let row{ri} = r0 + ty * 4u + {ri}u;")
+            b.line(f"let row{ri} = r0 + ty + {ri * self.ty}u;")
             b.line(f"let qrow{ri} = min(row{ri}, params.lq - 1u);  // rows past lq compute, never store")
         if self.q_smem:
             self._load_q(b)
@@ -294,12 +375,17 @@ class FlashAttentionKernel(Kernel):
         b.line("  let mrow = i32(params.m_off) + i32(bi) * params.m_sb + i32(hq) * params.m_sh;")
         b.line("  var lo = 0xffffffffu;")
         b.line("  var hi = 0u;")
+        # only the ends of runs of kept keys take part (a padding mask: one thread each), so few threads
+        # contend for the workgroup's atomics
+        keep = f"(u32({self.in_name(3)}[u32(mrow + i32({{}}) * params.m_sx)]) {seen})"
         b.line(f"  for (var j = lidx; j < kv_end; j += {threads}u) {{")
-        b.line(
-            f"    if (u32({self.in_name(3)}[u32(mrow + i32(j) * params.m_sx)]) {seen}) {{ lo = min(lo, j); hi = j + 1u; }}"
-        )
+        b.line(f"    if {keep.format('j')} {{")
+        b.line(f"      if (j == 0u || !{keep.format('j - 1u')}) {{ lo = min(lo, j); }}")
+        b.line(f"      if (j + 1u == kv_end || !{keep.format('j + 1u')}) {{ hi = max(hi, j + 1u); }}")
+        b.line("    }")
         b.line("  }")
-        b.line("  if (hi > 0u) { atomicMin(&key_lo, lo); atomicMax(&key_hi, hi); }")
+        b.line("  if (lo != 0xffffffffu) { atomicMin(&key_lo, lo); }")
+        b.line("  if (hi > 0u) { atomicMax(&key_hi, hi); }")
         b.line("}")
         b.line("workgroupBarrier();")
         b.line("if (lidx == 0u) { key_span = vec2<u32>(atomicLoad(&key_lo), atomicLoad(&key_hi)); }")
@@ -308,7 +394,7 @@ class FlashAttentionKernel(Kernel):
         b.line("kv_begin = min(span.x, span.y);")
 
     def _load_q(self, b: WgslBuilder) -> None:
-        """q^T into qs: qs[d * br/4 + row/4][row % 4] (zeros past lq and dk), once per workgroup."""
+        """q into qs as loaded: qs[row * ks + d / 4] (zeros past lq and dk), once per workgroup."""
         threads = self.ty * self.tx
         per = self.dk // 4 if self.v4 else self.dk
         items = self.br * per
@@ -326,14 +412,13 @@ class FlashAttentionKernel(Kernel):
                     f"    x = vec4<f32>({self.in_name(0)}[u32(q_base + i32(row) * params.q_sl + i32(dd * 4u)) / 4u]);"
                 )
                 b.line("  }")
-                for lane, c in enumerate("xyzw"):
-                    b.line(f"  qs[(dd * 4u + {lane}u) * {self.ty}u + r / 4u][r % 4u] = x.{c};")
+                b.line(f"  qs[r * {self.ks}u + dd] = x;")
             else:
                 b.line("  var x = 0.0;")
                 b.line("  if (row < params.lq && dd < params.dk) {")
                 b.line(f"    x = f32({self.in_name(0)}[u32(q_base + i32(row) * params.q_sl + i32(dd) * params.q_sx)]);")
                 b.line("  }")
-                b.line(f"  qs[dd * {self.ty}u + r / 4u][r % 4u] = x;")
+                b.line(f"  qs[r * {self.ks}u + dd / 4u][dd % 4u] = x;")
             b.line("}")
 
     def _kv_items(self, which: str) -> tuple[int, int, int]:
@@ -398,8 +483,25 @@ class FlashAttentionKernel(Kernel):
         karr = "kv" if self.kv_alias else "ks"
         for j in range(self.rn):
             b.line(f"  var s{j} = vec4<f32>(0.0);")
-        b.line(f"  for (var d4 = 0u; d4 < {self.dk // 4}u; d4++) {{")
-        if not self.q_smem and self.v4:  # each row's 4 head dims from memory, turned into 4 vec4s over rows
+        # `un`: unrolled here (d4 a constant in each copy): no loop for the driver to keep bounded or to
+        # unroll, so it can schedule the next step's loads under this one's FMAs
+        for head in self._steps("d4", self.dk // 4):
+            b.line(head)
+            self._score_step(b, karr)
+            b.line("  }")
+
+    def _steps(self, var: str, n: int) -> list[str]:
+        """The openings of a loop of n steps over `var`: one loop, or n blocks with `var` a constant (`un`)."""
+        if self.unroll:
+            return [f"  {{ let {var} = {i}u;" for i in range(n)]
+        return [f"  for (var {var} = 0u; {var} < {n}u; {var}++) {{"]
+
+    def _score_step(self, b: WgslBuilder, karr: str) -> None:
+        """One vec4 of head dims d4: the 4 rows' q, the thread's keys' k, 16 rn FMAs."""
+        if self.q_smem:  # each row's 4 head dims: the row group's 4 rows are consecutive (distinct banks)
+            for ri in range(4):
+                b.line(f"    let qr{ri} = qs[(ty + {ri * self.ty}u) * {self.ks}u + d4];")
+        elif self.v4:  # each row's 4 head dims from memory, turned into 4 vec4s over rows
             for ri in range(4):
                 b.line(
                     f"    let qr{ri} = vec4<f32>({self.in_name(0)}[u32(q_base + i32(qrow{ri}) * params.q_sl + i32(d4 * 4u)) / 4u]);"
@@ -408,9 +510,7 @@ class FlashAttentionKernel(Kernel):
             b.line(f"    let k{j} = {karr}[({j * self.tx}u + tx) * {self.ks}u + d4];")
         for lane, c in enumerate("xyzw"):
             d = f"d4 * 4u + {lane}u"
-            if self.q_smem:
-                q = f"qs[({d}) * {self.ty}u + ty]"
-            elif self.v4:
+            if self.q_smem or self.v4:
                 q = f"vec4<f32>(qr0.{c}, qr1.{c}, qr2.{c}, qr3.{c})"
             else:  # scalars through any strides; the padding past dk reads 0
                 dd = f"i32(min({d}, max(params.dk, 1u) - 1u)) * params.q_sx"
@@ -422,7 +522,6 @@ class FlashAttentionKernel(Kernel):
             for j in range(self.rn):
                 b.line(f"      s{j} = fma(qv, vec4<f32>(k{j}.{c}), s{j});")
             b.line("    }")
-        b.line("  }")
 
     def _key_index(self, j: int) -> str:
         return f"(c0 + {j * self.tx}u + tx)"
@@ -472,7 +571,8 @@ class FlashAttentionKernel(Kernel):
             return
         b.line(f"  red[ty * {self.tx}u + tx] = mx;")
         b.line("  workgroupBarrier();")
-        b.line(f"  for (var t = 0u; t < {self.tx}u; t++) {{ mx = max(mx, red[ty * {self.tx}u + t]); }}")
+        for t in range(self.tx):
+            b.line(f"  mx = max(mx, red[ty * {self.tx}u + {t}u]);")
 
     def _softmax_step(self, b: WgslBuilder) -> None:
         """The online softmax: new max, rescale o and l, p = exp2(s - m) into p^T."""
@@ -492,27 +592,38 @@ class FlashAttentionKernel(Kernel):
                 b.line(f"  o{ri}_{g} *= alpha.{c};")
 
     def _accumulate(self, b: WgslBuilder, arr: str) -> None:
-        """o += p v over the block's keys: per key, this thread's 4 rows of p^T times its head dims of v."""
+        """o += p v over the block's keys: per key, this thread's 4 rows of p^T times its head dims of v.
+
+        Unrolled (`un`, see _scores), or a loop of 4 keys per iteration."""
+        if self.unroll:
+            for c in range(self.bc):
+                b.line(f"    {{ let c = {c}u;")
+                self._pv_key(b, arr)
+            return
         b.line(f"  for (var c4 = 0u; c4 < {self.bc // 4}u; c4++) {{")
         for i in range(4):
             b.line(f"    {{ let c = c4 * 4u + {i}u;")
-            b.line(f"      let pv = ps[c * {self.ty}u + ty];")
-            if not arr:  # v from memory: a row group's threads read one contiguous run of a key's row
-                b.line("      let vkey = c0 + c;")
-                b.line("      let vrow = v_base + i32(min(vkey, params.s - 1u)) * params.v_sl;")
-            for g in range(self.gd):
-                if arr:
-                    b.line(f"      let vv{g} = {arr}[c * {self.dv // 4}u + {g * self.tx}u + tx];")
-                else:  # keys past S (p = 0) and head dims past dv read 0, never another row's inf or NaN
-                    d = f"({g * self.tx}u + tx) * 4u"
-                    ok = "vkey < params.s" + ("" if self.dv == self.true_dv else f" && {d} < params.dv")
-                    dd = d if self.dv == self.true_dv else f"min({d}, params.dv - 4u)"
-                    val = f"vec4<f32>({self.in_name(2)}[u32(vrow + i32({dd})) / 4u])"
-                    b.line(f"      let vv{g} = select(vec4<f32>(0.0), {val}, {ok});")
-                for ri, ch in enumerate("xyzw"):
-                    b.line(f"      o{ri}_{g} = fma(vec4<f32>(pv.{ch}), vv{g}, o{ri}_{g});")
-            b.line("    }")
+            self._pv_key(b, arr)
         b.line("  }")
+
+    def _pv_key(self, b: WgslBuilder, arr: str) -> None:
+        """Key c of the block: o += p^T[c] (4 rows) * v[c] (this thread's head dims); closes c's scope."""
+        b.line(f"      let pv = ps[c * {self.ty}u + ty];")
+        if not arr:  # v from memory: a row group's threads read one contiguous run of a key's row
+            b.line("      let vkey = c0 + c;")
+            b.line("      let vrow = v_base + i32(min(vkey, params.s - 1u)) * params.v_sl;")
+        for g in range(self.gd):
+            if arr:
+                b.line(f"      let vv{g} = {arr}[c * {self.dv // 4}u + {g * self.tx}u + tx];")
+            else:  # keys past S (p = 0) and head dims past dv read 0, never another row's inf or NaN
+                d = f"({g * self.tx}u + tx) * 4u"
+                ok = "vkey < params.s" + ("" if self.dv == self.true_dv else f" && {d} < params.dv")
+                dd = d if self.dv == self.true_dv else f"min({d}, params.dv - 4u)"
+                val = f"vec4<f32>({self.in_name(2)}[u32(vrow + i32({dd})) / 4u])"
+                b.line(f"      let vv{g} = select(vec4<f32>(0.0), {val}, {ok});")
+            for ri, ch in enumerate("xyzw"):
+                b.line(f"      o{ri}_{g} = fma(vec4<f32>(pv.{ch}), vv{g}, o{ri}_{g});")
+        b.line("    }")
 
     def _finish(self, b: WgslBuilder) -> None:
         """l summed over the row group's threads; o / l stored (a row with no key: 0 / 0 = NaN; S == 0: 0)."""
@@ -527,7 +638,8 @@ class FlashAttentionKernel(Kernel):
             b.line(f"red[ty * {self.tx}u + tx] = lsum;")
             b.line("workgroupBarrier();")
             b.line("lsum = vec4<f32>(0.0);")
-            b.line(f"for (var t = 0u; t < {self.tx}u; t++) {{ lsum += red[ty * {self.tx}u + t]; }}")
+            for t in range(self.tx):
+                b.line(f"lsum += red[ty * {self.tx}u + {t}u];")
         b.line("let inv = select(vec4<f32>(1.0) / lsum, vec4<f32>(0.0), params.s == 0u);")
         ot = vtype(self.node.dtype, 1)
         for ri, ch in enumerate("xyzw"):
