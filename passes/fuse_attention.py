@@ -16,6 +16,8 @@ It is rewritten when all of these hold (otherwise the graph is left as it was):
   - every intermediate (the scores at each step, the probabilities, a pre-scaled q) is read
     only by the next step and is not a graph output, so nothing else needs it in memory;
   - q, k and v have one float dtype, and both head dims are at most ATTENTION_MAX_HEAD_DIM;
+  - there are at most max_fused_keys(head dim) keys (the flash kernel's walk stays within the
+    loop budget some adapters impose, backend_wgpu.kernel.LOOP_BUDGET);
   - the batch dims (B, H) can be read as 4-D views of q, k, v and the mask: leading batch
     dims merge into B (View.reshape), or a last batch dim that k and v broadcast (stride 0)
     merges into the heads as grouped-query attention (kv head h // group);
@@ -32,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from backend_wgpu.kernels.attention.flash import max_fused_keys
 from ir.caps import DeviceCaps
 from ir.graph import Graph
 from ir.node import Node
@@ -174,6 +177,8 @@ def _attention_node(graph: Graph, out: Node, m: _Match, next_id: int) -> tuple[l
     if len(dtypes) != 1 or not out.dtype.is_float or out.dtype not in dtypes:
         return None
     if max(q.shape[-1], v.shape[-1]) > ATTENTION_MAX_HEAD_DIM:
+        return None
+    if k.shape[-2] > max_fused_keys(q.shape[-1]):  # the flash kernel's walk would pass the loop budget
         return None
     operands: list[tuple[Node, View]] = []
     mask_view = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from backend_wgpu.element import row_vector, vector_readable
+from backend_wgpu.kernel import LOOP_BUDGET
 from backend_wgpu.kernels import (
     ArangeKernel,
     AttentionCombineKernel,
@@ -44,6 +45,7 @@ from backend_wgpu.kernels import (
     SplitGemvKernel,
 )
 from backend_wgpu.kernels.attention.decode_combine import COMBINE_THREADS
+from backend_wgpu.kernels.attention.flash import walk_iterations
 from backend_wgpu.kernels.blocks import LOOP_STEPS, unroll_for
 from backend_wgpu.kernels.sort.bitonic import SIZES, BitonicSortKernel, padded, run_length
 from ir.caps import DeviceCaps
@@ -868,13 +870,14 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
         sg = caps.subgroups and caps.subgroup_size >= t > 1
         vg = (ATTENTION_V_FROM_MEMORY if at.vg is None else at.vg) and v4 and not kv_alias
         smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg)
-        if smem <= caps.max_workgroup_storage and br // 4 * t <= caps.max_invocations:
+        un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL
+        walk = walk_iterations(k.shape[2], dkp, bc, br // 4 * t, un, True)  # the scan counted: the worst case
+        if smem <= caps.max_workgroup_storage and br // 4 * t <= caps.max_invocations and walk <= LOOP_BUDGET:
             params = (("br", br), ("bc", bc), ("tx", t), ("dk", dkp), ("dv", dvp))
             params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg))
             # the next block of k and v prefetched into registers where that costs few of them
             fetches = -(-bc * (dkp + (0 if vg else dvp)) // (4 * (br // 4) * t))
             pf = fetches <= ATTENTION_PREFETCH_MAX if at.pf is None else at.pf
-            un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL
             pl = (ATTENTION_PIPELINED if at.pl is None else at.pl) and not kv_alias
             params += (("pf", pf), ("vg", vg), ("un", un), ("pl", pl), ("lpt", ATTENTION_CAUSAL_ROW_MAJOR))
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)

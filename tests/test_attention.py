@@ -520,3 +520,35 @@ def test_rule_tiles_on_the_h200() -> None:
         picked[d] = tuple(node.kernel.param(p) for p in ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl"))
     assert picked[64] == (128, 32, 8, False, False, True, False, False)
     assert picked[128] == (128, 32, 8, False, True, False, False, False)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_long_key_lengths_stay_within_the_loop_budget(causal: bool, monkeypatch) -> None:
+    """The flash kernel states its walk (issue 16: lavapipe ends loops after 65,535 iterations):
+    with 16-key blocks at max_fused_keys it walks to the edge of the budget and is right (so the
+    count is not short); one key more takes the composed path."""
+    from backend_wgpu.kernel import LOOP_BUDGET
+    from backend_wgpu.kernels import KERNELS
+    from backend_wgpu.kernels.attention.flash import max_fused_keys
+
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (sk.AttentionTile(64, 16, True, False),))
+    monkeypatch.setattr(sk, "ATTENTION_UNROLL", False)
+    rng = np.random.default_rng(7)
+    dk = 16
+    s = max_fused_keys(dk)
+    q = rng.standard_normal((1, 2, 4, dk)).astype(np.float32)
+    for keys, kernel in ((s, "flash_attention"), (s + 1, "softmax")):
+        k = rng.standard_normal((1, 2, keys, dk)).astype(np.float32)
+        v = rng.standard_normal((1, 2, keys, dk)).astype(np.float32)
+        y = tr.nn.scaled_dot_product_attention(tr.tensor(q), tr.tensor(k), tr.tensor(v), is_causal=causal)
+        program = tr.compile(y)
+        assert kernel in [d.kernel for d in program.dispatches]
+        for node in program.graph:
+            if node.kernel is not None and node.kernel.name == "flash_attention":
+                walk = KERNELS["flash_attention"](node, program.graph).loop_iterations()
+                assert LOOP_BUDGET - 3000 < walk <= LOOP_BUDGET  # near the edge: a short count would show
+        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(dk)
+        if causal:  # bottom-right aligned: row i sees keys j <= i + keys - 4
+            scores = np.where(np.arange(keys)[None, :] <= np.arange(4)[:, None] + keys - 4, scores, -np.inf)
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        np.testing.assert_allclose(y.numpy(), (p / p.sum(-1, keepdims=True)) @ v, rtol=2e-4, atol=2e-5)

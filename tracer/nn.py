@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from backend_wgpu.kernels.attention.flash import max_fused_keys
 from ir import shapes
 from ir.dtypes import DType, promote
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
@@ -276,6 +277,11 @@ def _causal_mask(q_len: int, kv_len: int) -> Tensor:
 # head dims above this are composed (matmul, softmax, matmul): the flash kernel's smallest
 # tiles hold a block of keys of this width in any adapter's workgroup memory
 FUSED_MAX_HEAD_DIM = 512
+# Past max_fused_keys(head dim) keys (about 27,000 at 128, 45,000 at 64), attention of several
+# query rows is composed of matmuls and softmax: the flash kernel's threads walk every key block in
+# one loop nest, and some adapters (lavapipe) end a shader's loops after 65,535 iterations
+# (backend_wgpu.kernel.LOOP_BUDGET). One query row (decoding) takes attention_decode, which splits
+# the keys over workgroups.
 
 
 def scaled_dot_product_attention(
@@ -318,10 +324,12 @@ def scaled_dot_product_attention(
                 f"(k {k.shape}, v {v.shape})"
             )
     masks = [] if mask is None else [as_tensor(mask, "sdpa", "mask")]
-    if max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD_DIM:
+    long_keys = k.shape[-2] > max_fused_keys(q.shape[-1]) and (q.shape[-2] if q.ndim >= 2 else 1) > 1
+    if max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD_DIM or long_keys:
         if length is not None:
             raise ShapeError(
-                f"scaled_dot_product_attention: head dims above {FUSED_MAX_HEAD_DIM} (q {q.shape}, v {v.shape}) "
+                f"scaled_dot_product_attention: head dims above {FUSED_MAX_HEAD_DIM}, or more than "
+                f"{max_fused_keys(q.shape[-1])} keys for several queries (q {q.shape}, k {k.shape}, v {v.shape}), "
                 "take keys of a fixed length, not a runtime one"
             )
         return _composed_attention(q, k, v, masks, is_causal, scale, grouped)

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 
-from backend_wgpu.kernel import Kernel, Meta, Workload
+from backend_wgpu.kernel import LOOP_BUDGET, Kernel, Meta, Workload
 from backend_wgpu.kernels.blocks import infinity
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
@@ -66,6 +66,24 @@ from ir.node import Node
 from ir.ops import AttentionArg
 
 LOG2E = 1.4426950408889634
+
+
+def walk_iterations(keys: int, dk: int, bc: int, threads: int, unroll: bool, key_range: bool) -> int:
+    """Loop iterations one thread runs over `keys` keys: the key range scan, then per key block (and
+    one more exit test) the loops not unrolled in the WGSL: the scores' head dims (dk / 4) and the
+    p v product's keys (bc / 4)."""
+    scan = -(-keys // threads) + 1 if key_range else 0
+    per_block = 1 + (0 if unroll else (-(-dk // 4) + 1) + (bc // 4 + 1))
+    return scan + (-(-keys // bc) + 1) * per_block
+
+
+def max_fused_keys(dk: int) -> int:
+    """The most keys a flash tile of 16-key blocks (the smallest for head dims up to 128 on adapters
+    with 32 KiB of workgroup memory) walks within LOOP_BUDGET, with the key range scan of 32 threads."""
+    n = LOOP_BUDGET * 16 // (-(-dk // 4) + 7)
+    while n > 0 and walk_iterations(n, dk, 16, 32, False, True) > LOOP_BUDGET:
+        n -= 16
+    return n
 
 
 class FlashAttentionKernel(Kernel):
@@ -193,6 +211,10 @@ class FlashAttentionKernel(Kernel):
             if i is not None:
                 meta.append((f"{name}_off", "u32", self.operands[i].view.offset))
         return meta
+
+    def loop_iterations(self) -> int:
+        keys = self.operands[1].view.shape[2]  # the stored length: a runtime length is at most this
+        return walk_iterations(keys, self.dk, self.bc, self.ty * self.tx, self.unroll, self.key_range)
 
     def calculate_dispatch(self) -> Workload:
         b, h, lq, _ = self.operands[0].view.shape
