@@ -176,14 +176,17 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     return DecodePlan(choice, splits)
 
 
+GEMV_BLOCK_UNITS = 4  # output elements per workgroup of a quantized group's plain parts, sharing the row's loads
+
+
 def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False) -> KernelChoice:
     """gemv_multi for a group of passes.fuse_gemv: a workgroup per output column (or pair), threads along k
-    (a block of 32 values each when a weight is quantized: as many threads as the row has blocks, 32..256)."""
+    (a block of 32 values each when a weight is quantized: as many threads as the row has blocks, 32..256,
+    and GEMV_BLOCK_UNITS outputs per workgroup where a part allows)."""
     if quantized:
         wg = min(_row_workgroup(k // 32, caps), caps.max_invocations)
-        return KernelChoice(
-            GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups),)
-        )
+        params = (("subgroups", caps.subgroups), ("units", GEMV_BLOCK_UNITS))
+        return KernelChoice(GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=params)
     wg = min(_row_workgroup(k, caps) if k < 256 else 256, caps.max_invocations)
     return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups),))
 

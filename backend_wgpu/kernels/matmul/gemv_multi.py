@@ -23,6 +23,9 @@ Quantized weights (q8_0, q4_0: kernels/quant/formats.py) make the `blocks` varia
 thread takes whole blocks of 32 values along k (one or two 16-byte loads of quants and a
 scale per B, eight vec4 of the row), dequantizes in registers as qgemv does and adds
 scale * (quants . row) to its sum; a float B of the same group is read 32 values a block.
+There a part without rope pairs or side writes (SwiGLU's gate and up, a head) gives each
+workgroup `units` consecutive output elements, so each load of the row serves that many
+columns of every B (a block of quants is 16-18 bytes against the row's 128).
 
 Math in f32; each term's value is rounded to its dtype as the unfused graph would store it.
 """
@@ -183,7 +186,9 @@ class GemvMultiKernel(Kernel):
         owners = [graph[o.srcs[0]] if o.op is Op.VIEW else o for o in owners]
         quantized = [describe(o.dtype, o.shape) for o in owners if o.dtype.is_quantized]
         if quantized:
-            what.append(f"blocks of 32 along k, {', '.join(quantized)} dequantized in registers")
+            units = node.kernel.param("units", 1)
+            many = f" ({units} columns a workgroup but in rope or side-write parts)" if units > 1 else ""
+            what.append(f"blocks of 32 along k{many}, {', '.join(quantized)} dequantized in registers")
         writes = [t for p in lay.parts for t in p.terms if _writes(node.arg, t)]
         if writes:
             what.append(f"{len(writes)} side writes")
@@ -196,6 +201,10 @@ class GemvMultiKernel(Kernel):
         self.blocks = any(self.operands[i].dtype.is_quantized for i in self.lay.b_leaves)
         self.writes = side_writes.side_writes(node, graph, [t for p in self.lay.parts for t in p.terms])
         self.targets = {w.target for w in self.writes if w.copy is None}
+        written = {w.term.id for w in self.writes}
+        many = self.choice.param("units", 1) if self.blocks else 1
+        # units per workgroup of each part: several where nothing but the root is stored per unit
+        self.per_wg = [1 if part.pair or any(t.id in written for t in part.terms) else many for part in self.lay.parts]
         self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
 
     # --- bindings and uniform ---------------------------------------------------------
@@ -204,7 +213,8 @@ class GemvMultiKernel(Kernel):
             f"{len(p.cores)}{'p' if p.pair else ''}{'i' if p.pair and p.pair[0] else ''}" for p in self.lay.parts
         )
         norm = ("nr" if self.lay.rounded_row else "n") if self.lay.norm else ""
-        return f"{self.node.arg.short_key()}:{parts}:{norm}{':blocks' if self.blocks else ''}"
+        blocks = f":blocks{'x' + str(max(self.per_wg)) if max(self.per_wg) > 1 else ''}" if self.blocks else ""
+        return f"{self.node.arg.short_key()}:{parts}:{norm}{blocks}"
 
     def operand_type(self, i: int) -> str:
         if self.operands[i].dtype.is_quantized:
@@ -264,9 +274,11 @@ class GemvMultiKernel(Kernel):
                 (f"b{c}_sn", "i32", b.strides[-1]),
             ]
         end = 0
-        for p, part in enumerate(lay.parts):
-            end += part.units
+        for p, part in enumerate(lay.parts):  # u{p}: the workgroups of parts 0..p
+            end += -(-part.units // self.per_wg[p])
             meta.append((f"u{p}", "u32", end))
+            if self.per_wg[p] > 1:
+                meta.append((f"n{p}", "u32", part.units))
             if part.pair:
                 meta.append((f"half{p}", "u32", part.pair[1] // 2))
         for i in sorted(lay.epilogue_leaves({w.term.id for w in self.writes})):
@@ -288,8 +300,8 @@ class GemvMultiKernel(Kernel):
         return out
 
     def calculate_dispatch(self) -> Workload:
-        units = sum(p.units for p in self.lay.parts)
-        return Workload.for_workgroups(units, self.choice.workgroup, self.max_workgroups)
+        groups = sum(-(-part.units // m) for part, m in zip(self.lay.parts, self.per_wg, strict=True))
+        return Workload.for_workgroups(groups, self.choice.workgroup, self.max_workgroups)
 
     # --- code -----------------------------------------------------------------------
     def render(self, b: WgslBuilder) -> None:
@@ -326,6 +338,12 @@ class GemvMultiKernel(Kernel):
 
     def _elements(self, b: WgslBuilder, p: int, part: Part, first: str) -> list[str]:
         """Emit the unit's element indices; returns their names."""
+        many = self.per_wg[p]
+        if many > 1:  # the workgroup's units; past the last one they read its column (and store nothing)
+            b.line(f"let u = (wg - {first}) * {many}u;")
+            for t in range(many):
+                b.line(f"let e{t} = min(u + {t}u, params.n{p} - 1u);")
+            return [f"e{t}" for t in range(many)]
         b.line(f"let u = wg - {first};")
         if part.pair is None:
             b.line("let e0 = u;")
@@ -343,7 +361,19 @@ class GemvMultiKernel(Kernel):
         sums = self._k_loop(b, part, elements, lanes)
         b.line("if (lidx == 0u) {")
         inner = WgslBuilder()
-        self._epilogue(inner, p, part, elements, lanes, sums)
+        if self.per_wg[p] > 1:  # each unit's epilogue in a block of its own (its names repeat)
+            for t, e in enumerate(elements):
+                inner.line(f"if (u + {t}u < params.n{p}) {{")
+                unit = WgslBuilder()
+                mine = [sums[n] for n, (_, j) in enumerate(lanes) if j == t] + sums[len(lanes) :]
+                self._epilogue(unit, p, part, [e], [(c, 0) for c in range(len(part.cores))], mine)
+                for name, code in unit.helpers.items():
+                    inner.helper(name, code)
+                for line in unit.body:
+                    inner.line("  " + line)
+                inner.line("}")
+        else:
+            self._epilogue(inner, p, part, elements, lanes, sums)
         for name, code in inner.helpers.items():
             b.helper(name, code)
         for line in inner.body:
