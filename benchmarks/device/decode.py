@@ -266,6 +266,23 @@ def without_new_folds() -> Any:
     return patched
 
 
+def block_units(units: int) -> Any:
+    """passes.select_kernels.GEMV_BLOCK_UNITS set to `units` while a program compiles."""
+    from contextlib import contextmanager
+
+    from passes import select_kernels as sk
+
+    @contextmanager
+    def patched() -> Any:
+        saved, sk.GEMV_BLOCK_UNITS = sk.GEMV_BLOCK_UNITS, units
+        try:
+            yield
+        finally:
+            sk.GEMV_BLOCK_UNITS = saved
+
+    return patched
+
+
 def format_model(cfg: Any, fmt: str, weights: dict[str, np.ndarray] | None = None) -> Any:
     """examples/llama.py's model of cfg with f32, f16, q8_0 or q4_0 weights (random, or zeros), realized."""
     from examples import llama as L
@@ -296,7 +313,10 @@ def format_case(timer: ProgramTimer, name: str, fmt: str, prompt: int = 128) -> 
     tok, pos = tr.tensor(np.array([[7]], np.int32)), tr.tensor(np.array([prompt], np.int32))
     row: dict[str, Any] = {"config": name, "weights": fmt}
     logits = {}
-    for tag, fusion, patch in (("fused", "1", None), ("before", "1", without_new_folds()), ("unfused", "0", None)):
+    variants = [("fused", "1", None), ("before", "1", without_new_folds()), ("unfused", "0", None)]
+    if fmt in ("q8_0", "q4_0"):  # gemv_multi's columns per workgroup of a quantized group (default 4)
+        variants += [(f"units{u}", "1", block_units(u)) for u in (1, 2, 8)]
+    for tag, fusion, patch in variants:
         os.environ["WGJIT_FUSION"] = fusion
         out = model.step(tok, pos, *cache)
         program, buffers = fresh_program(out, patch)
@@ -306,7 +326,7 @@ def format_case(timer: ProgramTimer, name: str, fmt: str, prompt: int = 128) -> 
         del out, program, buffers
     os.environ.pop("WGJIT_FUSION")
     scale = max(1.0, float(np.abs(logits["unfused"]).max()))
-    row["rel_err"] = max(float(np.abs(logits[t] - logits["unfused"]).max()) / scale for t in ("fused", "before"))
+    row["rel_err"] = max(float(np.abs(v - logits["unfused"]).max()) / scale for v in logits.values())
     counts: dict[Any, list[int]] = {None: [], "before": []}
     for layers in (1, 2):  # one more layer adds this many dispatches (zero weights)
         small = format_model(replace(cfg, layers=layers, windows=(None,) * layers), fmt)
@@ -353,6 +373,7 @@ def format_table(rows: list[dict]) -> str:
             f"{r['config']:>6} {r['weights']:>7} {r['per_layer']:>6} {r['per_layer_before']:>6} "
             f"{r['dispatches_fused']:>5} {r['ms_fused']:>8.3f} {r['ms_before']:>9.3f} {r['ms_unfused']:>7.3f} "
             f"{r['rel_err']:>8.1e}"
+            + "".join(f"  units={u}: {r[f'ms_units{u}']:.3f}" for u in (1, 2, 8) if f"ms_units{u}" in r)
         )
     return "\n".join(lines)
 
