@@ -202,3 +202,18 @@ def test_rows_merge_a_head_at_a_time():
     assert [n.kernel.param("merge_heads") for n in graph if n.op is Op.ATTENTION_SPLITS] == [1]
     got, _ = run_with_caps(y, max_workgroup_storage=10240, subgroups=False)
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("e", [128, 256])
+def test_lane_shuffles_chosen_as_the_workgroup_runs(e):
+    """Rows of 8 or 16 lanes where the adapter reports subgroups of 4 (as wgpu does for NVIDIA's 32): the
+    workgroup picks shuffles or workgroup memory from the subgroup size it finds (both are compiled in;
+    lavapipe runs subgroups of 8: e = 128 takes the shuffles, e = 256 workgroup memory)."""
+    if not get_device().caps.subgroups:
+        pytest.skip(f"the adapter ({get_device().caps.name}) has no subgroups")
+    q, k, v = inputs(1, 8, 2, 300, e, e)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    got, program = run_with_caps(y, subgroups=True, subgroup_size=4)
+    code = program.sources[program.dispatches[0].key]
+    assert "workgroupUniformLoad" in code and "subgroupShuffleXor" in code and "part[" in code
+    assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)

@@ -12,7 +12,9 @@ its slices of the step's keys and values (KernelElements lane, lane + lanes, ...
 lanes of a row read neighbouring memory), every load of the step issued before any
 arithmetic. The lanes' partial dot products with each query head (pre-scaled, from
 workgroup memory) are summed over the row by subgroup shuffles where the adapter's
-subgroups hold a row (`lane_shuffle`), else through workgroup memory; then each row
+subgroups hold a row (`lane_shuffle`: "always" where its smallest subgroup does, "runtime"
+where the workgroup finds its subgroups wide enough as it starts, e.g. NVIDIA's 32 where
+wgpu reports 4), else through workgroup memory; then each row
 keeps, per head, a running max, sum of exp and value sum (online softmax), so keys and
 values stream together and nothing waits on a barrier inside the loop when shuffles
 sum the lanes. At the end the rows' (max, sum, values) merge in a tree in workgroup
@@ -70,7 +72,9 @@ class DecodeAttentionKernel(Kernel):
         rows = c.workgroup[0] // lanes
         splits = node.arg.splits if node.op is Op.ATTENTION_SPLITS else 1
         ranges = f", keys in {splits} ranges" if splits > 1 else ""
-        sums = "subgroup shuffles" if c.param("lane_shuffle") else "workgroup memory"
+        sums = {"always": "subgroup shuffles", "runtime": "subgroup shuffles where the subgroups hold a row"}.get(
+            c.param("lane_shuffle"), "workgroup memory"
+        )
         return (
             f"one query row: a workgroup per kv head{ranges}, its {g} query heads together (K and V read once); "
             f"{rows} rows of {lanes} lanes, {unroll} keys per row a step (lanes summed by {sums}), online softmax"
@@ -165,12 +169,22 @@ class DecodeAttentionKernel(Kernel):
         threads = self.choice.workgroup[0]
         per_k, per_v = self._per(0), self._per(2)
         vt = f32v(w)
-        shuffle = self.choice.param("lane_shuffle", False)
+        shuffle = self.choice.param("lane_shuffle", False) or ""
         ew_q = lanes * per_k  # a head's padded slots in `qs`
         b.workgroup_var(f"qs: array<{vt}, {g * ew_q}>")
-        if lanes > 1 and not shuffle:
+        if lanes > 1 and shuffle != "always":
             b.workgroup_var(f"part: array<f32, {threads * g * unroll}>")
         inf = infinity(b)
+        if shuffle == "runtime":  # do the subgroups hold a row? one answer for the workgroup (a uniform value)
+            b.builtin("@builtin(subgroup_size) sg_size: u32")
+            b.workgroup_var("sg_least: atomic<u32>")
+            b.workgroup_var("sg_wide: u32")
+            b.line("if (lidx == 0u) { atomicStore(&sg_least, 0xffffffffu); }")
+            b.line("workgroupBarrier();")
+            b.line("atomicMin(&sg_least, sg_size);")
+            b.line("workgroupBarrier();")
+            b.line(f"if (lidx == 0u) {{ sg_wide = select(0u, 1u, atomicLoad(&sg_least) >= {lanes}u); }}")
+            b.line("let wide = workgroupUniformLoad(&sg_wide) == 1u;")
         b.line("let split = wg % params.splits;")
         b.line("let hk = (wg / params.splits) % params.hkv;")
         b.line("let bt = wg / (params.splits * params.hkv);")
@@ -206,7 +220,7 @@ class DecodeAttentionKernel(Kernel):
         b.line("}")
 
     def _step(
-        self, b: WgslBuilder, arg: AttentionArg, inf: str, shuffle: bool, per_k: int, per_v: int, ind: str
+        self, b: WgslBuilder, arg: AttentionArg, inf: str, shuffle: str, per_k: int, per_v: int, ind: str
     ) -> None:
         """One step of the key loop: `unroll` keys per row, loaded, scored and folded into the running sums."""
         g, w, lanes, rows, unroll = self.g, self.kernel_element(), self.lanes, self.rows, self.unroll
@@ -264,18 +278,31 @@ class DecodeAttentionKernel(Kernel):
                 b.line(f"{ind}o{h}_{i} = {acc};")
             b.line(f"{ind}m{h} = mn{h};")
 
-    def _lane_sum(self, b: WgslBuilder, names: list[tuple[int, int]], shuffle: bool, ind: str) -> None:
+    def _lane_sum(self, b: WgslBuilder, names: list[tuple[int, int]], shuffle: str, ind: str) -> None:
         """Sum each d{h}_{u} over the row's lanes; every lane of the row gets the sums."""
         lanes = self.lanes
         if lanes == 1:
             return
         if shuffle:
+            if shuffle == "runtime":
+                b.line(f"{ind}if (wide) {{")
+            inner = ind + ("  " if shuffle == "runtime" else "")
             for h, u in names:
                 m = lanes // 2
                 while m:
-                    b.line(f"{ind}d{h}_{u} += subgroupShuffleXor(d{h}_{u}, {m}u);")
+                    b.line(f"{inner}d{h}_{u} += subgroupShuffleXor(d{h}_{u}, {m}u);")
                     m //= 2
+            if shuffle == "always":
+                return
+            b.line(f"{ind}}} else {{")
+            self._lane_sum_memory(b, names, ind + "  ")
+            b.line(f"{ind}}}")
             return
+        self._lane_sum_memory(b, names, ind)
+
+    def _lane_sum_memory(self, b: WgslBuilder, names: list[tuple[int, int]], ind: str) -> None:
+        """The lane sums through workgroup memory (two barriers)."""
+        lanes = self.lanes
         stride = len(names)
         for n, (h, u) in enumerate(names):
             b.line(f"{ind}part[lidx * {stride}u + {n}u] = d{h}_{u};")
