@@ -133,6 +133,7 @@ DECODE_MAX_HEAD_DIM = 256  # heads up to 256 elements: at most 16 lanes of four 
 DECODE_THREADS = 128  # per workgroup: rows of `lanes` threads
 DECODE_UNROLL = 2  # keys per row per step (float32 caches; float16 twice), their loads in flight together
 DECODE_TARGET_WORKGROUPS = 264  # (batch, kv head, range) workgroups: two per multiprocessor of an H200
+DECODE_SLICES = 4  # KernelElements of a head per lane at most (a 64-wide f32 head: 4 lanes of 4 vec4)
 DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their merge and combine
 
 
@@ -155,7 +156,7 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     views = [view_of_operand(graph, s)[1] for s in node.srcs]
     w = DecodeAttentionKernel.widest_element(node, views)
     ew, ev = -(-q.shape[3] // w), -(-v.shape[3] // w)
-    lanes = lanes_for(max(ew, ev))
+    lanes = lanes_for(max(ew, ev), DECODE_SLICES)
     g = arg.group
     threads = min(DECODE_THREADS, caps.max_invocations)
     if threads < lanes:

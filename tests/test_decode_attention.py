@@ -171,15 +171,17 @@ def test_lane_sums_by_subgroup_shuffles(e, s, ranges, monkeypatch):
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("threads,unroll", [(32, 1), (64, 3), (256, 4), (4, 2)])
+@pytest.mark.parametrize("threads,unroll,slices", [(32, 1, 4), (64, 3, 4), (256, 4, 4), (4, 2, 4), (128, 2, 2)])
 @pytest.mark.parametrize("subgroups", [True, False])
-def test_workgroup_shapes(threads, unroll, subgroups, monkeypatch):
-    """Every rows x unroll shape the H200 benchmark tries (one row of 4 lanes: no merge), with a mask
-    hiding the first ranges and the lanes summed both ways, against float64 numpy."""
+def test_workgroup_shapes(threads, unroll, slices, subgroups, monkeypatch):
+    """Every rows x unroll x lanes shape the H200 benchmark tries (one row of 4 lanes: no merge; two
+    slices a lane: rows of 8 lanes), with a mask hiding the first ranges and the lanes summed both
+    ways, against float64 numpy."""
     from passes import select_kernels as sk
 
     monkeypatch.setattr(sk, "DECODE_THREADS", threads)
     monkeypatch.setattr(sk, "DECODE_UNROLL", unroll)
+    monkeypatch.setattr(sk, "DECODE_SLICES", slices)
     q, k, v = inputs(1, 8, 2, 777, 64, 64)
     keep = RNG.random(777) < 0.7
     keep[:200] = False

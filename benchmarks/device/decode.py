@@ -43,8 +43,12 @@ from tracer.tensor import make  # noqa: E402
 
 LENGTHS = (512, 1024, 2048, 4096, 8192)
 LAYOUTS = ((32, 8, 128), (32, 8, 64))  # (heads, kv heads, head dim): Llama-3-8B-like, the ~1B config
-# (threads, unroll, target workgroups): DECODE_THREADS, DECODE_UNROLL, DECODE_TARGET_WORKGROUPS
-CANDIDATES = ((128, 2, 264), (64, 2, 528), (128, 4, 264), (256, 2, 264), (128, 1, 528), (128, 2, 132), (64, 4, 1056))
+# (threads, unroll, target workgroups, slices per lane):
+# DECODE_THREADS, DECODE_UNROLL, DECODE_TARGET_WORKGROUPS, DECODE_SLICES
+CANDIDATES = (
+    (128, 2, 264, 4), (64, 2, 528, 4), (128, 4, 264, 4), (256, 2, 264, 4), (128, 1, 528, 4), (128, 2, 132, 4),
+    (64, 4, 1056, 4), (128, 2, 264, 2), (256, 4, 264, 2),
+)  # fmt: skip
 
 
 def log(msg: str) -> None:
@@ -99,7 +103,7 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarr
     return np.einsum("hgs,hse->hge", p, v[0].astype(np.float64)).reshape(q.shape)
 
 
-def candidate_program(y: tr.Tensor, candidate: tuple[int, int, int] | None) -> tuple[Any, list[Any]]:
+def candidate_program(y: tr.Tensor, candidate: tuple[int, ...] | None) -> tuple[Any, list[Any]]:
     """y's program compiled under a candidate's knobs (not cached: the program cache keys no knobs)."""
     if candidate is None:
         return program_of(y)
@@ -107,13 +111,13 @@ def candidate_program(y: tr.Tensor, candidate: tuple[int, int, int] | None) -> t
     from passes import run_pipeline
     from passes import select_kernels as sk
 
-    saved = sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS
-    sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS = candidate
+    saved = default_candidate()
+    sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS, sk.DECODE_SLICES = candidate
     try:
         built = build_graph([y._lazy])
         program = Program(run_pipeline(built.graph, get_device().caps).graph, get_device())
     finally:
-        sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS = saved
+        sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS, sk.DECODE_SLICES = saved
     return program, [device_buffer(lz) for lz in built.inputs]
 
 
@@ -123,7 +127,7 @@ def attention_case(
     layout: tuple[int, int, int],
     s: int,
     dtype: str,
-    candidate: tuple[int, int, int] | None = None,
+    candidate: tuple[int, ...] | None = None,
 ) -> dict:
     h, hkv, e = layout
     rng = np.random.default_rng(s)
@@ -138,8 +142,9 @@ def attention_case(
     program, buffers = candidate_program(y, candidate)
     kernels = [d.kernel for d in program.dispatches]
     first = program.dispatches[0]
-    config = f"t{first.workgroup_size[0]}.u{dict(program.graph[first.node].kernel.params).get('unroll', '-')}"
-    config += f".wg{math.prod(first.workgroup_count)}"
+    params = dict(program.graph[first.node].kernel.params)
+    config = f"t{first.workgroup_size[0]}.l{params.get('lanes', '-')}.u{params.get('unroll', '-')}"
+    config += f".wg{math.prod(first.workgroup_count)}{'.rt' if params.get('lane_shuffle') == 'runtime' else ''}"
     got = np.frombuffer(get_device().read(program.run(buffers)[0]), dtype=q.dtype).reshape(q.shape)
     err = float(np.abs(got.astype(np.float64) - attention_reference(q, k, v)).max())
     ms = gpu_ms(timer, program, buffers, 30)
@@ -147,7 +152,7 @@ def attention_case(
     row = {
         "layout": f"{h}/{hkv}x{e}", "dtype": dtype, "S": s, "kernels": "+".join(kernels), "max_err": err,
         "us": ms * 1e3, "GBps": nbytes / (ms * 1e-3) / 1e9, "config": config,
-        "candidate": "default" if candidate is None else "t{}.u{}.target{}".format(*candidate),
+        "candidate": "default" if candidate is None else "t{}.u{}.target{}.s{}".format(*candidate),
     }  # fmt: skip
     if err > (1e-4 if dtype == "float32" else 5e-3):
         row["kernels"] += " WRONG"
@@ -172,10 +177,10 @@ def read_bandwidth(torch: Any) -> float | None:
     return (1 << 30) / (ms * 1e-3) / 1e9
 
 
-def default_candidate() -> tuple[int, int, int]:
+def default_candidate() -> tuple[int, int, int, int]:
     from passes import select_kernels as sk
 
-    return sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS
+    return sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS, sk.DECODE_SLICES
 
 
 # --- 2. the decode step ----------------------------------------------------------------------------
@@ -382,14 +387,14 @@ def table(attn: list[dict], peak: float | None, steps: list[dict]) -> str:
     lines = ["", "attention_decode: K+V read once (target >= 0.8x of torch's read bandwidth"
              + (f", {peak:.0f} GB/s here)" if peak else ")")]  # fmt: skip
     lines.append(
-        f"{'layout':>9} {'dtype':>7} {'S':>5} {'candidate':>18} {'config':>16} {'us':>8} {'GB/s':>7} {'x read':>6} "
+        f"{'layout':>9} {'dtype':>7} {'S':>5} {'candidate':>20} {'config':>20} {'us':>8} {'GB/s':>7} {'x read':>6} "
         f"{'torch us':>8} {'err':>8}  kernels"
     )
     for r in attn:
         x = f"{r['GBps'] / peak:.2f}" if peak else "-"
         t = f"{r['torch_us']:.1f}" if "torch_us" in r else "-"
         lines.append(
-            f"{r['layout']:>9} {r['dtype']:>7} {r['S']:>5} {r['candidate']:>18} {r['config']:>16} {r['us']:>8.1f} "
+            f"{r['layout']:>9} {r['dtype']:>7} {r['S']:>5} {r['candidate']:>20} {r['config']:>20} {r['us']:>8.1f} "
             f"{r['GBps']:>7.0f} {x:>6} {t:>8} {r['max_err']:>8.1e}  {r['kernels']}"
         )
     best = {}

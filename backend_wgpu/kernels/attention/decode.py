@@ -44,11 +44,11 @@ def attention_arg(node: Node) -> AttentionArg:
     return node.arg.attention if node.op is Op.ATTENTION_SPLITS else node.arg
 
 
-def lanes_for(elements: int) -> int:
-    """Lanes per key row for a head of `elements` KernelElements: four slices of at most four each
-    (a lane's slices of a query head, a key, a value and its output stay few registers), more
-    lanes only for heads past 16 KernelElements."""
-    return max(1, min(pow2_at_least(elements), max(4, pow2_at_least(-(-elements // 4)))))
+def lanes_for(elements: int, slices: int = 4) -> int:
+    """Lanes per key row for a head of `elements` KernelElements: at least four (a row fits the
+    smallest subgroup wgpu reports), more where a lane would hold more than `slices` of them (its
+    slices of a query head, a key, a value and its output stay few registers)."""
+    return max(1, min(pow2_at_least(elements), max(4, pow2_at_least(-(-elements // slices)))))
 
 
 def merge_heads_for(g: int, rows: int, lanes: int, per_v: int, w: int, storage: int) -> int:
