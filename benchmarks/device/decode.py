@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import math
 import os
@@ -463,6 +464,9 @@ def main() -> int:
         [] if args.attention_only else [decode_case(timer, torch, n, prompt=8 if args.smoke else 128) for n in configs]
     )
     formats = [] if args.attention_only else [f for f in args.formats.split(",") if f]
+    if any(f.startswith("q") for f in formats) and importlib.util.find_spec("gguf") is None:
+        log("  gguf is not installed: the q8_0/q4_0 rows are skipped (tr.quantize needs it)")
+        formats = [f for f in formats if not f.startswith("q")]
     by_format = [format_case(timer, "tiny" if args.smoke else "12L", f, 8 if args.smoke else 128) for f in formats]
     if args.json:
         record = {"attention": attn, "read_GBps": peak, "decode": steps, "formats": by_format}
