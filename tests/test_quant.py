@@ -423,6 +423,37 @@ def test_quantized_group_of_a_float16_row(rng: np.random.Generator, device) -> N
     assert_close(y.numpy().astype(np.float32), want, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("copy", [False, True])
+def test_quantized_group_mixing_column_blocks_and_side_writes(copy: bool, rng: np.random.Generator) -> None:
+    """The root part (a plain q4_0 projection: 4 columns a workgroup) beside a side write (a q8_0
+    projection appended to a cache: one column a workgroup), with or without a copy of the old cache
+    also read: every workgroup of both parts lands right (3 + 8 workgroups)."""
+    k, n, m, ctx, pos = 64, 10, 8, 5, 3
+    w1, w2, norm = weights(rng, n, k), weights(rng, m, k), rng.standard_normal(k).astype(np.float32)
+    x, cache = rng.standard_normal((1, k)).astype(np.float32), rng.standard_normal((ctx, m)).astype(np.float32)
+    t_cache = tr.tensor(cache)
+
+    def step() -> tuple[tr.Tensor, ...]:
+        old = t_cache[1:3].copy() if copy else None
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        y = tr.nn.linear(h, tr.quantize(w1, tr.q4_0))
+        t_cache.index_write(tr.nn.linear(h, tr.quantize(w2, tr.q8_0)), (pos, 0))
+        return (y,) if old is None else (y, old * 2.0)
+
+    outs = step()
+    group = [d for d in tr.compile(*outs, t_cache).dispatches if d.kernel != "elementwise"]
+    assert [(d.kernel, d.variant.endswith(":blocksx4"), d.workgroup_count) for d in group] == [
+        ("gemv_multi", True, (11, 1, 1))
+    ]
+    hn = rms(x, norm)
+    assert_close(outs[0].numpy(), hn @ reference(w1, DType.q4_0).T, rtol=1e-4, atol=1e-4)
+    want = cache.copy()
+    want[pos] = (hn @ reference(w2, DType.q8_0).T)[0]
+    assert_close(t_cache.numpy(), want, rtol=1e-4, atol=1e-4)
+    if copy:
+        assert_close(outs[1].numpy(), cache[1:3] * 2.0, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dt", FORMATS)
 def test_quantized_head_with_its_norm(dt: DType, rng: np.random.Generator) -> None:
     """The final norm and a quantized vocabulary projection (50 columns: 13 workgroups of four, two
