@@ -131,6 +131,13 @@ class DecodeAttentionKernel(Kernel):
             meta += [("m_off", "u32", m.offset)] + [(f"m_s{d}", "i32", s) for d, s in enumerate(m.strides)]
         return meta
 
+    def loop_iterations(self) -> int:
+        """The key loop's steps over the longest range, and the query's load loop."""
+        range_len = -(-self.operands[1].view.shape[2] // self.splits)
+        steps = -(-range_len // (self.rows * self.unroll))
+        query = -(-self.g * self.lanes * self._per(0) // self.choice.workgroup[0])
+        return steps + 1 + query + 1  # each loop's exit test too
+
     def calculate_dispatch(self) -> Workload:
         q, k = self.operands[0].view, self.operands[1].view
         return Workload.for_workgroups(
