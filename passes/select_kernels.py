@@ -166,8 +166,8 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     # shuffles where the smallest subgroup holds a row; else, with subgroups, where the workgroup finds its
     # subgroups wide enough when it runs (wgpu reports 4 for NVIDIA's 32), workgroup memory otherwise
     shuffle = ("always" if lanes <= caps.subgroup_size else "runtime") if caps.subgroups and lanes > 1 else ""
-    per_k, per_v = -(-ew // lanes), -(-ev // lanes)
-    used = 4 * w * g * lanes * per_k + (0 if shuffle == "always" or lanes == 1 else 4 * threads * g * unroll)
+    per_v = -(-ev // lanes)
+    used = 0 if shuffle == "always" or lanes == 1 else 4 * threads * g * unroll  # the lane sums' memory
     merge = merge_heads_for(g, rows, lanes, per_v, w, caps.max_workgroup_storage - used)
     if rows > 1 and used + (rows // 2) * merge * (lanes * per_v * 4 * w + 8) > caps.max_workgroup_storage:
         return None

@@ -10,8 +10,8 @@ The workgroup's threads are `rows` of `lanes` threads (lanes * rows = threads). 
 takes keys start + row, + rows, + 2 * rows, ... `unroll` of them a step: each lane loads
 its slices of the step's keys and values (KernelElements lane, lane + lanes, ...: the
 lanes of a row read neighbouring memory), every load of the step issued before any
-arithmetic. The lanes' partial dot products with each query head (pre-scaled, from
-workgroup memory) are summed over the row by subgroup shuffles where the adapter's
+arithmetic. The lanes' partial dot products with each query head (its slices loaded
+beside the keys: no barrier before the loop) are summed over the row by subgroup shuffles where the adapter's
 subgroups hold a row (`lane_shuffle`: "always" where its smallest subgroup does, "runtime"
 where the workgroup finds its subgroups wide enough as it starts, e.g. NVIDIA's 32 where
 wgpu reports 4), else through workgroup memory; then each row
@@ -177,8 +177,6 @@ class DecodeAttentionKernel(Kernel):
         per_k, per_v = self._per(0), self._per(2)
         vt = f32v(w)
         shuffle = self.choice.param("lane_shuffle", False) or ""
-        ew_q = lanes * per_k  # a head's padded slots in `qs`
-        b.workgroup_var(f"qs: array<{vt}, {g * ew_q}>")
         if lanes > 1 and shuffle != "always":
             b.workgroup_var(f"part: array<f32, {threads * g * unroll}>")
         inf = infinity(b)
@@ -201,17 +199,6 @@ class DecodeAttentionKernel(Kernel):
         b.line("let n = min(start + range_len, params.s) - start;")
         b.line(f"let lane = lidx % {lanes}u;")
         b.line(f"let row = lidx / {lanes}u;")
-        # the query heads, pre-scaled, into workgroup memory (padded slots are 0)
-        b.line(f"for (var t = lidx; t < {g * ew_q}u; t += {threads}u) {{")
-        b.line(f"  let h = t / {ew_q}u;")
-        b.line(f"  let c = t % {ew_q}u;")
-        b.line(f"  var x = {vt}(0.0);")
-        b.line(
-            f"  if (c < {self._ew(0)}u) {{ x = {vt}(in0[{self._addr('q', f'hk * {g}u + h', '0u', 'c')}]) * params.scale; }}"
-        )
-        b.line("  qs[t] = x;")
-        b.line("}")
-        b.line("workgroupBarrier();")
         for h in range(g):
             b.line(f"var m{h} = -{inf};")
             b.line(f"var l{h} = 0.0;")
@@ -251,15 +238,18 @@ class DecodeAttentionKernel(Kernel):
                     else:
                         b.line(f"{ind}var mk{h}_{u} = 0.0;")
                     b.line(f"{ind}if (ok{u}) {{ mk{h}_{u} = {at if arg.mask == 'bool' else f'f32({at})'}; }}")
-        ew_q = lanes * per_k
+        # the lane's slices of the query heads: loop-invariant loads beside the step's (no barrier, nothing kept)
         for h in range(g):
             for i in range(per_k):
-                b.line(f"{ind}let q{h}_{i} = qs[{h * ew_q}u + lane + {i * lanes}u];")
+                ok = self._slice_ok(0, i)
+                at = self._addr("q", f"hk * {g}u + {h}u", "0u", f"lane + {i * lanes}u")
+                b.line(f"{ind}var q{h}_{i} = {vt}(0.0);")
+                b.line(f"{ind}{f'if ({ok}) {{ ' if ok else '{ '}q{h}_{i} = {vt}(in0[{at}]); }}")
         names = []
         for u in range(unroll):
             for h in range(g):
                 terms = [f"dot(q{h}_{i}, k{u}_{i})" if w > 1 else f"q{h}_{i} * k{u}_{i}" for i in range(per_k)]
-                b.line(f"{ind}var d{h}_{u} = {' + '.join(terms)};")
+                b.line(f"{ind}var d{h}_{u} = ({' + '.join(terms)}) * params.scale;")
                 names.append((h, u))
         self._lane_sum(b, names, shuffle, ind)
         for u in range(unroll):
