@@ -46,9 +46,10 @@ LENGTHS = (512, 1024, 2048, 4096, 8192)
 LAYOUTS = ((32, 8, 128), (32, 8, 64))  # (heads, kv heads, head dim): Llama-3-8B-like, the ~1B config
 # (threads, unroll, target workgroups, slices per lane):
 # DECODE_THREADS, DECODE_UNROLL, DECODE_TARGET_WORKGROUPS, DECODE_SLICES
+# a target of 8 workgroups gives 8 kv heads one range each: no combine (one dispatch)
 CANDIDATES = (
     (128, 2, 264, 4), (64, 2, 528, 4), (128, 4, 264, 4), (256, 2, 264, 4), (128, 1, 528, 4), (128, 2, 132, 4),
-    (64, 4, 1056, 4), (128, 2, 264, 2), (256, 4, 264, 2),
+    (64, 4, 1056, 4), (128, 2, 264, 2), (256, 4, 264, 2), (256, 2, 8, 4), (256, 4, 8, 2), (512, 4, 8, 2),
 )  # fmt: skip
 
 
@@ -167,6 +168,32 @@ def attention_case(
             kr, vr = kt.repeat_interleave(h // hkv, 1), vt.repeat_interleave(h // hkv, 1)
             row["torch_us"] = torch_ms(torch, lambda: f(qt, kr, vr)) * 1e3
     return row
+
+
+def floors(timer: ProgramTimer) -> list[tuple[str, float]]:
+    """GPU us of programs too small to read memory for long: what a pass, a dispatch and a dependent
+    dispatch cost here, and attention_decode alone over 64 keys (one step, one dispatch)."""
+    x = tr.tensor(np.ones((1, 4), np.float32))
+    m = tr.tensor(np.ones((64, 64), np.float32))
+    tr.realize(x, m)
+    rows = []
+    for name, y in (
+        ("one dispatch (a 4-element add)", x + 1.0),
+        ("two dependent dispatches (a sum, then the sum of it)", m.sum(-1).sum()),
+        ("four dependent dispatches", ((m.sum(-1) + 1.0).sum().exp() * m).sum(-1).max()),
+    ):
+        program, buffers = program_of(y)
+        rows.append((f"{name}: {len(program.dispatches)} dispatches", gpu_ms(timer, program, buffers, 30) * 1e3))
+    for s in (64, 512):
+        rng = np.random.default_rng(0)
+        q = tr.tensor(rng.standard_normal((1, 32, 1, 64)).astype(np.float32))
+        k, v = (tr.tensor(rng.standard_normal((1, 8, s, 64)).astype(np.float32)) for _ in range(2))
+        tr.realize(q, k, v)
+        y = make(Op.ATTENTION, (q, k, v), (1, 32, 1, 64), q.dtype, AttentionArg(0.125, False, "none", 4))
+        program, buffers = program_of(y)
+        kernels = "+".join(d.kernel for d in program.dispatches)
+        rows.append((f"attention 32/8x64 f32 S={s}: {kernels}", gpu_ms(timer, program, buffers, 30) * 1e3))
+    return rows
 
 
 def read_bandwidth(torch: Any) -> float | None:
@@ -449,6 +476,7 @@ def main() -> int:
     lengths = (64, 300) if args.smoke else LENGTHS[:2] if args.quick else LENGTHS
     layouts = ((4, 2, 16),) if args.smoke else LAYOUTS
     configs = ("tiny",) if args.smoke else ("12L",) if args.quick else ("12L", "1B")
+    floor = floors(timer)
     attn = []
     for layout in layouts:
         for dtype in ("float32", "float16"):
@@ -469,10 +497,12 @@ def main() -> int:
         formats = [f for f in formats if not f.startswith("q")]
     by_format = [format_case(timer, "tiny" if args.smoke else "12L", f, 8 if args.smoke else 128) for f in formats]
     if args.json:
-        record = {"attention": attn, "read_GBps": peak, "decode": steps, "formats": by_format}
+        record = {"attention": attn, "read_GBps": peak, "decode": steps, "formats": by_format, "floors": floor}
         args.json.write_text(json.dumps(record, indent=1))
     log(f"total {time.perf_counter() - t0:.0f} s")
-    print(table(attn, peak, steps) + (format_table(by_format) if by_format else ""))
+    floor_lines = ["", "floors (GPU us per run of a program of almost no bytes):"]
+    floor_lines += [f"  {us:8.1f} us  {name}" for name, us in floor]
+    print(table(attn, peak, steps) + (format_table(by_format) if by_format else "") + "\n".join(floor_lines))
     return 0
 
 
