@@ -3,7 +3,7 @@
 Compiling builds (or fetches from the device's cache) one pipeline per kernel key, packs
 every dispatch's metadata into one uniform buffer, and allocates the temporaries the
 memory plan asked for (pool buffers, or one arena buffer whose ranges the slots are). Running binds the caller's input buffers and output buffers,
-records every dispatch into one compute pass of one command encoder, and submits once.
+records the dispatches into compute passes and submits them (see SUBMIT_CHUNK below).
 
 Replaying is cheap: pipelines, the uniform and the temporaries never change, so the bind
 groups of dispatches that touch only temporaries are built once. The others depend on the
@@ -17,6 +17,10 @@ more goes back to its program and output slot, and the next run takes the one fr
 finds their plans). Outputs the caller holds are never overwritten. What the pools keep
 free is bounded in bytes across all programs (WGJIT_SPARE_OUTPUT_BYTES); `trim()` drops a
 program's plans and free buffers.
+
+A long run is submitted in chunks of SUBMIT_CHUNK dispatches, each its own command buffer:
+the GPU starts on the first while the host records the next, so a replay's host cost and
+its GPU time overlap instead of adding up (on a fast GPU the host is the larger part).
 
 Encoding calls wgpu-native's C functions straight through wgpu-py's cffi library for the
 per-dispatch commands (set pipeline, set bind group, dispatch): wgpu-py wraps each such
@@ -51,6 +55,9 @@ if TYPE_CHECKING:
 
 SPARE_OUTPUTS = 4  # per output slot, how many free buffers a program keeps
 PLANS_KEPT = 4  # per program, how many sets of input/output buffers keep their bind groups
+# Dispatches per submitted command buffer (0: the whole run in one). Each submission costs the
+# host tens of microseconds; a chunk lets the GPU run while the host records the next one.
+SUBMIT_CHUNK = int(os.environ.get("WGJIT_SUBMIT_CHUNK", "16"))
 SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 20)))  # free outputs, all programs
 
 try:  # wgpu-native's C functions, for the per-dispatch commands (see the module docstring)
@@ -102,7 +109,7 @@ class _Plan:
     """Every dispatch ready to encode for one set of input and output buffers."""
 
     groups: list[Any]  # the bind groups (kept alive: `commands` holds their C handles)
-    commands: list[tuple[Any, Any, int, int, int]]  # (pipeline handle or None when unchanged, group handle, x, y, z)
+    commands: list[tuple[Any, Any, int, int, int]]  # (pipeline handle, group handle, x, y, z)
 
 
 class OutputPool:
@@ -358,12 +365,16 @@ class Program:
         outs = {slot: self._output_buffer(slot) for slot in self._output_slots}
         if self._launches:
             plan = self._plan(inputs, outs)
-            encoder = dev.device.create_command_encoder()
-            cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
-            _encode(cpass, plan)
-            cpass.end()
-            dev.queue.submit([encoder.finish()])
-            dev.stats["submits"] += 1
+            commands = plan.commands
+            # timestamps bracket one pass: a timed run is one submission
+            chunk = len(commands) if timestamp_writes is not None or SUBMIT_CHUNK <= 0 else SUBMIT_CHUNK
+            for start in range(0, len(commands), chunk):
+                encoder = dev.device.create_command_encoder()
+                cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
+                _encode(cpass, commands[start : start + chunk])
+                cpass.end()
+                dev.queue.submit([encoder.finish()])
+                dev.stats["submits"] += 1
             dev.stats["dispatches"] += len(self._launches)
         self.runs += 1
         # an output in an input slot (an in-place chain over a donated input) keeps that input's DeviceBuffer
@@ -484,33 +495,31 @@ class Program:
 
 
 def _commands(launches: list[_Launch], groups: list[Any]) -> list[tuple[Any, Any, int, int, int]]:
-    """Each dispatch as (pipeline handle, or None when the previous dispatch's is still bound; group handle; x, y, z)."""
-    commands = []
-    last = None
-    for launch, group in zip(launches, groups, strict=True):
-        pipeline = launch.pipeline
-        changed = pipeline is not last
-        last = pipeline
-        if _SET_PIPELINE is not None:
-            commands.append((pipeline._internal if changed else None, group._internal, *launch.count))
-        else:
-            commands.append((pipeline if changed else None, group, *launch.count))
-    return commands
-
-
-def _encode(cpass: Any, plan: _Plan) -> None:
-    """Record a plan's dispatches into a compute pass."""
+    """Each dispatch as (pipeline, bind group, x, y, z): wgpu-native handles where _encode calls C directly."""
     if _SET_PIPELINE is None:
-        for pipeline, group, x, y, z in plan.commands:
-            if pipeline is not None:
+        return [(launch.pipeline, group, *launch.count) for launch, group in zip(launches, groups, strict=True)]
+    return [
+        (launch.pipeline._internal, group._internal, *launch.count)
+        for launch, group in zip(launches, groups, strict=True)
+    ]
+
+
+def _encode(cpass: Any, commands: list[tuple[Any, Any, int, int, int]]) -> None:
+    """Record dispatches into a compute pass (a pipeline is set only where it changes)."""
+    last = None
+    if _SET_PIPELINE is None:
+        for pipeline, group, x, y, z in commands:
+            if pipeline is not last:
                 cpass.set_pipeline(pipeline)
+                last = pipeline
             cpass.set_bind_group(0, group)
             cpass.dispatch_workgroups(x, y, z)
         return
     handle, set_pipeline, set_group, dispatch, null = cpass._internal, _SET_PIPELINE, _SET_BIND_GROUP, _DISPATCH, _NULL
-    for pipeline, group, x, y, z in plan.commands:
-        if pipeline is not None:
+    for pipeline, group, x, y, z in commands:
+        if pipeline is not last:
             set_pipeline(handle, pipeline)
+            last = pipeline
         set_group(handle, 0, group, 0, null)
         dispatch(handle, x, y, z)
 

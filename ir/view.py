@@ -38,7 +38,7 @@ class View:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    @functools.cached_property  # noqa: B019  (frozen dataclass: computed once per View)
+    @property  # not functools.cached_property: its lock (Python 3.11) costs more than this does
     def is_contiguous(self) -> bool:
         """True when this view reads its buffer from `offset` in plain row-major order."""
         return self._canonical() == contiguous_strides(self.shape)

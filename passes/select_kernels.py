@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from backend_wgpu.element import row_vector, vector_readable
 from backend_wgpu.kernels import (
@@ -479,16 +479,23 @@ class GemmConfig:
     half_products: bool = False
     # compiled without wgpu's index clamps (Device.pipeline); only for tiles that cover the problem exactly
     unchecked: bool = False
+    # planes of wx x wy threads splitting each k tile (sliced k, summed in workgroup memory at the end)
+    slices: int = 1
     kernel: str = BlockedGemmKernel.name
 
     @property
     def smem(self) -> int:
         item = 2 if self.half_products else 4
         pad = 2 * 2 * 4 * item * self.tile_k if self.conflict_free else 0  # a vec4 per k row, stages, operands
-        return 2 * item * self.tile_k * (self.tile_m + self.tile_n) + pad  # two stages of A and B tiles
+        red = 4 * self.tile_m * self.tile_n if self.slices > 1 else 0  # another plane's accumulators
+        return 2 * item * self.tile_k * (self.tile_m + self.tile_n) + pad + red  # two stages of A and B tiles
+
+    @property
+    def threads(self) -> int:
+        return self.wx * self.wy * self.slices
 
     def fits(self, caps: DeviceCaps) -> bool:
-        return self.smem <= caps.max_workgroup_storage and self.wx * self.wy <= caps.max_invocations
+        return self.smem <= caps.max_workgroup_storage and self.threads <= caps.max_invocations
 
 
 # the configurations gemm_blocked runs; the built-in rules use the first three, `wgjit tune` times them all
@@ -520,6 +527,20 @@ GEMM_CONFIGS: dict[str, GemmConfig] = {
     "b128cu": GemmConfig(128, 128, 8, 16, 16, conflict_free=True, unchecked=True),
     "b64u": GemmConfig(64, 64, 16, 16, 16, unchecked=True),
     "b64cu": GemmConfig(64, 64, 16, 16, 16, conflict_free=True, unchecked=True),
+    # issue 14: small squares (1024^3: 64 tiles of 128x128, 256 of 64x64 for 132 multiprocessors) want more
+    # threads per tile at 8x8 per thread: k sliced over 2 or 4 planes; and unchecked forms of the 8x8 tiles
+    "b64t8s2": GemmConfig(64, 64, 16, 8, 8, slices=2),
+    "b64t8s4": GemmConfig(64, 64, 16, 8, 8, slices=4),
+    "b64t8s2u": GemmConfig(64, 64, 16, 8, 8, slices=2, unchecked=True),
+    "b128x64s2": GemmConfig(128, 64, 8, 8, 16, slices=2),
+    "b64x128s2": GemmConfig(64, 128, 8, 16, 8, slices=2),
+    "b64t8k32s2": GemmConfig(64, 64, 32, 8, 8, slices=2),
+    "b64t8u": GemmConfig(64, 64, 16, 8, 8, unchecked=True),
+    "b128x64u": GemmConfig(128, 64, 16, 8, 16, unchecked=True),
+    "b64x128u": GemmConfig(64, 128, 16, 16, 8, unchecked=True),
+    "b128k16lu": GemmConfig(128, 128, 16, 16, 16, lanes=(8, 4), unchecked=True),
+    "b128x64k32": GemmConfig(128, 64, 32, 8, 16),  # 48 KiB: half the barriers of k16
+    "b64x128k32": GemmConfig(64, 128, 32, 16, 8),
 }
 # split-K candidates: "split4" cuts k into 4 chunks (passes.split_k), each chunk's GEMM chosen by the rules
 GEMM_SPLITS = (2, 4, 8)
@@ -562,7 +583,7 @@ def gemm_choice(config: str, variant: str, tuned: str = "") -> KernelChoice:
         params += (("unchecked", True),)
     if tuned:
         params += (("tuned", tuned),)
-    return KernelChoice(c.kernel, variant, workgroup=(c.wx, c.wy, 1), params=params)
+    return KernelChoice(c.kernel, variant, workgroup=(c.wx, c.wy, c.slices), params=params)
 
 
 # 128x128 tiles only when they alone make this many workgroups (a large GPU has 100+ multiprocessors)
@@ -749,40 +770,66 @@ def _select_gemm(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | N
     return gemm_choice(config, p.variant(GEMM_CONFIGS[config])) if config else None
 
 
-# flash_attention tiles, best first: (query rows, keys per block, q^T in workgroup memory, k/v sharing one buffer);
-# the first that fits the device's workgroup memory wins (backend_wgpu/kernels/attention/flash.py)
-ATTENTION_TILES: tuple[tuple[int, int, bool, bool], ...] = (
-    # 128 query rows per workgroup first: MiniLM's 32x12x128x64 with a padding mask ran in 0.110 ms
-    # against 0.145 ms for the 64-row tile (H200, benchmarks/runs/2026-12-01-B/attention.txt)
-    (128, 32, False, False),
-    (64, 32, True, False),
-    (64, 32, False, False),
-    (64, 16, True, False),
-    (32, 32, True, True),
-    (32, 16, False, True),
-    (16, 16, False, True),
-    (8, 8, False, True),
-    (4, 4, False, True),
+class AttentionTile(NamedTuple):
+    """A flash_attention tile (backend_wgpu/kernels/attention/flash.py): query rows, keys per block, q^T in
+    workgroup memory, k/v sharing one buffer; at most `tx` threads across the head dims; prefetch and v read
+    from memory as the module's defaults say (ATTENTION_PREFETCH_MAX, ATTENTION_V_FROM_MEMORY) unless set."""
+
+    br: int
+    bc: int
+    q_smem: bool
+    kv_alias: bool
+    tx: int = 8
+    pf: bool | None = None
+    vg: bool | None = None
+
+
+# flash_attention tiles, best first: the first that fits the device's workgroup memory wins
+ATTENTION_TILES: tuple[AttentionTile, ...] = tuple(
+    AttentionTile(*t)
+    for t in (
+        # 128 query rows per workgroup first: MiniLM's 32x12x128x64 with a padding mask ran in 0.110 ms
+        # against 0.145 ms for the 64-row tile (H200, benchmarks/runs/2026-12-01-B/attention.txt)
+        (128, 32, False, False),
+        (64, 32, True, False),
+        (64, 32, False, False),
+        (64, 16, True, False),
+        (32, 32, True, True),
+        (32, 16, False, True),
+        (16, 16, False, True),
+        (8, 8, False, True),
+        (4, 4, False, True),
+    )
 )
 
 
-def attention_choice(
-    graph: Graph, node: Node, caps: DeviceCaps, tile: tuple[int, int, bool, bool] | None = None
-) -> KernelChoice:
+# vec4 registers per thread a prefetch of the next k/v block may take (FlashAttentionKernel's `pf`)
+ATTENTION_PREFETCH_MAX = 8
+# v read from memory in the p v product instead of through workgroup memory (FlashAttentionKernel's `vg`)
+ATTENTION_V_FROM_MEMORY = False
+
+
+def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: AttentionTile | None = None) -> KernelChoice:
     """Flash attention: vec4 loads where q, k and v allow them, the largest tile that fits (or `tile`)."""
     q, k, v = (view_of_operand(graph, s)[1] for s in node.srcs[:3])
     dk, dv = q.shape[-1], v.shape[-1]
     v4 = all(x.strides[-1] == 1 and vector_readable(x, 4) for x in (q, k, v))
     variant = f"{'v4' if v4 else 's'}.{'o4' if dv % 4 == 0 else 'o1'}"
     dv4 = 4 * max(1, -(-dv // 4))
-    tx = next(t for t in (8, 4, 2, 1) if dv4 % (4 * t) == 0)  # threads across dv: no padding past 4
-    for br, bc, q_smem, kv_alias in ATTENTION_TILES if tile is None else (tile,):
-        t = min(tx, bc)
+    for at in ATTENTION_TILES if tile is None else (tile,):
+        br, bc, q_smem, kv_alias = at.br, at.bc, at.q_smem, at.kv_alias
+        # threads across dv: no padding past 4
+        t = min(next(t for t in (16, 8, 4, 2, 1) if t <= at.tx and dv4 % (4 * t) == 0), bc)
         dkp, dvp = FlashAttentionKernel.padded_dims(dk, dv, t)
         sg = caps.subgroups and caps.subgroup_size >= t > 1
-        smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg)
+        vg = (ATTENTION_V_FROM_MEMORY if at.vg is None else at.vg) and v4 and not kv_alias
+        smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg)
         if smem <= caps.max_workgroup_storage and br // 4 * t <= caps.max_invocations:
             params = (("br", br), ("bc", bc), ("tx", t), ("dk", dkp), ("dv", dvp))
             params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg))
+            # the next block of k and v prefetched into registers where that costs few of them
+            fetches = -(-bc * (dkp + (0 if vg else dvp)) // (4 * (br // 4) * t))
+            pf = fetches <= ATTENTION_PREFETCH_MAX if at.pf is None else at.pf
+            params += (("pf", pf), ("vg", vg))
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
     raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")

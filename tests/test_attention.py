@@ -178,6 +178,25 @@ def test_padding_mask_as_minilm_builds_it(rng: np.random.Generator) -> None:
     check(y, np_attention(*ref, keep.reshape(n, 1, 1, t)))
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("kv_heads", [1, 3])
+def test_padding_mask_skips_hidden_key_blocks(causal: bool, kv_heads: int, rng: np.random.Generator) -> None:
+    # a key padding mask (B, 1, 1, S) is the same for every row: the kernel visits only the blocks from
+    # the first to the last key it lets through; per batch: all keys, a right-padded prefix, a
+    # left-padded suffix, a window in the middle, one key, and none (its rows are NaN)
+    b, s = 6, 150
+    q, k, v = randn(rng, b, 3, 70, 64), randn(rng, b, kv_heads, s, 64), randn(rng, b, kv_heads, s, 48)
+    keep = np.zeros((b, 1, 1, s), bool)
+    for i, (lo, hi) in enumerate([(0, s), (0, 37), (100, s), (40, 90), (77, 78), (0, 0)]):
+        keep[i, ..., lo:hi] = True
+    keep[3, ..., 60] = False  # a hidden key inside the window
+    y = sdpa(q, k, v, keep, causal=causal)
+    assert ".row0" in attention_dispatch(y).variant
+    want = np_attention(q, k, v, keep, causal=causal)
+    assert np.isnan(want[5]).all()
+    check(y, want)
+
+
 # --- causal, grouped-query ------------------------------------------------------------------------
 
 
@@ -251,16 +270,26 @@ def test_nonfinite_scores_follow_numpy(rng: np.random.Generator) -> None:
 # --- dtypes and layouts ------------------------------------------------------------------------------
 
 
-def test_float16(rng: np.random.Generator) -> None:
+@pytest.mark.parametrize("loads", ["", "pv"], ids=["rule", "prefetch+v-from-memory"])
+def test_float16(loads: str, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
     if not get_device().caps.shader_f16:
         pytest.skip("this adapter has no shader-f16")
+    if loads:
+        monkeypatch.setattr(sk, "ATTENTION_PREFETCH_MAX", 10**6)
+        monkeypatch.setattr(sk, "ATTENTION_V_FROM_MEMORY", True)
     q, k, v = (randn(rng, 2, 4, 19, 64, dtype="float16") for _ in range(3))
     mask = make_mask(rng, "add16", (2, 1, 19, 19))
     y = sdpa(q, k, v, mask, causal=True)
     assert y.dtype is tr.float16
-    attention_dispatch(y)
+    got, program = run_with_caps(y)  # a fresh compile: the program cache does not know the patched rule
+    (d,) = program.dispatches
+    assert d.kernel == "flash_attention" and all(f in d.variant.split(":")[3] for f in loads), d.variant
     # f32 accumulation: within one float16 rounding of the float64 result
-    check(y, np_attention(q, k, v, mask, causal=True), tol=2e-3)
+    check_arrays(got, np_attention(q, k, v, mask, causal=True), tol=2e-3)
+    keep = np.zeros((2, 1, 1, 19), bool)  # a key padding mask: its hidden blocks skipped
+    keep[0, ..., :7], keep[1, ..., 3:] = True, True
+    got, _ = run_with_caps(sdpa(q, k, v, keep))
+    check_arrays(got, np_attention(q, k, v, keep), tol=2e-3)
 
 
 def test_mixed_dtypes_promote(rng: np.random.Generator) -> None:
@@ -309,24 +338,50 @@ def run_with_caps(y: tr.Tensor, **changes: object) -> tuple[np.ndarray, Program]
     return np.frombuffer(dev.read(out), dtype=y.dtype.np).reshape(y.shape), program
 
 
+@pytest.mark.parametrize(
+    "prefetch,v_memory", [(False, False), (True, False), (False, True), (True, True)], ids=["", "p", "v", "pv"]
+)
 @pytest.mark.parametrize("tile", sk.ATTENTION_TILES, ids=lambda t: f"{t[0]}x{t[1]}{'q' * t[2]}{'a' * t[3]}")
 def test_every_tile(
-    tile: tuple[int, int, bool, bool], rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+    tile: tuple[int, int, bool, bool],
+    prefetch: bool,
+    v_memory: bool,
+    rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
+    monkeypatch.setattr(sk, "ATTENTION_PREFETCH_MAX", 10**6 if prefetch else 0)
+    monkeypatch.setattr(sk, "ATTENTION_V_FROM_MEMORY", v_memory)
     q, k, v = randn(rng, 1, 4, 70, 24), randn(rng, 1, 2, 75, 24), randn(rng, 1, 2, 75, 40)
     mask = make_mask(rng, "add", (1, 1, 70, 75))
     y = sdpa(q, k, v, mask, causal=True)
     got, program = run_with_caps(y)  # a fresh compile: the program cache does not know the patched table
     (d,) = program.dispatches
     assert d.kernel == "flash_attention" and f":{tile[0]}x{tile[1]}t" in d.variant, d.variant
+    flags = d.variant.split(":")[3]  # q, a, g, p, v
+    assert ("p" in flags) == prefetch and ("v" in flags) == (v_memory and not tile[3]), d.variant
     check_arrays(got, np_attention(q, k, v, mask, causal=True))
+    # a key padding mask (the blocks it hides are skipped), the scalar loads of a strided k
+    keep = make_mask(rng, "bool", (1, 1, 1, 75))
+    keep[..., 50:] = False
+    kt = np.ascontiguousarray(np.swapaxes(k, -1, -2))
+    y = tr.nn.scaled_dot_product_attention(
+        tr.tensor(q), tr.tensor(kt).transpose(0, 1, 3, 2), tr.tensor(v), mask=tr.tensor(keep)
+    )
+    got, program = run_with_caps(y)
+    assert program.dispatches[-1].variant.startswith("s."), program.dispatches[-1].variant
+    check_arrays(got, np_attention(q, k, v, keep))
 
 
+@pytest.mark.parametrize("tile", [None, sk.AttentionTile(32, 16, False, True)], ids=["rule", "aliased"])
 @pytest.mark.parametrize("dv", [8, 16])
-def test_subgroup_reduction(dv: int, rng: np.random.Generator) -> None:
+def test_subgroup_reduction(
+    dv: int, tile: tuple | None, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not get_device().caps.subgroups:
         pytest.skip("this adapter has no subgroups")
+    if tile is not None:  # k and v sharing a buffer: the subgroup path's extra barrier, with the prefetch
+        monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
     # lavapipe's subgroups have at least 4 lanes: tx = dv / 4 threads fit in one
     q, k, v = randn(rng, 2, 2, 33, 12), randn(rng, 2, 2, 50, 12), randn(rng, 2, 2, 50, dv)
     keep = make_mask(rng, "bool", (2, 1, 1, 50))

@@ -159,6 +159,43 @@ def test_one_submission_per_realization(device) -> None:
     assert device.stats["submits"] == submits + 1
 
 
+def test_long_runs_are_submitted_in_chunks_with_the_same_values(device, monkeypatch) -> None:
+    """A run of n dispatches goes out as ceil(n / SUBMIT_CHUNK) command buffers, in order."""
+    import backend_wgpu.program as program_module
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((8, 8), dtype=np.float32) / 3
+    w = tr.tensor(a)
+
+    @tr.jit
+    def chain(x: tr.Tensor) -> tr.Tensor:
+        for _ in range(7):
+            x = (x @ w).softmax(-1)
+        return x
+
+    def reference(x: np.ndarray) -> np.ndarray:
+        for _ in range(7):
+            z = x @ a
+            z = np.exp(z - z.max(-1, keepdims=True))
+            x = z / z.sum(-1, keepdims=True)
+        return x
+
+    x0 = rng.standard_normal((4, 8), dtype=np.float32)
+    x = tr.tensor(x0)
+    chain(x).numpy()  # traced and compiled
+    before = device.stats["dispatches"]
+    chain(x).numpy()
+    dispatches = device.stats["dispatches"] - before
+    assert dispatches >= 7
+    for chunk in (1, 3, 0):
+        monkeypatch.setattr(program_module, "SUBMIT_CHUNK", chunk)
+        submits = device.stats["submits"]
+        got = chain(x).numpy()
+        expected = 1 if chunk == 0 else -(-dispatches // chunk)
+        assert device.stats["submits"] == submits + expected
+        assert_close(got, reference(x0), rtol=1e-4, atol=1e-5)
+
+
 def test_no_adapter_gives_a_device_error_saying_how_to_get_one(monkeypatch) -> None:
     import wgpu
 

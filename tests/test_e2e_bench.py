@@ -41,7 +41,8 @@ def test_records_have_every_field(e2e_run: tuple[dict, str]) -> None:
     recs = result["records"]
     assert [(r["case"], r["shape"]) for r in recs] == [
         ("minilm_forward", "2x8 tokens"), ("minilm_forward", "1x4 tokens"), ("minilm_encode", "6 sentences"),
-        ("decoder_prefill", "tiny: 6 tokens"), ("decoder_token", "tiny: per token"),
+        ("decoder_prefill", "tiny: 6 tokens"), ("decoder_prefill", "tiny: 12 tokens"),
+        ("decoder_token", "tiny: per token"),
     ]  # fmt: skip
     timestamps = result["device"]["timestamps"]
     for r in recs:

@@ -54,11 +54,12 @@ from typing import Any
 
 import numpy as np
 
-from backend_wgpu import Program
+from backend_wgpu import Program, get_device
 from backend_wgpu.device import DeviceBuffer, device_if_created
 from ir.graph import Graph
 from ir.ops import InputArg, Op
 from tracer import tracing
+from tracer.arg_staging import ArgumentStaging
 from tracer.graph_builder import BuiltGraph, build_graph
 from tracer.guards import CapturedState, NameGuards
 from tracer.lazy import Lazy
@@ -161,6 +162,7 @@ class Trace:
     names: NameGuards = field(default_factory=NameGuards)
     ints: list[RuntimeSource] = field(default_factory=list)  # per runtime integer of the program
     buckets: list[BucketGuard] = field(default_factory=list)  # the runtime lengths' buckets this trace holds
+    staging: ArgumentStaging = field(default_factory=ArgumentStaging)  # host-data arguments of a replay
 
     def bind(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
         """The program's input buffers for this call, or why the trace no longer holds."""
@@ -180,7 +182,28 @@ class Trace:
         if pending:  # pending arguments or captured values: computed first, in one submission
             realize_lazies(pending)
         found = iter(lazies)
-        return [i.buffer if isinstance(i, CapturedBuffer) else device_buffer(next(found)) for i in self.inputs]
+        buffers: list[DeviceBuffer | None] = []
+        fresh: list[tuple[int, np.ndarray]] = []  # (input, host data) of arguments never uploaded
+        for i in self.inputs:
+            if isinstance(i, CapturedBuffer):
+                buffers.append(i.buffer)
+                continue
+            lz = next(found)
+            if (
+                isinstance(i, ArgTensor)
+                and lz.buffer is None
+                and lz.host is not None
+                and ArgumentStaging.wanted(lz.host)
+            ):
+                fresh.append((len(buffers), lz.host))
+                buffers.append(None)
+            else:
+                buffers.append(device_buffer(lz))
+        if fresh:  # into the trace's reused buffer: the program's bind groups stay the same
+            staged = self.staging.write(get_device(), [a for _, a in fresh])
+            for (index, _), buf in zip(fresh, staged, strict=True):
+                buffers[index] = buf
+        return buffers  # type: ignore[return-value]  # every None was filled
 
     def _bucket_failure(self, leaves: list[Any]) -> str | None:
         for g in self.buckets:

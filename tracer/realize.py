@@ -222,11 +222,11 @@ def read_lazy(lz: Lazy) -> np.ndarray:
     if lz.host is not None:
         return lz.host.copy()
     realize_lazies([lz])
-    with LOCK:
-        raw = get_device().read(lz.buffer)
     storage = np.uint32 if lz.dtype is DType.bool else lz.dtype.np
-    arr = np.frombuffer(raw, dtype=storage).reshape(lz.shape)
-    return arr.astype(bool) if lz.dtype is DType.bool else arr.copy()
+    arr = np.empty(lz.shape, storage)
+    with LOCK:
+        get_device().read_into(lz.buffer, arr)
+    return arr.astype(bool) if lz.dtype is DType.bool else arr
 
 
 def cached_programs() -> list[Program]:
@@ -236,12 +236,16 @@ def cached_programs() -> list[Program]:
 
 
 def clear_program_cache() -> None:
-    """Forget every compiled program and what programs keep for replays (bind groups, free output buffers)."""
+    """Forget every compiled program and what programs keep for replays (bind groups, free output buffers),
+    and the device's read-back staging buffers."""
     with LOCK:
         for program in list(_PROGRAMS.values()) + list(_WARM.values()):
             program.trim()
         _PROGRAMS.clear()
         _WARM.clear()
+        device = backend_device.device_if_created()
+        if device is not None:
+            device.drop_readback()
 
 
 ResetHook = Callable[[], None]

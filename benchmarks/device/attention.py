@@ -63,19 +63,57 @@ QUICK = [
     Case("causal 1x2x70x128", 1, 2, 70, 70, 128, causal=True, padding=False),
 ]
 
-# tile configurations tried besides the rule's choice: (br, bc, tx, q^T in workgroup memory, k/v aliased, subgroups)
-VARIANTS: list[tuple[int, int, int, bool, bool, bool]] = [
-    (64, 32, 8, True, False, False),
-    (64, 32, 8, False, False, False),
-    (64, 32, 16, True, False, False),
-    (64, 32, 16, False, False, False),
-    (128, 32, 8, False, False, False),
-    (128, 16, 8, False, False, False),
-    (32, 32, 8, True, True, False),
-    (64, 16, 8, True, True, False),
-    (64, 32, 8, True, False, True),
-    (64, 32, 8, False, False, True),
-    (128, 32, 8, False, False, True),
+# tile configurations tried besides the rule's choice: (br, bc, tx, q^T in workgroup memory, k/v aliased, subgroups,
+# next k/v block prefetched into registers[, v read from memory in p v]); those past the device's workgroup memory (48 KiB on the H200) or not
+# dividing the head dim are left out
+VARIANTS: list[tuple[int, ...]] = [
+    # head dim 64 (MiniLM): tx 4 gives 8 keys x 4 rows of scores and 16 dims x 4 rows of output per thread
+    (128, 32, 8, False, False, False, False),
+    (128, 32, 8, False, False, False, True),
+    (128, 32, 4, False, False, False, False),
+    (128, 32, 4, False, False, False, True),
+    (128, 16, 8, False, False, False, True),
+    (128, 16, 4, False, False, False, True),
+    (64, 32, 8, True, False, False, False),
+    (64, 32, 8, True, False, False, True),
+    (64, 32, 4, True, False, False, True),
+    (64, 32, 4, False, False, False, True),
+    (64, 64, 8, False, True, False, True),
+    (64, 64, 4, False, True, False, True),
+    # head dim 128 (causal 2048)
+    (64, 32, 8, False, False, False, False),
+    (64, 32, 8, False, False, False, True),
+    (64, 16, 8, False, False, False, False),
+    (64, 16, 8, False, False, False, True),
+    (64, 16, 8, True, True, False, False),
+    (64, 16, 8, True, True, False, True),
+    (128, 16, 8, False, False, False, False),
+    (128, 16, 8, False, False, False, True),
+    (128, 32, 8, False, True, False, False),
+    (32, 64, 8, False, True, False, False),
+    (32, 32, 8, True, True, False, False),
+    (32, 32, 8, True, True, False, True),
+    (32, 16, 8, True, False, False, True),
+    (64, 32, 16, False, False, False, False),
+    (64, 32, 16, False, False, False, True),  # 2 keys x 4 rows, 8 dims x 4 rows: fewer registers, prefetch cheap
+    (128, 16, 16, False, False, False, True),
+    (128, 32, 16, False, False, False, True),
+    (64, 32, 4, False, False, False, False),
+    (64, 32, 8, False, False, True, False),
+    (128, 32, 8, False, False, True, False),
+    # v read from memory (L1) in p v: no workgroup memory for v, room for q^T
+    (64, 16, 8, True, False, False, False, True),
+    (64, 16, 8, True, False, False, True, True),
+    (64, 32, 8, False, False, False, False, True),
+    (64, 32, 8, False, False, False, True, True),
+    (128, 32, 8, False, False, False, False, True),
+    (32, 32, 8, True, False, False, True, True),
+    (128, 32, 4, False, False, False, True, True),
+    (64, 32, 4, True, False, False, True, True),
+    (64, 32, 8, True, False, False, True, True),
+    (32, 64, 8, False, False, False, False, True),  # 8 keys x 4 rows of scores per thread at head dim 128
+    (64, 64, 8, False, False, False, False, True),
+    (64, 64, 4, False, False, False, False, True),
 ]
 
 
@@ -109,10 +147,10 @@ def wgjit_program(case: Case, data: dict[str, np.ndarray], variant: tuple | None
 def _forced(node: Any, variant: tuple) -> Any:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
-    br, bc, tx, q_smem, kv_alias, sg = variant
+    br, bc, tx, q_smem, kv_alias, sg, pf, *vg = variant
     dk, dv = FlashAttentionKernel.padded_dims(node.kernel.param("dk"), node.kernel.param("dv"), tx)
     params = (("br", br), ("bc", bc), ("tx", tx), ("dk", dk), ("dv", dv))
-    params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg))
+    params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf), ("vg", bool(vg and vg[0])))
     return dataclasses.replace(
         node, kernel=dataclasses.replace(node.kernel, params=params, workgroup=(br // 4 * tx, 1, 1))
     )
@@ -122,11 +160,11 @@ def fits(variant: tuple, case: Case) -> bool:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
     caps = get_device().caps
-    br, bc, tx, q_smem, kv_alias, sg = variant
+    br, bc, tx, q_smem, kv_alias, sg, _pf, *vg = variant
     if sg and not (caps.subgroups and caps.subgroup_size in (0, 32, 64) and caps.backend.lower() == "vulkan"):
         return False  # NVIDIA reports no minimum size through wgpu; its subgroups have 32 lanes
     dk, dv = FlashAttentionKernel.padded_dims(case.d, case.d, tx)
-    smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg)
+    smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg, bool(vg and vg[0]))
     return smem <= caps.max_workgroup_storage and br // 4 * tx <= caps.max_invocations and case.d % (4 * tx) == 0
 
 
@@ -143,6 +181,22 @@ def torch_fn(case: Case, data: dict[str, np.ndarray], device: str) -> tuple[Any,
     return run, t
 
 
+def numpy_fn(case: Case, data: dict[str, np.ndarray]) -> Any:
+    """The reference in float64 on the host, for a smoke run where torch is not installed."""
+
+    def run() -> np.ndarray:
+        q, k, v = (data[n].astype(np.float64) for n in "qkv")
+        s = q @ np.swapaxes(k, -1, -2) / np.sqrt(case.d)
+        if case.causal:
+            s = np.where(np.arange(case.s)[None, :] <= np.arange(case.lq)[:, None] + case.s - case.lq, s, -np.inf)
+        if case.padding:
+            s = np.where(data["keep"], s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        return (p / p.sum(-1, keepdims=True)) @ v
+
+    return run
+
+
 def read(program: Program, buffers: list, shape: tuple, dtype: str) -> np.ndarray:
     dev = get_device()
     out = program.run(buffers)[0]
@@ -155,15 +209,19 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=7)
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args()
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    cuda = torch.cuda.is_available()
+    try:
+        import torch
+    except ImportError:  # a smoke run without torch: numpy on the host is the reference and the yardstick
+        torch = None
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    cuda = torch is not None and torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     dev = get_device()
     timer = ProgramTimer(dev)
-    print(f"adapter: {dev.caps.name} ({dev.caps.backend}); torch {torch.__version__} on {device}", flush=True)
+    who = f"torch {torch.__version__} on {device}" if torch is not None else "no torch: numpy on the host instead"
+    print(f"adapter: {dev.caps.name} ({dev.caps.backend}); {who}", flush=True)
     t_start = time.perf_counter()
     rows: list[tuple[str, str, float, float, float, str]] = []
     failures = 0
@@ -172,8 +230,12 @@ def main() -> int:
             print(f"{case.name}: skipped (no shader-f16)")
             continue
         data = inputs(case)
-        run_torch, _ = torch_fn(case, data, device)
-        ref = run_torch().float().cpu().numpy().astype(np.float64)
+        if torch is not None:
+            run_torch, _ = torch_fn(case, data, device)
+            ref = run_torch().float().cpu().numpy().astype(np.float64)
+        else:
+            run_torch = numpy_fn(case, data)
+            ref = run_torch()
         scale = float(np.abs(ref).max())
         tol = 2e-3 if case.dtype == "float16" else 1e-4
         contenders: dict[str, Any] = {}

@@ -2,7 +2,7 @@
 
 MiniLM (examples/minilm.py) at 32x128 tokens (throughput) and 1x16 (latency) and encode()
 of 1,000 sentences; a Llama-style decoder (examples/llama.py, random seeded weights) at two
-sizes, its 128-token prefill and then per-token decoding. wgjit runs each as a `@tr.jit`
+sizes, its 128-token prefill (and a 512-token one for the ~1B size) and then per-token decoding. wgjit runs each as a `@tr.jit`
 program (`jit`, the headline) and as plain lazy code (`lazy`); torch runs them eagerly and,
 for decoding, as a CUDA graph. Contenders take turns in blocks after a warm-up that lasts
 until their times settle (blocks.py), so all see the same GPU clocks. Beside each wall
@@ -35,14 +35,15 @@ def plan(full: bool) -> dict[str, Any]:
             "minilm": {"tiny": True, "shapes": [(2, 8), (1, 4)], "sentences": 6,
                        "forward": {"block": 2, "schedule": quick}, "encode": {"schedule": quick}},
             "decoders": ["tiny"], "prompt": 6, "check_tokens": 3,
-            "decoder": {"prefill_block": 1, "jit_block": 2, "lazy_block": 1, "prefill": quick, "decode": quick},
+            "decoder": {"prefill_block": 1, "jit_block": 2, "lazy_block": 1, "long_prefill": {"tiny": 12},
+                        "prefill": quick, "decode": quick},
         }  # fmt: skip
     return {
         "minilm": {"tiny": False, "shapes": [(32, 128), (1, 16)], "sentences": 1000,
                    "forward": {"block": 10, "schedule": Schedule(budget_s=25)},
                    "encode": {"schedule": Schedule(min_warm=2, max_warm=4, timed=3, budget_s=75)}},
         "decoders": ["12L", "1B"], "prompt": 128, "check_tokens": 8,
-        "decoder": {"prefill_block": 3, "jit_block": 16, "lazy_block": 4,
+        "decoder": {"prefill_block": 3, "jit_block": 16, "lazy_block": 4, "long_prefill": {"1B": 512},
                     "prefill": Schedule(budget_s=20), "decode": Schedule(max_warm=6, timed=5, budget_s=50)},
     }  # fmt: skip
 

@@ -200,6 +200,12 @@ def decoder_cases(ctx: Any, name: str, prompt_len: int, check_tokens: int, plan:
     check = _check(model, theirs, prompt, check_tokens)
     log(f"    check: {check['summary']}")
     records = [_prefill_case(ctx, name, cfg, model, theirs, prompt, check, plan)]
+    long = plan.get("long_prefill", {}).get(name)
+    if long and long < cfg.max_positions:  # issue 14: a long prompt, where matrix products dominate
+        long_prompt = np.random.default_rng(2).integers(0, cfg.vocab, long).tolist()
+        long_check = _prefill_check(model, theirs, long_prompt)
+        log(f"    check ({long} tokens): {long_check['summary']}")
+        records.append(_prefill_case(ctx, name, cfg, model, theirs, long_prompt, long_check, plan))
     records.append(_decode_case(ctx, name, cfg, model, theirs, prompt, check, plan))
     del model, theirs
     gc.collect()
@@ -240,6 +246,30 @@ def _check(model: Any, theirs: Any, prompt: list[int], n: int) -> dict[str, Any]
     out["summary"] = f"ids jit {out['ids_jit'][:4]}..., lazy {'same' if out['ids_jit'] == out['ids_lazy'] else 'DIFFER'}" + (
         f", torch {'same' if out.get('ids_torch') == out['ids_jit'] else 'differ (near-ties)'}" if theirs else ""
     ) + f"; prefill logits rel err {errors}"  # fmt: skip
+    return out
+
+
+def _prefill_check(model: Any, theirs: Any, prompt: list[int]) -> dict[str, Any]:
+    """The prefill's logits of jit, lazy (and torch) compared, and the next ids; before any timing."""
+    import tracer as tr
+
+    ids = tr.tensor(np.array([prompt], np.int32))
+    out_jit = model.prefill_jit(ids, *model.empty_cache().tensors())
+    logits, next_jit = out_jit[0].numpy()[0], int(out_jit[1].numpy()[0])
+    out_lazy = model.prefill(ids, *model.empty_cache().tensors())
+    scale = max(1.0, float(np.abs(logits).max()))
+    errors = {"lazy": float(np.abs(out_lazy[0].numpy()[0] - logits).max()) / scale}
+    out: dict[str, Any] = {"prompt_len": len(prompt), "next_jit": next_jit, "next_lazy": int(out_lazy[1].numpy()[0])}
+    if theirs is not None:
+        t = theirs.prefill(theirs.torch.tensor([prompt], device=theirs.device), theirs.cache())[0].float().cpu().numpy()
+        errors["torch"] = float(np.abs(t - logits).max()) / scale
+        out["next_torch"] = int(t.argmax())
+    tol = 3e-2 if weights_format() == "f16" else 1e-3
+    out.update(errors=errors, max_rel_err=max(errors.values()))
+    out["verified"] = out["next_jit"] == out["next_lazy"] and out["max_rel_err"] < tol
+    out["summary"] = (
+        f"next id jit {next_jit}, lazy {out['next_lazy']}, torch {out.get('next_torch', '-')}; logits rel err {errors}"
+    )
     return out
 
 

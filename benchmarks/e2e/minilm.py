@@ -11,7 +11,9 @@ random BERT with the real tokenizer, built by `tiny_model`.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,17 @@ def _bert(ctx: Any, path: Path) -> Any:
         return None
 
 
+def _compiled_bert(ctx: Any, bert: Any) -> Any:
+    """torch.compile of the BertModel when WGJIT_E2E_TORCH_COMPILE=1 and CUDA runs it (else None)."""
+    if os.environ.get("WGJIT_E2E_TORCH_COMPILE", "0") != "1" or not ctx.torch.cuda.is_available():
+        return None
+    try:
+        return ctx.torch.compile(bert)
+    except Exception as e:  # noqa: BLE001  no compiler on this machine: the record says so
+        ctx.notes.append(f"e2e: no torch.compile comparator: {type(e).__name__}: {str(e)[:160]}")
+        return None
+
+
 def forward_case(ctx: Any, model: Any, bert: Any, n: int, t: int, plan: dict[str, Any]) -> dict:
     import tracer as tr
 
@@ -107,20 +120,42 @@ def forward_case(ctx: Any, model: Any, bert: Any, n: int, t: int, plan: dict[str
 
         errors["torch"] = float(np.abs(theirs() - jit)[valid].max())
         contenders.append(Contender("torch", theirs, plan["block"]))
+        compiled = _compiled_bert(ctx, bert) if n * t >= 1024 else None  # the throughput shape only
+        if compiled is not None:
+
+            def theirs_compiled(read: bool = True) -> Any:
+                args = {k: torch.from_numpy(v.astype(np.int64)).to(bert.device) for k, v in
+                        (("input_ids", ids), ("token_type_ids", types), ("attention_mask", mask))}  # fmt: skip
+                with torch.no_grad():
+                    out = compiled(**args).last_hidden_state
+                return out.cpu().numpy() if read else out
+
+            t0 = time.perf_counter()
+            try:
+                error = float(np.abs(theirs_compiled() - jit)[valid].max())  # compiles here
+            except Exception as e:  # noqa: BLE001  inductor may fail on a machine: the record says so
+                ctx.notes.append(f"e2e: torch.compile of BertModel failed: {type(e).__name__}: {str(e)[:160]}")
+            else:
+                errors["torch_compile"] = error
+                ctx.settings.log(f"    torch.compile of BertModel at {n}x{t}: {time.perf_counter() - t0:.1f} s")
+                contenders.append(Contender("torch_compile", theirs_compiled, plan["block"]))
     ctx.settings.log(f"  e2e minilm forward {n}x{t}")
     outcome = interleave(contenders, plan["schedule"], ctx.settings.log)
     same = gpu_time_of(ctx, model.forward(ids, types, mask))
     gpu = {"jit": same, "lazy": same}  # both run the same program
     if bert is not None:
         gpu["torch"] = torch_gpu_ms(ctx.torch, lambda: theirs(read=False))
+    if "torch_compile" in errors:
+        gpu["torch_compile"] = torch_gpu_ms(ctx.torch, lambda: theirs_compiled(read=False))
     by = {c.name: c for c in contenders}
     check = {"verified": max(errors.values()) < 1e-3, "max_rel_err": max(errors.values()), "errors": errors,
              "sample": jit[0, :2, :4].tolist(), "ids": ids[:1, :4].tolist()}  # fmt: skip
     return record(
         ctx, "minilm_forward", f"{n}x{t} tokens", {k: summary(by[k], gpu.get(k)) for k in ("jit", "lazy")},
-        {"torch": summary(by["torch"], gpu.get("torch"))} if bert is not None else {}, outcome, check,
+        {k: summary(by[k], gpu.get(k)) for k in ("torch", "torch_compile") if k in by}, outcome, check,
         ["examples/minilm.py's forward; a call: the last hidden state read back (f32); "
-         "jit: MiniLM.forward_jit; lazy: MiniLM.forward; torch: transformers BertModel, eager"],
+         "jit: MiniLM.forward_jit; lazy: MiniLM.forward; torch: transformers BertModel, eager"
+         + ("; torch_compile: torch.compile of it (WGJIT_E2E_TORCH_COMPILE=1)" if "torch_compile" in by else "")],
     )  # fmt: skip
 
 

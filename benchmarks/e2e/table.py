@@ -1,4 +1,4 @@
-"""The e2e table: one row per wgjit variant, its wall and GPU time beside torch eager and CUDA graphs.
+"""The e2e table: one row per wgjit variant, its wall and GPU time beside torch eager, CUDA graphs and torch.compile.
 
     python -m benchmarks.e2e.table A.json B.json ... [--md OUT.md] [--json OUT.json]
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = ["case", "shape", "wgjit", "wall ms", "GPU ms", "host us/disp", "torch ms", "GPU ms", "vs torch",
-           "CUDA graph ms", "vs graph", "compiles", "ok"]  # fmt: skip
+           "CUDA graph ms", "vs graph", "torch.compile ms", "GPU ms", "vs compile", "compiles", "ok"]  # fmt: skip
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -32,6 +32,7 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
         if r.get("suite") != "e2e" or "error" in r:
             continue
         torch, graph = r["comparators"].get("torch"), r["comparators"].get("torch_cuda_graph")
+        compiled = r["comparators"].get("torch_compile")
         for name, v in r["variants"].items():
             ratio = r["variant_ratios"][name]
             out.append([
@@ -39,7 +40,8 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
                 _f(v.get("host_us_per_dispatch")), _f(torch["wall_ms"], 4) if torch else "-",
                 _f(torch.get("gpu_ms"), 4) if torch else "-", (_f(ratio["torch"]) + "x") if torch else "-",
                 _f(graph["wall_ms"], 4) if graph else "-", (_f(ratio["torch_cuda_graph"]) + "x") if graph else "-",
-                str(v.get("compiles", "-")), {True: "yes", False: "NO"}[r["verified"]],
+                _f(compiled["wall_ms"], 4) if compiled else "-", _f(compiled.get("gpu_ms"), 4) if compiled else "-",
+                (_f(ratio["torch_compile"]) + "x") if compiled else "-", str(v.get("compiles", "-")), {True: "yes", False: "NO"}[r["verified"]],
             ])  # fmt: skip
     return out
 

@@ -7,10 +7,13 @@ softmax): per block, m' = max(m, block max), o and l are scaled by exp(m - m'), 
 block's p = exp(s - m') are added (o += p v, l += sum p). The output is o / l.
 
 Threads form a (br / 4) x tx grid: thread (ty, tx) owns 4 query rows (4ty..4ty+3) and,
-for those rows, the scores of bc / tx keys and the output of dv / tx head dims, so both
-products are register-blocked outer products over vec4s of rows:
-  scores   s[rows, keys] += q^T[d][rows] * k^T[d][keys]   (q^T, k^T in workgroup memory)
+for those rows, the scores of bc / tx keys (tx, tx + tx_threads, ...) and the output of
+dv / tx head dims, so both products are register-blocked outer products over vec4s of rows:
+  scores   s[rows, keys] += q^T[d][rows] * k[key][d]       (q^T, k in workgroup memory)
   output   o[rows, dims] += p^T[key][rows] * v[key][dims]  (p^T, v in workgroup memory)
+k and v are stored as loaded (consecutive threads, consecutive vec4s of a key's row: no bank
+conflicts); k's rows are padded to an odd number of vec4s so the tx threads reading their
+keys at one head dim hit distinct banks.
 The tx threads of a row group agree on the block max through workgroup memory, or through
 subgroup shuffles (`sg`) where they are lanes of one subgroup.
 
@@ -18,11 +21,13 @@ Scores are kept in log2 units (scale * log2(e) is in the uniform, exp2 then need
 multiply). Causal attention is bottom-right aligned (query i sees keys j <= i + S - Lq),
 and the key loop stops at the last key any row of the workgroup sees; boolean masks
 (True = attend) and additive masks are read through their strided view, so a padding mask
-(B, 1, 1, S) is a stride-0 read, never a copy. Grouped-query attention reads kv head
+(B, 1, 1, S) is a stride-0 read, never a copy. A bool mask the same for every query row (a
+key padding mask) is first scanned by the workgroup for the first and last key it lets
+through, and only the blocks between are visited (a padded batch skips its padding). Grouped-query attention reads kv head
 h // group. A row that sees no key is NaN (0 / 0, as the composed softmax gives); with no
 keys at all (S == 0) it is 0. A key of weight exactly 0 inside a visited block still
-multiplies its value, so an inf or NaN there gives NaN; keys past the causal limit are
-never read (torch's fused kernels leave this open too).
+multiplies its value, so an inf or NaN there gives NaN; keys past the causal limit and
+blocks a padding mask hides entirely are never read (torch's fused kernels leave this open too).
 
 Lengths, strides and the scale live in the uniform (one shader serves every sequence
 length, and the attended length can change between runs); the head dims, the tile
@@ -31,12 +36,16 @@ times. Loads: the variant's `v4` reads q, k, v as vec4 along the head dim (f16 t
 `s` reads scalars through any strides; workgroup memory holds f32.
 
 Config params (passes.select_kernels picks them; `smem_bytes` is what they cost):
-  br, bc     query rows per workgroup, keys per block (multiples of 4; bc / tx in 1, 2, 4k)
+  br, bc     query rows per workgroup, keys per block (br a multiple of 4, bc of tx)
   tx         threads across keys and head dims; the workgroup has br / 4 * tx threads
   dk, dv     the head dims padded (dk to 4, dv to 4 * tx): zeros fill the padding
   q_smem     q^T staged in workgroup memory (else each thread reads its rows' q from memory)
-  kv_alias   k^T and v share one buffer (k for the scores, then v), for large head dims
+  kv_alias   k and v share one buffer (k for the scores, then v), for large head dims
   sg         the block max through subgroup shuffles (needs subgroups of at least tx lanes)
+  vg         v read from memory in the product with p (no workgroup memory for v: a row group's
+             threads read one contiguous run of a key's row, as from workgroup memory)
+  pf         prefetch: the next block of k and v is loaded into registers while this one is
+             computed (global latency hidden behind the block's FMAs; costs those registers)
 """
 
 from __future__ import annotations
@@ -72,12 +81,20 @@ class FlashAttentionKernel(Kernel):
         return ""  # the variant names the loads (v4: vec4 along the head dim, s: scalars)
 
     @staticmethod
-    def smem_bytes(br: int, bc: int, tx: int, dk: int, dv: int, q_smem: bool, kv_alias: bool, sg: bool) -> int:
+    def smem_bytes(
+        br: int, bc: int, tx: int, dk: int, dv: int, q_smem: bool, kv_alias: bool, sg: bool, vg: bool = False
+    ) -> int:
         """Workgroup memory of a configuration (dk, dv padded), to check against the device's limit."""
         q = dk * br if q_smem else 0
-        kv = max(dk, dv) * bc if kv_alias else (dk + dv) * bc
+        kr = 4 * FlashAttentionKernel.key_stride(dk)  # a key's row of k, padded
+        kv = max(kr, dv) * bc if kv_alias else (kr + (0 if vg else dv)) * bc
         red = 0 if sg else 4 * (br // 4) * tx
-        return 4 * (q + kv + bc * br + red)
+        return 4 * (q + kv + bc * br + red) + 8  # 8: the key range of a padding mask
+
+    @staticmethod
+    def key_stride(dk: int) -> int:
+        """vec4s per key row of k in workgroup memory: odd, so 8 threads reading 8 keys hit 8 banks."""
+        return dk // 4 + (dk // 4 + 1) % 2
 
     @staticmethod
     def padded_dims(dk: int, dv: int, tx: int) -> tuple[int, int]:
@@ -92,21 +109,32 @@ class FlashAttentionKernel(Kernel):
         self.br, self.bc, self.tx = c.param("br"), c.param("bc"), c.param("tx")
         self.dk, self.dv = c.param("dk"), c.param("dv")
         self.q_smem, self.kv_alias, self.sg = c.param("q_smem", True), c.param("kv_alias", False), c.param("sg", False)
+        self.pf = c.param("pf", False)
+        self.vg = c.param("vg", False)
         self.ty = self.br // 4
-        self.rn = self.bc // self.tx  # keys per thread
-        self.kw = min(self.rn, 4)  # keys per vector of k^T in workgroup memory
+        self.rn = self.bc // self.tx  # keys per thread: tx + j * tx_threads for j < rn
+        self.ks = self.key_stride(self.dk)
+        self.true_dv = self.operands[2].view.shape[3]
         self.gd = self.dv // (4 * self.tx)  # vec4 groups of head dims per thread
         self.v4 = c.variant.startswith("v4")
         # a mask the same for every query row (a padding mask (B, 1, 1, S)): one load per key, not four
         m = self.arg.operand("mask")
         self.mask_row0 = m is not None and self.operands[m].view.strides[2] == 0
+        # a bool mask hiding keys (no fill score) the same for every row: the workgroup first finds the
+        # first and last key it lets through and visits only the blocks between (a padded batch's tail)
+        self.key_range = self.mask_row0 and self.arg.mask == "bool" and not self.arg.fill
         self.o4 = c.variant.endswith("o4")
-        assert self.br % 4 == 0 and self.rn * self.tx == self.bc and (self.rn in (1, 2) or self.rn % 4 == 0)
+        assert self.br % 4 == 0 and self.rn * self.tx == self.bc
+        assert not self.vg or (self.v4 and not self.kv_alias), "flash_attention: v from memory needs vec4 loads"
         assert self.gd * 4 * self.tx == self.dv and self.dk % 4 == 0
 
     def variant_key(self) -> str:
         c = self.choice
-        flags = "".join(f for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg)) if on)
+        flags = "".join(
+            f
+            for f, on in (("q", self.q_smem), ("a", self.kv_alias), ("g", self.sg), ("p", self.pf), ("v", self.vg))
+            if on
+        )
         a = self.arg
         mode = f"{a.mask}{'.row0' * self.mask_row0}{'.hide' * a.hide}{'.fill' * a.fill}{'.' + a.scale_by if a.scale_by else ''}{'.causal' * a.causal}"
         return f"{c.variant}:{self.br}x{self.bc}t{self.tx}:d{self.dk}.{self.dv}:{flags}:{mode}"
@@ -145,35 +173,59 @@ class FlashAttentionKernel(Kernel):
     def render(self, b: WgslBuilder) -> None:
         self._declare(b)
         self._prologue(b)
-        b.line("for (var blk = 0u; blk < nblocks; blk++) {")
+        karr = "kv" if self.kv_alias else "ks"
+        varr = "kv" if self.kv_alias else "vs"
+        loads = "k" if self.vg else "kv"  # what goes through workgroup memory
+        if self.pf:  # block blk0 in registers before the loop; each block then fetches the next
+            for which in loads:
+                for li in range(self._kv_items(which)[2]):
+                    b.line(f"var p{which}{li} = {'vec4<f32>(0.0)' if self.v4 else '0.0'};")
+            b.line(f"let c0_first = blk0 * {self.bc}u;")
+            for which in loads:
+                self._load_kv(b, which, "c0_first", None)
+        b.line("for (var blk = blk0; blk < nblocks; blk++) {")
         b.line(f"  let c0 = blk * {self.bc}u;")
         b.line("  workgroupBarrier();  // the previous block's readers are done")
-        self._load_kv(b, "k", "kv" if self.kv_alias else "ks")
-        if not self.kv_alias:
-            self._load_kv(b, "v", "vs")
+        self._load_kv(b, "k", "c0", karr)
+        if not self.kv_alias and not self.vg:
+            self._load_kv(b, "v", "c0", varr)
         b.line("  workgroupBarrier();")
+        if self.pf:  # the next block's loads are in flight while this one is computed
+            b.line("  if (blk + 1u < nblocks) {")
+            self._load_kv(b, "k", f"(c0 + {self.bc}u)", None)
+            if not self.kv_alias and not self.vg:
+                self._load_kv(b, "v", f"(c0 + {self.bc}u)", None)
+            b.line("  }")
         self._scores(b)
         self._mask(b)
         self._softmax_step(b)
         if self.kv_alias:
             if self.sg:
                 b.line("  workgroupBarrier();  // every thread is done reading k")
-            self._load_kv(b, "v", "kv")
+            self._load_kv(b, "v", "c0", varr)
+            if self.pf:
+                b.line("  if (blk + 1u < nblocks) {")
+                self._load_kv(b, "v", f"(c0 + {self.bc}u)", None)
+                b.line("  }")
         b.line("  workgroupBarrier();  // p^T (and v) in workgroup memory")
-        self._accumulate(b, "kv" if self.kv_alias else "vs")
+        self._accumulate(b, "" if self.vg else varr)
         b.line("}")
         self._finish(b)
 
     def _declare(self, b: WgslBuilder) -> None:
-        br4, kvec = self.br // 4, self.kw
-        kt = "f32" if kvec == 1 else f"vec{kvec}<f32>"
+        br4 = self.br // 4
         if self.q_smem:
             b.workgroup_var(f"qs: array<vec4<f32>, {self.dk * br4}>")  # q^T: [d][row / 4]
         if self.kv_alias:
-            b.workgroup_var(f"kv: array<vec4<f32>, {max(self.dk, self.dv) * self.bc // 4}>")  # k^T, then v
+            b.workgroup_var(f"kv: array<vec4<f32>, {max(self.ks, self.dv // 4) * self.bc}>")  # k, then v
         else:
-            b.workgroup_var(f"ks: array<{kt}, {self.dk * self.bc // kvec}>")  # k^T: [d][key / kvec]
-            b.workgroup_var(f"vs: array<vec4<f32>, {self.bc * self.dv // 4}>")  # v: [key][d / 4]
+            b.workgroup_var(f"ks: array<vec4<f32>, {self.ks * self.bc}>")  # k: [key][d / 4], rows padded
+            if not self.vg:
+                b.workgroup_var(f"vs: array<vec4<f32>, {self.bc * self.dv // 4}>")  # v: [key][d / 4]
+        if self.key_range:
+            b.workgroup_var("key_lo: atomic<u32>")
+            b.workgroup_var("key_hi: atomic<u32>")
+            b.workgroup_var("key_span: vec2<u32>")
         b.workgroup_var(f"ps: array<vec4<f32>, {self.bc * br4}>")  # p^T: [key][row / 4]
         if not self.sg:
             b.workgroup_var(f"red: array<vec4<f32>, {br4 * self.tx}>")
@@ -198,10 +250,14 @@ class FlashAttentionKernel(Kernel):
         b.line(f"let ninf = -{inf};")
         if self.arg.causal:  # rows below r0 + br see keys j < r0 + br + S - Lq
             b.line(f"let last = i32(r0 + {self.br}u) + i32(params.s) - i32(params.lq);")
-            b.line("let kv_end = u32(clamp(last, 0, i32(params.s)));")
+            b.line("var kv_end = u32(clamp(last, 0, i32(params.s)));")
         else:
-            b.line("let kv_end = params.s;")
+            b.line("var kv_end = params.s;")
+        b.line("var kv_begin = 0u;")
+        if self.key_range:
+            self._key_range(b)
         b.line(f"let nblocks = (kv_end + {self.bc - 1}u) / {self.bc}u;")
+        b.line(f"let blk0 = kv_begin / {self.bc}u;")
         scale = "params.scale2"
         if self.arg.scale_by:  # a scalar operand scales the scores (passes.fuse_attention)
             c = f"f32({self.in_name(self.arg.operand('scale'))}[params.scale_off])"
@@ -224,6 +280,32 @@ class FlashAttentionKernel(Kernel):
                 b.line(
                     f"let mrow{ri} = i32(params.m_off) + i32(bi) * params.m_sb + i32(hq) * params.m_sh + i32(qrow{ri}) * params.m_sl;"
                 )
+
+    def _key_range(self, b: WgslBuilder) -> None:
+        """[kv_begin, kv_end): from the first to past the last key the mask lets through (all rows share it).
+
+        Blocks outside hold only hidden keys, whose weights are exactly 0: skipping them changes no
+        finite result (a row seeing no key stays 0 / 0 = NaN)."""
+        threads = self.ty * self.tx
+        seen = "!= 0u" if not self.arg.hide else "== 0u"
+        b.line("if (lidx == 0u) { atomicStore(&key_lo, 0xffffffffu); atomicStore(&key_hi, 0u); }")
+        b.line("workgroupBarrier();")
+        b.line("{")
+        b.line("  let mrow = i32(params.m_off) + i32(bi) * params.m_sb + i32(hq) * params.m_sh;")
+        b.line("  var lo = 0xffffffffu;")
+        b.line("  var hi = 0u;")
+        b.line(f"  for (var j = lidx; j < kv_end; j += {threads}u) {{")
+        b.line(
+            f"    if (u32({self.in_name(3)}[u32(mrow + i32(j) * params.m_sx)]) {seen}) {{ lo = min(lo, j); hi = j + 1u; }}"
+        )
+        b.line("  }")
+        b.line("  if (hi > 0u) { atomicMin(&key_lo, lo); atomicMax(&key_hi, hi); }")
+        b.line("}")
+        b.line("workgroupBarrier();")
+        b.line("if (lidx == 0u) { key_span = vec2<u32>(atomicLoad(&key_lo), atomicLoad(&key_hi)); }")
+        b.line("let span = workgroupUniformLoad(&key_span);  // uniform: the key loop holds barriers")
+        b.line("kv_end = span.y;")
+        b.line("kv_begin = min(span.x, span.y);")
 
     def _load_q(self, b: WgslBuilder) -> None:
         """q^T into qs: qs[d * br/4 + row/4][row % 4] (zeros past lq and dk), once per workgroup."""
@@ -254,69 +336,66 @@ class FlashAttentionKernel(Kernel):
                 b.line(f"  qs[dd * {self.ty}u + r / 4u][r % 4u] = x;")
             b.line("}")
 
-    def _load_kv(self, b: WgslBuilder, which: str, arr: str) -> None:
-        """Block c0 of k (as k^T: [d][key]) or v (as [key][d / 4]) into workgroup memory, zeros past S and the head dim."""
+    def _kv_items(self, which: str) -> tuple[int, int, int]:
+        """(loads per key row, loads per block, loads per thread) of k or v."""
+        per = (self.dk if which == "k" else self.dv) // (4 if self.v4 else 1)
+        items = self.bc * per
+        return per, items, -(-items // (self.ty * self.tx))
+
+    def _load_kv(self, b: WgslBuilder, which: str, c0: str, arr: str | None) -> None:
+        """Block c0 of k or v into workgroup memory as [key][d / 4], zeros past S and the head dim.
+
+        With prefetching (`pf`), arr None loads block c0 into this thread's registers p{which}{li},
+        and a named arr stores those registers (loaded one block earlier) instead of loading."""
         threads = self.ty * self.tx
         src = self.in_name(1 if which == "k" else 2)
-        dpad = self.dk if which == "k" else self.dv
         dim = "params.dk" if which == "k" else "params.dv"
-        per = dpad // 4 if self.v4 else dpad
-        items = self.bc * per
-        for li in range(-(-items // threads)):
+        per, items, n = self._kv_items(which)
+        for li in range(n):
             e = f"(lidx + {li * threads}u)"
             guard = f"{e} < {items}u" if (li + 1) * threads > items else ""
             b.line(f"  {'if (' + guard + ') ' if guard else ''}{{")
             b.line(f"    let c = {e} / {per}u;")
             b.line(f"    let dd = {e} % {per}u;")
-            b.line("    let key = c0 + c;")
+            if self.pf and arr is not None:
+                b.line(f"    let x = p{which}{li};")
+                self._store_kv(b, which, arr)
+                b.line("  }")
+                continue
+            b.line(f"    let key = {c0} + c;")
             row = f"{which}_base + i32(key) * params.{which}_sl"
+            x = "x" if arr is not None else f"p{which}{li}"
+            zero = "vec4<f32>(0.0)" if self.v4 else "0.0"
+            if arr is not None:
+                b.line(f"    var x = {zero};")
+            else:  # a register still holding the previous block's value
+                b.line(f"    {x} = {zero};")
             if self.v4:
-                b.line("    var x = vec4<f32>(0.0);")
                 b.line(
-                    f"    if (key < params.s && dd * 4u < {dim}) {{ x = vec4<f32>({src}[u32({row} + i32(dd * 4u)) / 4u]); }}"
+                    f"    if (key < params.s && dd * 4u < {dim}) {{ {x} = vec4<f32>({src}[u32({row} + i32(dd * 4u)) / 4u]); }}"
                 )
             else:
-                b.line("    var x = 0.0;")
                 b.line(
-                    f"    if (key < params.s && dd < {dim}) {{ x = f32({src}[u32({row} + i32(dd) * params.{which}_sx)]); }}"
+                    f"    if (key < params.s && dd < {dim}) {{ {x} = f32({src}[u32({row} + i32(dd) * params.{which}_sx)]); }}"
                 )
-            self._store_kv(b, which, arr)
+            if arr is not None:
+                self._store_kv(b, which, arr)
             b.line("  }")
 
     def _store_kv(self, b: WgslBuilder, which: str, arr: str) -> None:
-        kvec = self.kw
-        if which == "v":  # [key][d / 4]: as loaded
-            if self.v4:
-                b.line(f"    {arr}[c * {self.dv // 4}u + dd] = x;")
-            else:
-                b.line(f"    {arr}[c * {self.dv // 4}u + dd / 4u][dd % 4u] = x;")
-            return
-        stride = self.bc // kvec  # vectors per d row of k^T
-        lanes = [(f"dd * 4u + {i}u", f"x.{c}") for i, c in enumerate("xyzw")] if self.v4 else [("dd", "x")]
-        for d, val in lanes:
-            if arr == "kv":  # the shared buffer is vec4-typed: address k^T's scalars within it
-                flat = f"(({d}) * {self.bc}u + c)"
-                b.line(f"    {arr}[{flat} / 4u][{flat} % 4u] = {val};")
-            elif kvec == 1:
-                b.line(f"    {arr}[({d}) * {stride}u + c] = {val};")
-            else:
-                b.line(f"    {arr}[({d}) * {stride}u + c / {kvec}u][c % {kvec}u] = {val};")
-
-    def _key_vector(self, g: int, d: str) -> str:
-        """This thread's keys of vector group g at head dim d, from k^T (kw lanes)."""
-        kvec, col = self.kw, f"{g * self.tx}u + tx"
-        if not self.kv_alias:
-            return f"ks[({d}) * {self.bc // kvec}u + {col}]"
-        flat = f"(({d}) * {self.bc}u + ({col}) * {kvec}u)"
-        if kvec == 4:
-            return f"kv[{flat} / 4u]"
-        if kvec == 2:
-            return f"vec2<f32>(kv[{flat} / 4u][{flat} % 4u], kv[{flat} / 4u][{flat} % 4u + 1u])"
-        return f"kv[{flat} / 4u][{flat} % 4u]"
+        """As loaded: consecutive threads store consecutive vec4s of a key's row (no bank conflicts)."""
+        stride = self.ks if which == "k" else self.dv // 4
+        if self.v4:
+            b.line(f"    {arr}[c * {stride}u + dd] = x;")
+        else:
+            b.line(f"    {arr}[c * {stride}u + dd / 4u][dd % 4u] = x;")
 
     def _scores(self, b: WgslBuilder) -> None:
-        """s{j} (vec4 over this thread's 4 rows) for its keys j: the dot products over the head dim."""
-        groups = self.rn // self.kw
+        """s{j} (vec4 over this thread's 4 rows) for its keys j: the dot products over the head dim.
+
+        Key j of thread tx is tx + j * tx_threads: the tx threads of a row group read consecutive
+        rows of k (odd stride: distinct banks), and the row group's q is one broadcast read."""
+        karr = "kv" if self.kv_alias else "ks"
         for j in range(self.rn):
             b.line(f"  var s{j} = vec4<f32>(0.0);")
         b.line(f"  for (var d4 = 0u; d4 < {self.dk // 4}u; d4++) {{")
@@ -325,6 +404,8 @@ class FlashAttentionKernel(Kernel):
                 b.line(
                     f"    let qr{ri} = vec4<f32>({self.in_name(0)}[u32(q_base + i32(qrow{ri}) * params.q_sl + i32(d4 * 4u)) / 4u]);"
                 )
+        for j in range(self.rn):
+            b.line(f"    let k{j} = {karr}[({j * self.tx}u + tx) * {self.ks}u + d4];")
         for lane, c in enumerate("xyzw"):
             d = f"d4 * 4u + {lane}u"
             if self.q_smem:
@@ -338,18 +419,13 @@ class FlashAttentionKernel(Kernel):
                 )
                 q = f"select(vec4<f32>(0.0), vec4<f32>({rows}), {d} < params.dk)"
             b.line(f"    {{ let qv = {q};")
-            for g in range(groups):
-                b.line(f"      let kg{g} = {self._key_vector(g, d)};")
-                for i in range(self.kw):
-                    key = f"kg{g}" if self.kw == 1 else f"kg{g}.{'xyzw'[i]}"
-                    j = g * self.kw + i
-                    b.line(f"      s{j} = fma(qv, vec4<f32>({key}), s{j});")
+            for j in range(self.rn):
+                b.line(f"      s{j} = fma(qv, vec4<f32>(k{j}.{c}), s{j});")
             b.line("    }")
         b.line("  }")
 
     def _key_index(self, j: int) -> str:
-        g, i = divmod(j, self.kw)
-        return f"(c0 + ({g * self.tx}u + tx) * {self.kw}u + {i}u)"
+        return f"(c0 + {j * self.tx}u + tx)"
 
     def _mask(self, b: WgslBuilder) -> None:
         """Scale to log2 units, add or apply the mask, hide keys past S (and past the causal limit)."""
@@ -408,8 +484,7 @@ class FlashAttentionKernel(Kernel):
         b.line("  m_run = m_new;")
         b.line("  var psum = vec4<f32>(0.0);")
         for j in range(self.rn):
-            g, i = divmod(j, self.kw)
-            col = f"(({g * self.tx}u + tx) * {self.kw}u + {i}u)"
+            col = f"({j * self.tx}u + tx)"
             b.line(f"  {{ let p = exp2(s{j} - m_use); psum += p; ps[{col} * {self.ty}u + ty] = p; }}")
         b.line("  l_run = l_run * alpha + psum;")
         for ri, c in enumerate("xyzw"):
@@ -422,8 +497,18 @@ class FlashAttentionKernel(Kernel):
         for i in range(4):
             b.line(f"    {{ let c = c4 * 4u + {i}u;")
             b.line(f"      let pv = ps[c * {self.ty}u + ty];")
+            if not arr:  # v from memory: a row group's threads read one contiguous run of a key's row
+                b.line("      let vkey = c0 + c;")
+                b.line("      let vrow = v_base + i32(min(vkey, params.s - 1u)) * params.v_sl;")
             for g in range(self.gd):
-                b.line(f"      let vv{g} = {arr}[c * {self.dv // 4}u + {g * self.tx}u + tx];")
+                if arr:
+                    b.line(f"      let vv{g} = {arr}[c * {self.dv // 4}u + {g * self.tx}u + tx];")
+                else:  # keys past S (p = 0) and head dims past dv read 0, never another row's inf or NaN
+                    d = f"({g * self.tx}u + tx) * 4u"
+                    ok = "vkey < params.s" + ("" if self.dv == self.true_dv else f" && {d} < params.dv")
+                    dd = d if self.dv == self.true_dv else f"min({d}, params.dv - 4u)"
+                    val = f"vec4<f32>({self.in_name(2)}[u32(vrow + i32({dd})) / 4u])"
+                    b.line(f"      let vv{g} = select(vec4<f32>(0.0), {val}, {ok});")
                 for ri, ch in enumerate("xyzw"):
                     b.line(f"      o{ri}_{g} = fma(vec4<f32>(pv.{ch}), vv{g}, o{ri}_{g});")
             b.line("    }")

@@ -18,6 +18,12 @@ The `cf` param (conflict-free) pads each k row of a tile stored transposed (oper
 or as scalars) by one vec4 and has each 32 threads load 16 rows by 2 quads of k, so their
 stores hit 32 distinct banks. The `lanes` param (x, y) lays each 32-lane subgroup on an x-by-y block of threads (rows of
 wx threads otherwise): a subgroup then reads fewer distinct A and B vectors per k step.
+The `slices` of a configuration (the workgroup's z size) split each k tile among that many
+planes of wx x wy threads (sliced k): plane s runs k steps s * tk / slices onwards on the same
+output tile, all planes load the tiles together, and at the end planes 1.. hand their
+accumulators through workgroup memory to plane 0, which adds them and stores. More threads per
+output tile (latency hidden on a GPU that small problems leave half idle) at the same register
+blocking.
 All code inside the k loop is unrolled here in Python: no arrays of accumulators, so the
 driver keeps them in registers.
 """
@@ -69,6 +75,11 @@ class BlockedGemmKernel(MatmulKernel):
         """The tiles cover the problem exactly (passes.select_kernels checked the shapes): no edge checks."""
         return self.choice.variant.endswith(".x")
 
+    @property
+    def slices(self) -> int:
+        """Planes of wx x wy threads splitting each k tile (the workgroup's z size)."""
+        return self.choice.workgroup[2]
+
     def _tiles(self) -> tuple[int, int, int, int, int]:
         tm, tn, tk = self.choice.param("tile_m"), self.choice.param("tile_n"), self.choice.param("tile_k")
         wx, wy, _ = self.choice.workgroup
@@ -82,6 +93,7 @@ class BlockedGemmKernel(MatmulKernel):
         cf = ":cf" if self.choice.param("cf") else ""
         cf += ":h16" if self.h16 else ""
         cf += ":u" if self.unchecked() else ""
+        cf += f":s{self.slices}" if self.slices > 1 else ""
         return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{lanes}{cf}{fused}"
 
     def operand_type(self, i: int) -> str:
@@ -102,14 +114,18 @@ class BlockedGemmKernel(MatmulKernel):
     # --- rendering ----------------------------------------------------------------------
     def render(self, b: WgslBuilder) -> None:
         tm, tn, tk, wx, wy = self._tiles()
-        threads = wx * wy
+        slices = self.slices
+        threads = wx * wy * slices
         rm, rn = tm // wy, tn // wx  # rows / columns per thread
         gn_ = rn // 4  # vec4 groups per thread along n
         assert rm % 4 == 0 and rn % 4 == 0 and tk % 4 == 0, "gemm_blocked: per-thread blocks must be multiples of 4"
+        assert tk % slices == 0, "gemm_blocked: the k slices must split the k tile"
         stage_a, stage_b = tk * self._row("a"), tk * self._row("b")  # vec4 per stage
         elem = "vec4<f16>" if self.h16 else "vec4<f32>"
         b.workgroup_var(f"sa: array<{elem}, {2 * stage_a}>")
         b.workgroup_var(f"sb: array<{elem}, {2 * stage_b}>")
+        if slices > 1:  # planes 1.. hand their accumulators to plane 0 here
+            b.workgroup_var(f"sred: array<vec4<f32>, {tm * tn // 4}>")
         if self.code:
             self.code.describe(b)
         self._tile_origin(b)
@@ -127,9 +143,17 @@ class BlockedGemmKernel(MatmulKernel):
         self._emit_store(b, "a", "0u", a_loads, threads)
         self._emit_store(b, "b", "0u", b_loads, threads)
         b.line("workgroupBarrier();")
+        if slices > 1:  # this plane's first k step within a tile
+            steps = tk // slices
+            b.line(f"let slice_a = plane_k * {steps * self._row('a')}u;")
+            b.line(f"let slice_b = plane_k * {steps * self._row('b')}u;")
         b.line("for (var t = 0u; t < ntiles; t++) {")
-        b.line(f"  let cur_a = (t & 1u) * {stage_a}u;")
-        b.line(f"  let cur_b = (t & 1u) * {stage_b}u;")
+        if slices > 1:
+            b.line(f"  let cur_a = (t & 1u) * {stage_a}u + slice_a;")
+            b.line(f"  let cur_b = (t & 1u) * {stage_b}u + slice_b;")
+        else:
+            b.line(f"  let cur_a = (t & 1u) * {stage_a}u;")
+            b.line(f"  let cur_b = (t & 1u) * {stage_b}u;")
         b.line(f"  let k_next = (t + 1u) * {tk}u;")
         # the next tile's global loads are in flight while this tile computes; exact tiles have no
         # edge checks, so the last step skips them (a uniform branch) instead of reading past k
@@ -144,31 +168,60 @@ class BlockedGemmKernel(MatmulKernel):
             for r in range(rm):
                 for h in range(gn_):
                     b.line(f"  var h{r}_{h} = vec4<f16>(0.0);")
-        for kk in range(tk):
+        for kk in range(tk // slices):
             self._k_step(b, kk)
         if self.h16:
             for r in range(rm):
                 for h in range(gn_):
                     b.line(f"  c{r}_{h} += vec4<f32>(h{r}_{h});")
-        b.line(f"  let nxt_a = {stage_a}u - cur_a;")
-        b.line(f"  let nxt_b = {stage_b}u - cur_b;")
+        b.line(f"  let nxt_a = {stage_a}u - (t & 1u) * {stage_a}u;")
+        b.line(f"  let nxt_b = {stage_b}u - (t & 1u) * {stage_b}u;")
         self._emit_store(b, "a", "nxt_a", a_loads, threads, indent="  ")
         self._emit_store(b, "b", "nxt_b", b_loads, threads, indent="  ")
         b.line("  workgroupBarrier();")
         b.line("}")
+        if slices > 1:
+            self._reduce_slices(b, rm, gn_, wx * wy)
+            b.line("if (plane_k == 0u) {")
         self._emit_output(b, rm, gn_, wx, wy)
+        if slices > 1:
+            b.line("}")
+
+    def _reduce_slices(self, b: WgslBuilder, rm: int, gn_: int, plane: int) -> None:
+        """Planes 1.. in turn store their accumulators (consecutive threads, consecutive vec4s) into one
+        tile-sized buffer; plane 0 adds each (in plane order: the sum's rounding is fixed)."""
+        b.line(f"for (var sl = 1u; sl < {self.slices}u; sl++) {{")
+        b.line("  if (plane_k == sl) {")
+        for r in range(rm):
+            for h in range(gn_):
+                b.line(f"    sred[{(r * gn_ + h) * plane}u + pidx] = c{r}_{h};")
+        b.line("  }")
+        b.line("  workgroupBarrier();")
+        b.line("  if (plane_k == 0u) {")
+        for r in range(rm):
+            for h in range(gn_):
+                b.line(f"    c{r}_{h} += sred[{(r * gn_ + h) * plane}u + pidx];")
+        b.line("  }")
+        b.line("  workgroupBarrier();")
+        b.line("}")
 
     def _thread_position(self, b: WgslBuilder, wx: int, wy: int) -> None:
-        """`tx`, `ty`: this thread's column and row in the workgroup's wx x wy grid of threads."""
+        """`tx`, `ty`: this thread's column and row in its plane's wx x wy grid of threads (`pidx`: its
+        index in the plane, `plane_k`: the plane, the k slice it runs)."""
         lanes = self.choice.param("lanes")
+        if self.slices > 1:
+            b.line(f"let pidx = lidx % {wx * wy}u;")
+            b.line(f"let plane_k = lidx / {wx * wy}u;")
+        else:
+            b.line("let pidx = lidx;")
         if lanes is None:
-            b.line(f"let tx = lidx % {wx}u;")
-            b.line(f"let ty = lidx / {wx}u;")
+            b.line(f"let tx = pidx % {wx}u;")
+            b.line(f"let ty = pidx / {wx}u;")
             return
         lx, ly = lanes
         assert lx * ly == 32 and wx % lx == 0 and wy % ly == 0, "gemm_blocked: lanes must tile the threads"
-        b.line("let lane = lidx % 32u;")
-        b.line("let sg = lidx / 32u;")
+        b.line("let lane = pidx % 32u;")
+        b.line("let sg = pidx / 32u;")
         b.line(f"let tx = (sg % {wx // lx}u) * {lx}u + lane % {lx}u;")
         b.line(f"let ty = (sg / {wx // lx}u) * {ly}u + lane / {lx}u;")
 
@@ -207,7 +260,8 @@ class BlockedGemmKernel(MatmulKernel):
         b.line("  }")
 
     def loop_iterations(self) -> int:
-        return -(-self._dims()[3] // self._tiles()[2]) + 1  # one per k tile: everything inside is unrolled
+        # one per k tile (everything inside is unrolled), and the planes' sum of sliced k
+        return -(-self._dims()[3] // self._tiles()[2]) + 1 + self.slices
 
     # operand loads: each thread moves `count` items (vec4 or scalar) per tile
     def _declare_loads(self, b: WgslBuilder, which: str, elems: int, threads: int) -> int:
