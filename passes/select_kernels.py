@@ -179,19 +179,21 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     return DecodePlan(choice, splits)
 
 
-GEMV_BLOCK_UNITS = 4  # output elements per workgroup of a quantized group's plain parts, sharing the row's loads
+GEMV_UNITS = 4  # output elements per workgroup of a GEMV group's plain parts (no rope pairs or side writes)
 
 
 def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False) -> KernelChoice:
     """gemv_multi for a group of passes.fuse_gemv: a workgroup per output column (or pair), threads along k
-    (a block of 32 values each when a weight is quantized: as many threads as the row has blocks, 32..256,
-    and GEMV_BLOCK_UNITS outputs per workgroup where a part allows)."""
+    (a block of 32 values each when a weight is quantized: as many threads as the row has blocks, 32..256),
+    GEMV_UNITS outputs per workgroup where a part allows."""
     if quantized:
         wg = min(_row_workgroup(k // 32, caps), caps.max_invocations)
-        params = (("subgroups", caps.subgroups), ("units", GEMV_BLOCK_UNITS))
+        params = (("subgroups", caps.subgroups), ("units", GEMV_UNITS))
         return KernelChoice(GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=params)
     wg = min(_row_workgroup(k, caps) if k < 256 else 256, caps.max_invocations)
-    return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups),))
+    return KernelChoice(
+        GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups), ("units", GEMV_UNITS))
+    )
 
 
 # qgemv sizing: wx threads along a weight row (16-byte loads side by side), wy row groups per

@@ -300,18 +300,18 @@ def without_new_folds() -> Any:
 
 
 def block_units(units: int) -> Any:
-    """passes.select_kernels.GEMV_BLOCK_UNITS set to `units` while a program compiles."""
+    """passes.select_kernels.GEMV_UNITS set to `units` while a program compiles."""
     from contextlib import contextmanager
 
     from passes import select_kernels as sk
 
     @contextmanager
     def patched() -> Any:
-        saved, sk.GEMV_BLOCK_UNITS = sk.GEMV_BLOCK_UNITS, units
+        saved, sk.GEMV_UNITS = sk.GEMV_UNITS, units
         try:
             yield
         finally:
-            sk.GEMV_BLOCK_UNITS = saved
+            sk.GEMV_UNITS = saved
 
     return patched
 
@@ -347,8 +347,7 @@ def format_case(timer: ProgramTimer, name: str, fmt: str, prompt: int = 128) -> 
     row: dict[str, Any] = {"config": name, "weights": fmt}
     logits = {}
     variants = [("fused", "1", None), ("before", "1", without_new_folds()), ("unfused", "0", None)]
-    if fmt in ("q8_0", "q4_0"):  # gemv_multi's columns per workgroup of a quantized group (default 4)
-        variants += [(f"units{u}", "1", block_units(u)) for u in (1, 2, 8)]
+    variants += [(f"units{u}", "1", block_units(u)) for u in (1, 2, 8)]  # gemv_multi's columns per workgroup
     for tag, fusion, patch in variants:
         os.environ["WGJIT_FUSION"] = fusion
         out = model.step(tok, pos, *cache)

@@ -23,9 +23,11 @@ Quantized weights (q8_0, q4_0: kernels/quant/formats.py) make the `blocks` varia
 thread takes whole blocks of 32 values along k (one or two 16-byte loads of quants and a
 scale per B, eight vec4 of the row), dequantizes in registers as qgemv does and adds
 scale * (quants . row) to its sum; a float B of the same group is read 32 values a block.
-There a part without rope pairs or side writes (SwiGLU's gate and up, a head) gives each
+A part without rope pairs or side writes (SwiGLU's gate and up, a head) gives each
 workgroup `units` consecutive output elements, so each load of the row serves that many
-columns of every B (a block of quants is 16-18 bytes against the row's 128).
+columns of every B (a block of quants is 16-18 bytes against the row's 128), and there are
+fewer workgroups, each with more loads in flight. Where each thread takes at most
+UNROLLED_STEPS KernelElements of the row, the loop is unrolled with every load issued first.
 
 Math in f32; each term's value is rounded to its dtype as the unfused graph would store it.
 """
@@ -155,6 +157,9 @@ def _writes(arg: FusedArg, t: Node) -> bool:
     )
 
 
+UNROLLED_STEPS = 4  # KernelElements of the row per thread up to which the k loop is unrolled, loads first
+
+
 class GemvMultiKernel(Kernel):
     name = "gemv_multi"
 
@@ -202,7 +207,7 @@ class GemvMultiKernel(Kernel):
         self.writes = side_writes.side_writes(node, graph, [t for p in self.lay.parts for t in p.terms])
         self.targets = {w.target for w in self.writes if w.copy is None}
         written = {w.term.id for w in self.writes}
-        many = self.choice.param("units", 1) if self.blocks else 1
+        many = self.choice.param("units", 1)
         # units per workgroup of each part: several where nothing but the root is stored per unit
         self.per_wg = [1 if part.pair or any(t.id in written for t in part.terms) else many for part in self.lay.parts]
         self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
@@ -213,8 +218,9 @@ class GemvMultiKernel(Kernel):
             f"{len(p.cores)}{'p' if p.pair else ''}{'i' if p.pair and p.pair[0] else ''}" for p in self.lay.parts
         )
         norm = ("nr" if self.lay.rounded_row else "n") if self.lay.norm else ""
-        blocks = f":blocks{'x' + str(max(self.per_wg)) if max(self.per_wg) > 1 else ''}" if self.blocks else ""
-        return f"{self.node.arg.short_key()}:{parts}:{norm}{blocks}"
+        units = f"x{max(self.per_wg)}" if max(self.per_wg) > 1 else ""
+        way = f":blocks{units}" if self.blocks else (f":{units}" if units else "")
+        return f"{self.node.arg.short_key()}:{parts}:{norm}{way}"
 
     def operand_type(self, i: int) -> str:
         if self.operands[i].dtype.is_quantized:
@@ -397,6 +403,8 @@ class GemvMultiKernel(Kernel):
         lay, w, wgx = self.lay, self.kernel_element(), self.choice.workgroup[0]
         if self.blocks:
             return self._sums(b, self._block_loop(b, part, elements, lanes))
+        if -(-(self._k() // w) // wgx) <= UNROLLED_STEPS:
+            return self._sums(b, self._unrolled_loop(b, part, elements, lanes))
         vt = f32v(w)
         globals_ = [lay.cores.index(c) for c in part.cores]
         for n, (c, j) in enumerate(lanes):
@@ -437,6 +445,67 @@ class GemvMultiKernel(Kernel):
         if folded:
             values.append(f"dot(sq, {vt}(1.0))" if w > 1 else "sq")
         return self._sums(b, values)
+
+    def _unrolled_loop(
+        self, b: WgslBuilder, part: Part, elements: list[str], lanes: list[tuple[int, int]]
+    ) -> list[str]:
+        """The k loop when each thread takes at most UNROLLED_STEPS KernelElements of the row: every load
+        (the row, the norm weight, each lane's B) issued first, then the norm (a float16 one's sum of
+        squares summed over the workgroup while the B loads are in flight), then the products."""
+        lay, w, wgx = self.lay, self.kernel_element(), self.choice.workgroup[0]
+        vt = f32v(w)
+        kw = self._k() // w
+        steps = -(-kw // wgx)
+        globals_ = [lay.cores.index(c) for c in part.cores]
+        for n, (c, j) in enumerate(lanes):
+            g = globals_[c]
+            col = f"i32(params.b{g}_off) + i32({elements[j]}) * params.b{g}_sn"
+            b.line(f"let bb{n} = {f'u32({col}) / {w}u' if w > 1 else col};")
+        ia, wl = lay.a_leaf, lay.w_leaf
+        for t in range(steps):
+            b.line(f"let kk{t} = lidx + {t * wgx}u;")
+            guard = f"if (kk{t} < params.kw) " if (t + 1) * wgx > kw else ""
+            raw = (
+                f"in{ia}[params.a_off / {w}u + kk{t}]"
+                if w > 1
+                else f"in{ia}[u32(i32(params.a_off) + i32(kk{t}) * params.a_sk)]"
+            )
+            b.line(f"var xa{t} = {vt}(0.0);")
+            b.line(f"{guard}{{ xa{t} = {vt}({raw}); }}")
+            if lay.norm is not None and wl is not None:
+                at = f"in{wl}[params.nw_off / {w}u + kk{t}]" if w > 1 else f"in{wl}[params.nw_off + kk{t}]"
+                b.line(f"var nw{t} = {vt}(0.0);")
+                b.line(f"{guard}{{ nw{t} = {vt}({at}); }}")
+            for n, (c, _) in enumerate(lanes):
+                b.line(f"var b{n}_{t} = {vt}(0.0);")
+                b.line(f"{guard}{{ b{n}_{t} = {self._b_load(globals_[c], f'bb{n}', f'kk{t}')}; }}")
+        folded = lay.norm is not None and not lay.rounded_row
+        if lay.norm is not None:
+            squares = " + ".join(f"xa{t} * xa{t}" for t in range(steps))
+            b.line(f"let sq = {squares};")
+        if lay.rounded_row:  # the row's 1 / rms first: every product reads the rounded row
+            total = f"dot(sq, {vt}(1.0))" if w > 1 else "sq"
+            b.line(f"var ss = vec4<f32>({total}, 0.0, 0.0, 0.0);")
+            self._workgroup_sum(b, "ss")
+            b.line("let rstd = inverseSqrt(ss.x / f32(params.k) + params.eps);")
+            for name, code in expr.f16_round_helper(vt).items():
+                b.helper(name, code)
+        for t in range(steps):
+            normed = f"xa{t}"
+            if lay.rounded_row:
+                normed = f"{normed} * {vt}(rstd)"
+            if lay.norm is not None and wl is not None:
+                normed = f"{normed} * nw{t}"
+            if lay.rounded_row:
+                normed = expr.f16_rounded(normed, vt)
+            b.line(f"let a{t} = {normed};")
+        values = []
+        for n in range(len(lanes)):
+            acc = " + ".join(f"a{t} * b{n}_{t}" for t in range(steps))
+            values.append(f"dot({acc}, {vt}(1.0))" if w > 1 else f"({acc})")
+        if folded:
+            values.append(f"dot(sq, {vt}(1.0))" if w > 1 else "sq")
+        return values
 
     def _sums(self, b: WgslBuilder, values: list[str]) -> list[str]:
         """Each thread's values summed over the workgroup, four at a time; the names of the sums."""
