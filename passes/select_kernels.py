@@ -199,6 +199,7 @@ def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False) -> Kern
 # qgemv sizing: wx threads along a weight row (16-byte loads side by side), wy row groups per
 # workgroup, `rows` weight rows per thread sharing each load of x
 QGEMV_WX, QGEMV_WY, QGEMV_ROWS, QGEMV_UNROLL = 32, 4, 4, 2
+QGEMV_MAX_WX, QGEMV_THREADS = 128, 128  # untuned: wx from the row's units up to this, wy = threads / wx
 MAX_LOOP = 65535  # lavapipe ends a loop after this many iterations
 
 
@@ -220,7 +221,12 @@ def _select_quantized(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoic
 
 
 def quant_matmul_choice(
-    graph: Graph, node: Node, wx: int = QGEMV_WX, wy: int = QGEMV_WY, rows: int = QGEMV_ROWS, unroll: int = QGEMV_UNROLL
+    graph: Graph,
+    node: Node,
+    wx: int | None = None,
+    wy: int | None = None,
+    rows: int = QGEMV_ROWS,
+    unroll: int | None = None,
 ) -> KernelChoice:
     """qgemv for one row of x, qgemm for more; x read as vec4 where its view allows."""
     m = node.shape[0]
@@ -236,14 +242,24 @@ def quant_choice(
     k: int,
     wdtype: DType,
     variant: str,
-    wx: int = QGEMV_WX,
-    wy: int = QGEMV_WY,
+    wx: int | None = None,
+    wy: int | None = None,
     rows: int = QGEMV_ROWS,
-    unroll: int = QGEMV_UNROLL,
+    unroll: int | None = None,
 ) -> KernelChoice:
-    """quant_matmul_choice from the sizes: wx doubled (wy halved) while a row's units would pass the loop budget."""
+    """quant_matmul_choice from the sizes: wx doubled (wy halved) while a row's units would pass the loop budget.
+
+    Untuned, a row's threads grow with its units (32..128, the H200 tuner's winners were 64-128
+    wide) and wy keeps 128 threads a workgroup: more, smaller workgroups for a decode step's rows.
+    """
     if m == 1:
         units = k // (16 if wdtype is DType.q8_0 else 32)
+        if wx is None:
+            wx = min(QGEMV_MAX_WX, max(QGEMV_WX, 1 << (max(units, 1).bit_length() - 1)))
+        if wy is None:
+            wy = max(1, QGEMV_THREADS // wx)
+        if unroll is None:
+            unroll = QGEMV_UNROLL if units >= QGEMV_UNROLL * wx else 1
         while -(-units // wx) > MAX_LOOP and wx < 256:
             wx *= 2
             wy = max(1, wy // 2)
@@ -375,6 +391,9 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     )
 
 
+GEMV_MIN_UNROLL = 4
+
+
 def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
     """gemv[k_contig]: the tuned "wg<threads>.u<unroll>" where `wgjit tune` measured one, else the row walk."""
     tuned = _tuned(p, caps)
@@ -383,7 +402,13 @@ def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
         params: tuple[tuple[str, Any], ...] = (("unroll", unroll),) if unroll > 1 else ()
         return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params + (("tuned", tuned[1]),))
     wg, params = _row_walk(p.k, caps)
-    return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params)
+    # at least GEMV_MIN_UNROLL loads in flight per thread (a decode step's GEMVs are latency bound:
+    # one column per workgroup, each thread's vec4 steps along k otherwise each wait for the last)
+    unroll = max(dict(params).get("unroll", 1), min(GEMV_MIN_UNROLL, 1 << ((-(-p.k // (4 * wg))).bit_length() - 1)))
+    params = (("unroll", unroll),) if unroll > 1 else ()
+    return KernelChoice(
+        GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params + (("subgroups", caps.subgroups),)
+    )
 
 
 def split_gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
