@@ -364,7 +364,8 @@ def _group_nodes(graph: Graph, group: _Group, caps: DeviceCaps) -> list[Node]:
     arg = _fused_arg(graph, order)
     core = next(t for t in arg.terms if t.op is Op.MATMUL)
     quantized = any(view_of_operand(graph, t.srcs[1])[0].dtype.is_quantized for t in arg.terms if t.op is Op.MATMUL)
-    choice = gemv_group_choice(graph[core.srcs[0]].shape[-1], caps, quantized)
+    spread = any(graph[w].op is Op.WHERE for w in group.writes)
+    choice = gemv_group_choice(graph[core.srcs[0]].shape[-1], caps, quantized, spread)
     root = graph[group.root]
     out: list[Node] = []
     for w in group.writes:

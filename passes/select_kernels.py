@@ -179,21 +179,21 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     return DecodePlan(choice, splits)
 
 
-GEMV_UNITS = 4  # output elements per workgroup of a GEMV group's plain parts (no rope pairs or side writes)
+GEMV_LANES = 8  # dot products per thread in a GEMV group's plain parts: 8 // matmuls columns per workgroup
 
 
-def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False) -> KernelChoice:
+def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread: bool = False) -> KernelChoice:
     """gemv_multi for a group of passes.fuse_gemv: a workgroup per output column (or pair), threads along k
     (a block of 32 values each when a weight is quantized: as many threads as the row has blocks, 32..256),
-    GEMV_UNITS outputs per workgroup where a part allows."""
+    several columns per workgroup where a part allows (GEMV_LANES). A group that spreads values along a
+    cache (where(one-hot, value, cache)) takes 256 threads at least: they walk the cache's positions."""
+    params = (("subgroups", caps.subgroups), ("lanes", GEMV_LANES))
+    least = min(256, caps.max_invocations) if spread else 1
     if quantized:
-        wg = min(_row_workgroup(k // 32, caps), caps.max_invocations)
-        params = (("subgroups", caps.subgroups), ("units", GEMV_UNITS))
+        wg = max(least, min(_row_workgroup(k // 32, caps), caps.max_invocations))
         return KernelChoice(GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=params)
-    wg = min(_row_workgroup(k, caps) if k < 256 else 256, caps.max_invocations)
-    return KernelChoice(
-        GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups), ("units", GEMV_UNITS))
-    )
+    wg = max(least, min(_row_workgroup(k, caps) if k < 256 else 256, caps.max_invocations))
+    return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=params)
 
 
 # qgemv sizing: wx threads along a weight row (16-byte loads side by side), wy row groups per

@@ -300,18 +300,18 @@ def without_new_folds() -> Any:
 
 
 def block_units(units: int) -> Any:
-    """passes.select_kernels.GEMV_UNITS set to `units` while a program compiles."""
+    """passes.select_kernels.GEMV_LANES set to `units` while a program compiles."""
     from contextlib import contextmanager
 
     from passes import select_kernels as sk
 
     @contextmanager
     def patched() -> Any:
-        saved, sk.GEMV_UNITS = sk.GEMV_UNITS, units
+        saved, sk.GEMV_LANES = sk.GEMV_LANES, units
         try:
             yield
         finally:
-            sk.GEMV_UNITS = saved
+            sk.GEMV_LANES = saved
 
     return patched
 
@@ -347,7 +347,7 @@ def format_case(timer: ProgramTimer, name: str, fmt: str, prompt: int = 128) -> 
     row: dict[str, Any] = {"config": name, "weights": fmt}
     logits = {}
     variants = [("fused", "1", None), ("before", "1", without_new_folds()), ("unfused", "0", None)]
-    variants += [(f"units{u}", "1", block_units(u)) for u in (1, 2, 8)]  # gemv_multi's columns per workgroup
+    variants += [(f"lanes{u}", "1", block_units(u)) for u in (1, 4, 16)]  # gemv_multi's dot products per thread
     for tag, fusion, patch in variants:
         os.environ["WGJIT_FUSION"] = fusion
         out = model.step(tok, pos, *cache)
@@ -405,7 +405,7 @@ def format_table(rows: list[dict]) -> str:
             f"{r['config']:>6} {r['weights']:>7} {r['per_layer']:>6} {r['per_layer_before']:>6} "
             f"{r['dispatches_fused']:>5} {r['ms_fused']:>8.3f} {r['ms_before']:>9.3f} {r['ms_unfused']:>7.3f} "
             f"{r['rel_err']:>8.1e}"
-            + "".join(f"  units={u}: {r[f'ms_units{u}']:.3f}" for u in (1, 2, 8) if f"ms_units{u}" in r)
+            + "".join(f"  lanes={u}: {r[f'ms_lanes{u}']:.3f}" for u in (1, 4, 16) if f"ms_lanes{u}" in r)
         )
     return "\n".join(lines)
 

@@ -24,7 +24,7 @@ thread takes whole blocks of 32 values along k (one or two 16-byte loads of quan
 scale per B, eight vec4 of the row), dequantizes in registers as qgemv does and adds
 scale * (quants . row) to its sum; a float B of the same group is read 32 values a block.
 A part without rope pairs or side writes (SwiGLU's gate and up, a head) gives each
-workgroup `units` consecutive output elements, so each load of the row serves that many
+workgroup `lanes` / (its matmuls) consecutive output elements, so each load of the row serves that many
 columns of every B (a block of quants is 16-18 bytes against the row's 128), and there are
 fewer workgroups, each with more loads in flight. Where each thread takes at most
 UNROLLED_STEPS KernelElements of the row, the loop is unrolled with every load issued first.
@@ -191,8 +191,7 @@ class GemvMultiKernel(Kernel):
         owners = [graph[o.srcs[0]] if o.op is Op.VIEW else o for o in owners]
         quantized = [describe(o.dtype, o.shape) for o in owners if o.dtype.is_quantized]
         if quantized:
-            units = node.kernel.param("units", 1)
-            many = f" ({units} columns a workgroup but in rope or side-write parts)" if units > 1 else ""
+            many = " (several columns a workgroup but in rope or side-write parts)"
             what.append(f"blocks of 32 along k{many}, {', '.join(quantized)} dequantized in registers")
         writes = [t for p in lay.parts for t in p.terms if _writes(node.arg, t)]
         if writes:
@@ -207,9 +206,13 @@ class GemvMultiKernel(Kernel):
         self.writes = side_writes.side_writes(node, graph, [t for p in self.lay.parts for t in p.terms])
         self.targets = {w.target for w in self.writes if w.copy is None}
         written = {w.term.id for w in self.writes}
-        many = self.choice.param("units", 1)
-        # units per workgroup of each part: several where nothing but the root is stored per unit
-        self.per_wg = [1 if part.pair or any(t.id in written for t in part.terms) else many for part in self.lay.parts]
+        lanes = self.choice.param("lanes", 1)
+        # units per workgroup of each part: several where nothing but the root is stored per unit, as many
+        # as keep a thread's dot products within `lanes`
+        self.per_wg = [
+            1 if part.pair or any(t.id in written for t in part.terms) else max(1, lanes // len(part.cores))
+            for part in self.lay.parts
+        ]
         self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
 
     # --- bindings and uniform ---------------------------------------------------------
