@@ -182,13 +182,14 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
 GEMV_LANES = 8  # dot products per thread in a GEMV group's plain parts: 8 // matmuls columns per workgroup
 
 
-def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread: bool = False) -> KernelChoice:
+def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread: int = 0) -> KernelChoice:
     """gemv_multi for a group of passes.fuse_gemv: a workgroup per output column (or pair), threads along k
     (a block of 32 values each when a weight is quantized: as many threads as the row has blocks, 32..256),
-    several columns per workgroup where a part allows (GEMV_LANES). A group that spreads values along a
-    cache (where(one-hot, value, cache)) takes 256 threads at least: they walk the cache's positions."""
+    several columns per workgroup where a part allows (GEMV_LANES). A group that spreads values along
+    `spread` positions of a cache (where(one-hot, value, cache)) takes a quarter of that many threads, up
+    to 256: its threads walk those positions."""
     params = (("subgroups", caps.subgroups), ("lanes", GEMV_LANES))
-    least = min(256, caps.max_invocations) if spread else 1
+    least = min(256, caps.max_invocations, 1 << max(0, (spread // 4 - 1).bit_length()))
     if quantized:
         wg = max(least, min(_row_workgroup(k // 32, caps), caps.max_invocations))
         return KernelChoice(GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=params)
