@@ -193,7 +193,8 @@ def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread:
     if quantized:
         wg = max(least, min(_row_workgroup(k // 32, caps), caps.max_invocations))
         return KernelChoice(GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=params)
-    wg = max(least, min(_row_workgroup(k, caps) if k < 256 else 256, caps.max_invocations))
+    # two vec4 steps of the row per thread at least (loads in flight, fewer threads to sum), 32..256 threads
+    wg = max(least, min(max(32, 1 << max(0, (k // 8).bit_length() - 1)), 256, caps.max_invocations))
     return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=params)
 
 
