@@ -202,6 +202,7 @@ def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread:
 # workgroup, `rows` weight rows per thread sharing each load of x
 QGEMV_WX, QGEMV_WY, QGEMV_ROWS, QGEMV_UNROLL = 32, 4, 4, 2
 QGEMV_MAX_WX, QGEMV_THREADS = 128, 128  # untuned: wx from the row's units up to this, wy = threads / wx
+QGEMV_MIN_WORKGROUPS = 256  # untuned: fewer rows per thread below this many workgroups
 MAX_LOOP = 65535  # lavapipe ends a loop after this many iterations
 
 
@@ -227,7 +228,7 @@ def quant_matmul_choice(
     node: Node,
     wx: int | None = None,
     wy: int | None = None,
-    rows: int = QGEMV_ROWS,
+    rows: int | None = None,
     unroll: int | None = None,
 ) -> KernelChoice:
     """qgemv for one row of x, qgemm for more; x read as vec4 where its view allows."""
@@ -236,7 +237,7 @@ def quant_matmul_choice(
     k = graph[node.srcs[0]].shape[-1]
     _, a_view = view_of_operand(graph, node.srcs[0])
     variant = "x4" if row_vector(a_view, 1, 4) else "x1"
-    return quant_choice(m, k, w.dtype, variant, wx, wy, rows, unroll)
+    return quant_choice(m, k, w.dtype, variant, wx, wy, rows, unroll, n=node.shape[-1])
 
 
 def quant_choice(
@@ -246,13 +247,15 @@ def quant_choice(
     variant: str,
     wx: int | None = None,
     wy: int | None = None,
-    rows: int = QGEMV_ROWS,
+    rows: int | None = None,
     unroll: int | None = None,
+    n: int | None = None,
 ) -> KernelChoice:
     """quant_matmul_choice from the sizes: wx doubled (wy halved) while a row's units would pass the loop budget.
 
     Untuned, a row's threads grow with its units (32..128, the H200 tuner's winners were 64-128
-    wide) and wy keeps 128 threads a workgroup: more, smaller workgroups for a decode step's rows.
+    wide), wy keeps 128 threads a workgroup, and a thread's rows halve (4, 2, 1) while the n rows
+    would make fewer than QGEMV_MIN_WORKGROUPS workgroups: a decode step's short projections fill the GPU.
     """
     if m == 1:
         units = k // (16 if wdtype is DType.q8_0 else 32)
@@ -262,6 +265,10 @@ def quant_choice(
             wy = max(1, QGEMV_THREADS // wx)
         if unroll is None:
             unroll = QGEMV_UNROLL if units >= QGEMV_UNROLL * wx else 1
+        if rows is None:
+            rows = QGEMV_ROWS
+            while n is not None and rows > 1 and -(-n // (wy * rows)) < QGEMV_MIN_WORKGROUPS:
+                rows //= 2
         while -(-units // wx) > MAX_LOOP and wx < 256:
             wx *= 2
             wy = max(1, wy // 2)
@@ -314,7 +321,7 @@ def qgemv_candidates(p: QuantGemvProblem, caps: DeviceCaps) -> list[str]:
 
 
 def builtin_qgemv_config(p: QuantGemvProblem) -> str:
-    c = quant_choice(1, p.k, p.dtypes[1], p.layout)
+    c = quant_choice(1, p.k, p.dtypes[1], p.layout, n=p.n)
     return f"wx{c.workgroup[0]}.wy{c.workgroup[1]}.r{c.param('rows')}.u{c.param('unroll')}"
 
 
