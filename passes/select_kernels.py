@@ -309,7 +309,7 @@ def qgemv_problem(graph: Graph, node: Node) -> QuantGemvProblem | None:
 def qgemv_candidates(p: QuantGemvProblem, caps: DeviceCaps) -> list[str]:
     """The qgemv configurations `wgjit tune` times: "wx<threads along a row>.wy<row groups>.r<rows>.u<unroll>"."""
     units = p.k // (16 if p.dtypes[1] is DType.q8_0 else 32)
-    return [
+    grid = [
         f"wx{wx}.wy{wy}.r{rows}.u{u}"
         for wx in (16, 32, 64)
         for wy in (2, 4, 8)
@@ -318,6 +318,8 @@ def qgemv_candidates(p: QuantGemvProblem, caps: DeviceCaps) -> list[str]:
         if wx * wy <= caps.max_invocations and 4 * rows * wx * wy <= caps.max_workgroup_storage
         if -(-units // wx) <= MAX_LOOP
     ]
+    builtin = builtin_qgemv_config(p)  # the rule's own configuration is always timed beside them
+    return grid if builtin in grid else [*grid, builtin]
 
 
 def builtin_qgemv_config(p: QuantGemvProblem) -> str:
