@@ -191,6 +191,15 @@ def test_one_hot_cache_updates_are_side_writes(monkeypatch, dtype):
     assert side_write_modes(build) == ["in place", "in place"]
 
 
+@pytest.mark.parametrize("ctx", [300, 2100])
+def test_one_hot_updates_of_long_caches(monkeypatch, ctx):
+    """The spread writes' walk over the cache: 300 positions, their conditions loaded before the k loop
+    (a few per thread, the last step partial); 2100, past PRELOAD_STEPS per thread: the loop."""
+    w = attention_inputs(32, 4, 2, 8, ctx, "float32", False)
+    fused, _ = check(monkeypatch, where_step(w, 4, 2, 8, ctx, ctx - 3))
+    assert [d.kernel for d in fused] == ["arange", "elementwise", "gemv_multi"]
+
+
 def test_one_hot_cache_update_of_a_cache_read_later_is_a_copy(monkeypatch):
     """The old k cache is read after the update: its side write fills a new buffer (the copy form)."""
     w = attention_inputs(32, 4, 2, 8, 7, "float32", False)

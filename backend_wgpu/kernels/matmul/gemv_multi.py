@@ -367,6 +367,9 @@ class GemvMultiKernel(Kernel):
     def _part(self, b: WgslBuilder, p: int, part: Part, first: str) -> None:
         elements = self._elements(b, p, part, first)
         lanes = [(c, j) for c in range(len(part.cores)) for j in range(len(elements))]
+        spread = [w for w in self.writes if not w.box and any(t.id == w.term.id for t in part.terms)]
+        for w in spread:  # the spread writes' conditions: their loads overlap the weights'
+            side_writes.preload(b, self, w, elements)
         sums = self._k_loop(b, part, elements, lanes)
         b.line("if (lidx == 0u) {")
         inner = WgslBuilder()
@@ -388,7 +391,6 @@ class GemvMultiKernel(Kernel):
         for line in inner.body:
             b.line("  " + line)
         b.line("}")
-        spread = [w for w in self.writes if not w.box and any(t.id == w.term.id for t in part.terms)]
         if spread:
             b.line("workgroupBarrier();  // thread 0's values in wv")
             for w in spread:
