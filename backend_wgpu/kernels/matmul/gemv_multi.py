@@ -214,6 +214,7 @@ class GemvMultiKernel(Kernel):
             for part in self.lay.parts
         ]
         self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
+        self._pre: WgslBuilder | None = None  # where the epilogue's leaf loads go (see _part)
 
     # --- bindings and uniform ---------------------------------------------------------
     def variant_key(self) -> str:
@@ -370,9 +371,12 @@ class GemvMultiKernel(Kernel):
         spread = [w for w in self.writes if not w.box and any(t.id == w.term.id for t in part.terms)]
         for w in spread:  # the spread writes' conditions: their loads overlap the weights'
             side_writes.preload(b, self, w, elements)
-        sums = self._k_loop(b, part, elements, lanes)
-        b.line("if (lidx == 0u) {")
+        loop = WgslBuilder()
+        sums = self._k_loop(loop, part, elements, lanes)
         inner = WgslBuilder()
+        # one unit a workgroup: the epilogue's leaves (rope's cos and sin, a bias...) load before the k loop,
+        # by every thread (one address: a broadcast), so thread 0 waits on no load after the sums
+        self._pre = WgslBuilder() if self.per_wg[p] == 1 else None
         if self.per_wg[p] > 1:  # each unit's epilogue in a block of its own (its names repeat)
             for t, e in enumerate(elements):
                 inner.line(f"if (u + {t}u < params.n{p}) {{")
@@ -386,6 +390,13 @@ class GemvMultiKernel(Kernel):
                 inner.line("}")
         else:
             self._epilogue(inner, p, part, elements, lanes, sums)
+        for piece in ([self._pre] if self._pre is not None else []) + [loop]:
+            for name, code in piece.helpers.items():
+                b.helper(name, code)
+            for line in piece.body:
+                b.line(line)
+        self._pre = None
+        b.line("if (lidx == 0u) {")
         for name, code in inner.helpers.items():
             b.helper(name, code)
         for line in inner.body:
@@ -669,6 +680,7 @@ class GemvMultiKernel(Kernel):
         return f"{vtype(dtype, 1)}({f32_value})"
 
     def _coords(self, b: WgslBuilder, t: Node, j: int, e: str) -> list[str]:
+        b = self._pre or b  # hoisted before the k loop where the part allows
         shape = t.shape
         prefix = f"t{t.id}_{j}_c"
         for line in index_to_coords(e, [f"t{t.id}_n{d}" for d in range(len(shape))], prefix):
@@ -676,6 +688,7 @@ class GemvMultiKernel(Kernel):
         return [f"{prefix}{d}" for d in range(len(shape))]
 
     def _leaf(self, b: WgslBuilder, s: int, coords: list[str], tag: str) -> tuple[str, DType]:
+        b = self._pre or b  # hoisted before the k loop where the part allows
         i = self.node.arg.leaf_index(s)
         terms = [f"i32(params.l{i}_off)"] + [f"i32({c}) * params.l{i}_s{d}" for d, c in enumerate(coords)]
         name = f"lv{i}_{tag}"
@@ -723,7 +736,7 @@ class GemvMultiKernel(Kernel):
         coords = self._coords(b, t, j, e)
         last = len(coords) - 1
         angle = f"{coords[last]} / 2u" if t.arg.interleaved else f"{coords[last]} % (params.t{t.id}_n{last} / 2u)"
-        b.line(f"let ang{t.id}_{j} = {angle};")
+        (self._pre or b).line(f"let ang{t.id}_{j} = {angle};")
         at = coords[:last] + [f"ang{t.id}_{j}"]
         cos, _ = self._leaf(b, t.srcs[1], at, f"cos{t.id}_{j}")
         sin, _ = self._leaf(b, t.srcs[2], at, f"sin{t.id}_{j}")
