@@ -362,7 +362,17 @@ def _select_reduce(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
         params = (("unroll", max(ROW_REDUCE_UNROLL, unroll_for(r, wg))), ("subgroups", caps.subgroups))
         return KernelChoice(RowReduceKernel.name, f"{node.op.value}_rows", workgroup=(wg, 1, 1), params=params)
     wg, params = _row_walk(r, caps)
+    if rows < FEW_ROWS and r >= 16 * wg:
+        # few long rows (argmax over a vocabulary): most of the GPU idles and each thread's walk
+        # is a chain of load latencies, so the widest workgroup and REDUCE_LOADS_IN_FLIGHT loads
+        # per step (a 32000-long argmax took ~190 us with 256 threads one load at a time)
+        wg = 1 << (min(1024, caps.max_invocations).bit_length() - 1)
+        params = (("unroll", max(REDUCE_LOADS_IN_FLIGHT, unroll_for(r, wg))),)
     return KernelChoice(ReduceKernel.name, f"{node.op.value}_rows", workgroup=(wg, 1, 1), params=params)
+
+
+FEW_ROWS = 64  # fewer rows than this leave most of a large GPU idle with a workgroup each
+REDUCE_LOADS_IN_FLIGHT = 4
 
 
 ROW_REDUCE_UNROLL = 4

@@ -198,7 +198,7 @@ def test_suite_with_a_cpu_torch_comparator() -> None:
     device = harness.device_info(ctx)  # before torch joins: it names a CUDA device
     ctx.torch = torch
     records = e2e_suite(ctx, {"full": False})
-    assert len(records) == 5
+    assert len(records) == 6  # two prefills: the prompt and a longer one
     for r in records:
         assert r["verified"] is True, (r["case"], r["check"])
         assert set(r["comparators"]) == {"torch"}, r["case"]  # no CUDA graph without CUDA

@@ -73,6 +73,25 @@ def test_empty_reductions() -> None:
         e.argmax()
 
 
+@pytest.mark.parametrize("op", ["argmax", "argmin", "prod"])
+def test_few_long_rows_use_the_widest_workgroup_with_loads_in_flight(op: str, rng: np.random.Generator) -> None:
+    """argmax over a vocabulary (1 row of 32000): the rule that made it 190 us -> a wide, unrolled walk."""
+    a = rng.standard_normal((2, 32003)).astype(np.float32)
+    if op == "prod":
+        a = (1 + a / 1000).astype(np.float32)
+    a[0, [7, 31000]] = a.max() + 1  # a tie: the first index wins
+    a[1, [20000, 9]] = np.nan  # the first NaN wins
+    y = getattr(tr.tensor(a), op)(-1)
+    (d,) = tr.compile(y).dispatches
+    assert (d.kernel, d.variant) == ("reduce", f"{op}_rows") and d.workgroup_size[0] >= 256
+    assert " unroll=4 " in d.key, d.key
+    want = getattr(a, op)(-1)
+    if op == "prod":
+        assert_close(y.numpy(), want, rtol=1e-4)
+    else:
+        np.testing.assert_array_equal(y.numpy(), want)
+
+
 def test_nan_propagates_through_max_and_argmax() -> None:
     x = np.array([[1.0, np.nan, 3.0], [4.0, 5.0, -1.0]], dtype=np.float32)
     t = tr.tensor(x)

@@ -111,25 +111,24 @@ def forward_case(ctx: Any, model: Any, bert: Any, n: int, t: int, plan: dict[str
     if bert is not None:
         torch = ctx.torch
 
-        def theirs(read: bool = True) -> Any:
-            args = {k: torch.from_numpy(v.astype(np.int64)).to(bert.device) for k, v in
-                    (("input_ids", ids), ("token_type_ids", types), ("attention_mask", mask))}  # fmt: skip
-            with torch.no_grad():
-                out = bert(**args).last_hidden_state
-            return out.cpu().numpy() if read else out
+        def runner(net: Any) -> Any:
+            """A call of `net` (the BertModel, or its compiled form) on this batch, read back unless told not to."""
 
+            def run(read: bool = True) -> Any:
+                args = {k: torch.from_numpy(v.astype(np.int64)).to(bert.device) for k, v in
+                        (("input_ids", ids), ("token_type_ids", types), ("attention_mask", mask))}  # fmt: skip
+                with torch.no_grad():
+                    out = net(**args).last_hidden_state
+                return out.cpu().numpy() if read else out
+
+            return run
+
+        theirs = runner(bert)
         errors["torch"] = float(np.abs(theirs() - jit)[valid].max())
         contenders.append(Contender("torch", theirs, plan["block"]))
         compiled = _compiled_bert(ctx, bert) if n * t >= 1024 else None  # the throughput shape only
         if compiled is not None:
-
-            def theirs_compiled(read: bool = True) -> Any:
-                args = {k: torch.from_numpy(v.astype(np.int64)).to(bert.device) for k, v in
-                        (("input_ids", ids), ("token_type_ids", types), ("attention_mask", mask))}  # fmt: skip
-                with torch.no_grad():
-                    out = compiled(**args).last_hidden_state
-                return out.cpu().numpy() if read else out
-
+            theirs_compiled = runner(compiled)
             t0 = time.perf_counter()
             try:
                 error = float(np.abs(theirs_compiled() - jit)[valid].max())  # compiles here

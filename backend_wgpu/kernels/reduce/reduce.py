@@ -151,9 +151,11 @@ class ReduceKernel(Kernel):
             # true when candidate (a, ia) should replace the best so far (b, ib)
             b.helper(
                 "better",
+                # branch-free (selects): an unrolled walk keeps its loads in flight across visits
                 f"fn better(a: {acc}, ia: u32, b: {acc}, ib: u32) -> bool {{\n"
-                f"  {nan}\n  if (bn) {{ return an && ia < ib; }}\n  if (an) {{ return true; }}\n"
-                f"  return a {cmp} b || (a == b && ia < ib);\n}}",
+                f"  {nan}\n"
+                f"  let plain = a {cmp} b || (a == b && ia < ib);\n"
+                f"  return select(select(plain, true, an), an && ia < ib, bn);\n}}",
             )
 
     def _load(self, b: WgslBuilder, j: str, var: str, indent: str) -> None:
@@ -163,8 +165,11 @@ class ReduceKernel(Kernel):
             b.line(f"{indent}let {var} = {self.acc_type()}({value});")
             return
         r = len(self._reduced()[0])
-        for line in index_to_coords(j, [f"rs{d}" for d in range(r)], "r"):
-            b.line(indent + line)
+        if r == 1:  # one reduced axis: j is its coordinate (no division per element)
+            b.line(f"{indent}let r0 = {j};")
+        else:
+            for line in index_to_coords(j, [f"rs{d}" for d in range(r)], "r"):
+                b.line(indent + line)
         addr = " + ".join(["base"] + [f"i32(r{d}) * params.rt{d}" for d in range(r)])
         raw = load_cast(f"{self.in_name(self.src)}[u32({addr})]", self.in_dtype, 1)
         b.line(f"{indent}let {var} = {self.acc_type()}({raw});")
@@ -181,7 +186,9 @@ class ReduceKernel(Kernel):
         def scalar(j: str, _copy: int, indent: str) -> None:
             self._load(b, j, "x", indent)
             if self.is_arg:
-                b.line(f"{indent}if (better(x, {j}, best, best_i)) {{ best = x; best_i = {j}; }}")
+                b.line(f"{indent}let take = better(x, {j}, best, best_i);")
+                b.line(f"{indent}best = select(best, x, take);")
+                b.line(f"{indent}best_i = select(best_i, {j}, take);")
             else:
                 b.line(f"{indent}best = combine(best, x);")
 
