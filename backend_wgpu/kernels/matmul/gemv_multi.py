@@ -317,7 +317,8 @@ class GemvMultiKernel(Kernel):
     def render(self, b: WgslBuilder) -> None:
         self._describe(b)
         wg = self.choice.workgroup[0]
-        b.workgroup_var(f"red: array<vec4<f32>, {wg}>")
+        subgroups = self.choice.param("subgroups", False)
+        b.workgroup_var(f"red: array<vec4<f32>, {max(wg, self._red_stride() * self._packs()) if subgroups else wg}>")
         if any(not w.box for w in self.writes):
             b.workgroup_var(f"wv: array<f32, {2 * len(self.writes)}>")
         for i in self._quantized():
@@ -377,9 +378,9 @@ class GemvMultiKernel(Kernel):
         # one unit a workgroup: the epilogue's leaves (rope's cos and sin, a bias...) load before the k loop,
         # by every thread (one address: a broadcast), so thread 0 waits on no load after the sums
         self._pre = WgslBuilder() if self.per_wg[p] == 1 else None
-        if self.per_wg[p] > 1:  # each unit's epilogue in a block of its own (its names repeat)
+        if self.per_wg[p] > 1:  # unit t's epilogue by thread t, in a block of its own (its names repeat)
             for t, e in enumerate(elements):
-                inner.line(f"if (u + {t}u < params.n{p}) {{")
+                inner.line(f"if (lidx == {t}u && u + {t}u < params.n{p}) {{")
                 unit = WgslBuilder()
                 mine = [sums[n] for n, (_, j) in enumerate(lanes) if j == t] + sums[len(lanes) :]
                 self._epilogue(unit, p, part, [e], [(c, 0) for c in range(len(part.cores))], mine)
@@ -396,7 +397,7 @@ class GemvMultiKernel(Kernel):
             for line in piece.body:
                 b.line(line)
         self._pre = None
-        b.line("if (lidx == 0u) {")
+        b.line("if (lidx == 0u) {" if self.per_wg[p] == 1 else "{  // every thread has the sums: the units' threads")
         for name, code in inner.helpers.items():
             b.helper(name, code)
         for line in inner.body:
@@ -524,15 +525,45 @@ class GemvMultiKernel(Kernel):
         return values
 
     def _sums(self, b: WgslBuilder, values: list[str]) -> list[str]:
-        """Each thread's values summed over the workgroup, four at a time; the names of the sums."""
-        names = []
+        """Each thread's values summed over the workgroup, four at a time; the names of the sums.
+        With subgroups every pack is summed in one round (one barrier before and one after)."""
+        names, packs = [], []
         for pack in range(0, len(values), 4):
             chunk = values[pack : pack + 4] + ["0.0"] * (4 - len(values[pack : pack + 4]))
             name = f"sum{pack // 4}"
             b.line(f"var {name} = vec4<f32>({', '.join(chunk)});")
-            self._workgroup_sum(b, name)
+            packs.append(name)
             names += [f"{name}.{'xyzw'[i]}" for i in range(min(4, len(values) - pack))]
+        if not self.choice.param("subgroups", False):
+            for name in packs:
+                self._workgroup_sum(b, name)
+            return names
+        wg = self._red_stride()
+        for name in packs:
+            b.line(f"{name} = subgroupAdd({name});")
+        stores = " ".join(f"red[{n * wg}u + lidx / sg_size] = {name};" for n, name in enumerate(packs))
+        b.line(f"if (sg_lane == 0u) {{ {stores} }}")
+        b.line("workgroupBarrier();")
+        for n, name in enumerate(packs):
+            b.line(f"{name} = red[{n * wg}u];")
+        adds = " ".join(f"{name} += red[{n * wg}u + i];" for n, name in enumerate(packs))
+        threads = self.choice.workgroup[0]
+        b.line(f"for (var i = 1u; i < ({threads}u + sg_size - 1u) / sg_size; i++) {{ {adds} }}")
+        b.line("workgroupBarrier();  // red is reused")
         return names
+
+    def _red_stride(self) -> int:
+        """Entries of `red` per pack with subgroups: one per subgroup, subgroups being 4 lanes at least."""
+        return max(1, -(-self.choice.workgroup[0] // 4))
+
+    def _packs(self) -> int:
+        """The most vec4 packs a part's threads sum at once (the size of `red`, in workgroups)."""
+        most = 1
+        for p, part in enumerate(self.lay.parts):
+            units = self.per_wg[p] if self.per_wg[p] > 1 else (2 if part.pair else 1)
+            values = len(part.cores) * units + (1 if self.lay.norm is not None else 0)
+            most = max(most, -(-values // 4))
+        return most
 
     def _vec4(self, at: Callable[[str], str], k: str) -> str:
         """vec4<f32> of a loop leaf's values k .. k + 3 (k a multiple of 4), from `at(index)`: the WGSL
