@@ -131,7 +131,7 @@ class DecodePlan:
 
 DECODE_MAX_HEAD_DIM = 256  # heads up to 256 elements: at most 16 lanes of four slices each
 DECODE_THREADS = 128  # per workgroup: rows of `lanes` threads
-DECODE_UNROLL = 2  # keys per row per step (float32 caches; float16 twice), their loads in flight together
+DECODE_UNROLL = 2  # keys per row per step, their loads in flight together
 DECODE_TARGET_WORKGROUPS = 264  # (batch, kv head, range) workgroups: two per multiprocessor of an H200
 DECODE_SLICES = 4  # KernelElements of a head per lane at most (a 64-wide f32 head: 4 lanes of 4 vec4)
 DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their merge and combine
@@ -161,8 +161,9 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     threads = min(DECODE_THREADS, caps.max_invocations)
     if threads < lanes:
         return None
-    # a float16 cache takes twice the keys per step: the same bytes in flight per thread
-    rows, unroll = threads // lanes, DECODE_UNROLL * (2 if k.dtype is DType.float16 else 1)
+    # float16 caches too: twice the keys per step (the same bytes in flight) was slower at the decoder's
+    # lengths on the H200 (run F: 18.7 vs 16.9 us at 512 keys)
+    rows, unroll = threads // lanes, DECODE_UNROLL
     # shuffles where the smallest subgroup holds a row; else, with subgroups, where the workgroup finds its
     # subgroups wide enough when it runs (wgpu reports 4 for NVIDIA's 32), workgroup memory otherwise
     shuffle = ("always" if lanes <= caps.subgroup_size else "runtime") if caps.subgroups and lanes > 1 else ""
