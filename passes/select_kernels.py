@@ -130,9 +130,9 @@ class DecodePlan:
 
 
 DECODE_MAX_HEAD_DIM = 256  # heads up to 256 elements: at most 16 lanes of four slices each
-DECODE_THREADS = 128  # per workgroup: rows of `lanes` threads
+DECODE_THREADS = 64  # per workgroup: rows of `lanes` threads (run F: 64 threads, 528 workgroups fastest in f32)
 DECODE_UNROLL = 2  # keys per row per step, their loads in flight together
-DECODE_TARGET_WORKGROUPS = 264  # (batch, kv head, range) workgroups: two per multiprocessor of an H200
+DECODE_TARGET_WORKGROUPS = 528  # (batch, kv head, range) workgroups: four per multiprocessor of an H200
 DECODE_SLICES = 4  # KernelElements of a head per lane at most (a 64-wide f32 head: 4 lanes of 4 vec4)
 DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their merge and combine
 

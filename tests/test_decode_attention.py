@@ -192,10 +192,14 @@ def test_workgroup_shapes(threads, unroll, slices, subgroups, monkeypatch):
     assert_close(got, reference(q, k, v, keep.reshape(1, 1, 1, 777), "bool"), rtol=1e-4, atol=1e-5)
 
 
-def test_rows_merge_a_head_at_a_time():
-    """Workgroup memory for one head's half rows only: the rows' tree merges the heads one by one."""
+def test_rows_merge_a_head_at_a_time(monkeypatch):
+    """Workgroup memory for one head's half rows only (128 threads: 32 rows of 4 lanes): the rows' tree
+    merges the heads one by one."""
     from passes import run_pipeline
+    from passes import select_kernels as sk
     from tracer.graph_builder import build_graph
+
+    monkeypatch.setattr(sk, "DECODE_THREADS", 128)
 
     q, k, v = inputs(1, 8, 2, 300, 64, 64)
     y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))

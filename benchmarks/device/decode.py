@@ -48,7 +48,7 @@ LAYOUTS = ((32, 8, 128), (32, 8, 64))  # (heads, kv heads, head dim): Llama-3-8B
 # DECODE_THREADS, DECODE_UNROLL, DECODE_TARGET_WORKGROUPS, DECODE_SLICES
 # a target of 8 workgroups gives 8 kv heads one range each: no combine (one dispatch)
 CANDIDATES = (
-    (128, 2, 264, 4), (64, 2, 528, 4), (128, 4, 264, 4), (256, 2, 264, 4), (128, 1, 528, 4), (128, 2, 132, 4),
+    (64, 2, 528, 4), (128, 2, 264, 4), (128, 4, 264, 4), (256, 2, 264, 4), (128, 1, 528, 4), (128, 2, 132, 4),
     (64, 4, 1056, 4), (128, 2, 264, 2), (256, 4, 264, 2), (256, 2, 8, 4), (256, 4, 8, 2), (512, 4, 8, 2),
 )  # fmt: skip
 
