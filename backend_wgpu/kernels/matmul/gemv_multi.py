@@ -210,7 +210,9 @@ class GemvMultiKernel(Kernel):
         # units per workgroup of each part: several where nothing but the root is stored per unit, as many
         # as keep a thread's dot products within `lanes`
         self.per_wg = [
-            1 if part.pair or any(t.id in written for t in part.terms) else max(1, lanes // len(part.cores))
+            1
+            if any(t.id in written for t in part.terms)
+            else max(1, lanes // (len(part.cores) * (2 if part.pair else 1)))
             for part in self.lay.parts
         ]
         self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
@@ -352,19 +354,30 @@ class GemvMultiKernel(Kernel):
         many = self.per_wg[p]
         if many > 1:  # the workgroup's units; past the last one they read its column (and store nothing)
             b.line(f"let u = (wg - {first}) * {many}u;")
-            for t in range(many):
-                b.line(f"let e{t} = min(u + {t}u, params.n{p} - 1u);")
-            return [f"e{t}" for t in range(many)]
+            if part.pair is None:
+                for t in range(many):
+                    b.line(f"let e{t} = min(u + {t}u, params.n{p} - 1u);")
+                return [f"e{t}" for t in range(many)]
+            names = []
+            for t in range(many):  # unit t's pair: elements 2t and 2t + 1 of the list
+                names += self._pair(b, p, part, f"min(u + {t}u, params.n{p} - 1u)", f"e{2 * t}", f"e{2 * t + 1}")
+            return names
         b.line(f"let u = wg - {first};")
         if part.pair is None:
             b.line("let e0 = u;")
             return ["e0"]
+        return self._pair(b, p, part, "u", "e0", "e1")
+
+    def _pair(self, b: WgslBuilder, p: int, part: Part, unit: str, first: str, second: str) -> list[str]:
+        """Emit the two elements rope rotates together for unit `unit` of a pair part; returns their names."""
+        assert part.pair is not None
         if part.pair[0]:  # interleaved: (2i, 2i + 1)
-            b.line("let e0 = 2u * u;")
+            b.line(f"let {first} = 2u * ({unit});")
         else:  # half: (i, i + d/2) within each row of d
-            b.line(f"let e0 = (u / params.half{p}) * 2u * params.half{p} + u % params.half{p};")
-        b.line(f"let e1 = e0 + {'1u' if part.pair[0] else f'params.half{p}'};")
-        return ["e0", "e1"]
+            b.line(f"let {first}_u = {unit};")
+            b.line(f"let {first} = ({first}_u / params.half{p}) * 2u * params.half{p} + {first}_u % params.half{p};")
+        b.line(f"let {second} = {first} + {'1u' if part.pair[0] else f'params.half{p}'};")
+        return [first, second]
 
     def _part(self, b: WgslBuilder, p: int, part: Part, first: str) -> None:
         elements = self._elements(b, p, part, first)
@@ -379,11 +392,13 @@ class GemvMultiKernel(Kernel):
         # by every thread (one address: a broadcast), so thread 0 waits on no load after the sums
         self._pre = WgslBuilder() if self.per_wg[p] == 1 else None
         if self.per_wg[p] > 1:  # unit t's epilogue by thread t, in a block of its own (its names repeat)
-            for t, e in enumerate(elements):
+            width = 2 if part.pair else 1  # elements of a unit
+            for t in range(self.per_wg[p]):
                 inner.line(f"if (lidx == {t}u && u + {t}u < params.n{p}) {{")
                 unit = WgslBuilder()
-                mine = [sums[n] for n, (_, j) in enumerate(lanes) if j == t] + sums[len(lanes) :]
-                self._epilogue(unit, p, part, [e], [(c, 0) for c in range(len(part.cores))], mine)
+                mine = [sums[n] for n, (_, j) in enumerate(lanes) if j // width == t] + sums[len(lanes) :]
+                own = elements[t * width : (t + 1) * width]
+                self._epilogue(unit, p, part, own, [(c, j) for c in range(len(part.cores)) for j in range(width)], mine)
                 for name, code in unit.helpers.items():
                     inner.helper(name, code)
                 for line in unit.body:
@@ -560,8 +575,8 @@ class GemvMultiKernel(Kernel):
         """The most vec4 packs a part's threads sum at once (the size of `red`, in workgroups)."""
         most = 1
         for p, part in enumerate(self.lay.parts):
-            units = self.per_wg[p] if self.per_wg[p] > 1 else (2 if part.pair else 1)
-            values = len(part.cores) * units + (1 if self.lay.norm is not None else 0)
+            elements = self.per_wg[p] * (2 if part.pair else 1)
+            values = len(part.cores) * elements + (1 if self.lay.norm is not None else 0)
             most = max(most, -(-values // 4))
         return most
 
