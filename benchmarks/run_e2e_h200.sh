@@ -18,7 +18,7 @@ part() {  # name, seconds
   echo "   exit $? after ${SECONDS}s; last lines:" >&2
   tail -n 4 "$out/e2e_$1.log" >&2
 }
-export WGJIT_E2E_TORCH_COMPILE=1  # MiniLM 32x128 beside torch.compile of BertModel too (a minute or two to compile)
+export WGJIT_E2E_TORCH_COMPILE=${WGJIT_E2E_TORCH_COMPILE:-1}  # MiniLM 32x128 beside torch.compile of BertModel (a minute or two to compile; 0: not)
 part minilm 330
 part 12L 110
 part 1B 170

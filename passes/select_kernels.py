@@ -170,7 +170,7 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     per_v = -(-ev // lanes)
     used = 0 if shuffle == "always" or lanes == 1 else 4 * threads * g * unroll  # the lane sums' memory
     merge = merge_heads_for(g, rows, lanes, per_v, w, caps.max_workgroup_storage - used)
-    if rows > 1 and used + (rows // 2) * merge * (lanes * per_v * 4 * w + 8) > caps.max_workgroup_storage:
+    if rows > 1 and used + (rows // 2) * merge * (lanes * per_v * 4 * w + 12) > caps.max_workgroup_storage:
         return None
     s, units = k.shape[2], q.shape[0] * k.shape[1]
     splits = max(1, min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE)))

@@ -115,6 +115,25 @@ def test_decode_attention_all_masked_is_nan(s):
     assert np.isnan(got).all()
 
 
+@pytest.mark.parametrize("s", [20, 2000])
+@pytest.mark.parametrize("subgroups", [True, False])
+def test_a_nan_score_makes_its_heads_nan(s, subgroups):
+    """Fuzzing on the H200 found NaN scores dropped (0 * inf, or a NaN key): the heads that read
+    them are NaN, as the reference's softmax; the others keep their values (one range or many)."""
+    q, k, v = inputs(1, 4, 2, s, 16, 16)
+    q[0, 1, 0, 3] = -0.0
+    k[0, 0, s // 3, 3] = np.inf  # -0.0 * inf: a NaN score for query head 1 only (kv head 0)
+    k[0, 1, s - 2, 5] = np.nan  # a NaN key: query heads 2 and 3 (kv head 1)
+    q[0, 0, 0, 3] = 0.5  # head 0 reads the inf key: its score is +-inf, not NaN
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    got, program = run_with_caps(y, subgroups=subgroups and get_device().caps.subgroups)
+    assert kernels(program)[0] == "attention_decode"
+    with np.errstate(all="ignore"):
+        want = reference(q, k, v)
+    assert np.isnan(got[0, 1:]).all() and np.isnan(want[0, 1:]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+
+
 def test_decode_attention_float16_cache():
     q, k, v = inputs(1, 8, 2, 500, 64, 64, "float16")
     y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))

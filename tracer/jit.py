@@ -178,29 +178,28 @@ class Trace:
                 if lz is None:
                     return f"a captured tensor of shape {i.shape} is gone, or changed shape or dtype"
                 lazies.append(lz)
-        pending = [lz for lz in lazies if not lz.is_leaf]
+        pending = [lz for lz in lazies if lz.op is not Op.INPUT]  # not is_leaf: this runs per input per call
         if pending:  # pending arguments or captured values: computed first, in one submission
             realize_lazies(pending)
+        device = get_device()
         found = iter(lazies)
         buffers: list[DeviceBuffer | None] = []
         fresh: list[tuple[int, np.ndarray]] = []  # (input, host data) of arguments never uploaded
         for i in self.inputs:
-            if isinstance(i, CapturedBuffer):
+            if type(i) is CapturedBuffer:
                 buffers.append(i.buffer)
                 continue
             lz = next(found)
-            if (
-                isinstance(i, ArgTensor)
-                and lz.buffer is None
-                and lz.host is not None
-                and ArgumentStaging.wanted(lz.host)
-            ):
+            buf = lz.buffer
+            if buf is not None and buf.device is device:  # the common case, without a call
+                buffers.append(buf)
+            elif type(i) is ArgTensor and buf is None and lz.host is not None and ArgumentStaging.wanted(lz.host):
                 fresh.append((len(buffers), lz.host))
                 buffers.append(None)
             else:
                 buffers.append(device_buffer(lz))
         if fresh:  # into the trace's reused buffer: the program's bind groups stay the same
-            staged = self.staging.write(get_device(), [a for _, a in fresh])
+            staged = self.staging.write(device, [a for _, a in fresh])
             for (index, _), buf in zip(fresh, staged, strict=True):
                 buffers[index] = buf
         return buffers  # type: ignore[return-value]  # every None was filled

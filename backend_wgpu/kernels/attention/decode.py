@@ -29,6 +29,7 @@ from __future__ import annotations
 from backend_wgpu.element import WIDTHS, vector_readable
 from backend_wgpu.kernel import Kernel, Meta, Workload
 from backend_wgpu.kernels.blocks import infinity
+from backend_wgpu.kernels.expr import isnan
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
 from ir.node import Node
@@ -53,7 +54,7 @@ def lanes_for(elements: int, slices: int = 4) -> int:
 
 def merge_heads_for(g: int, rows: int, lanes: int, per_v: int, w: int, storage: int) -> int:
     """Heads merged per round of the rows' tree: as many as half the rows' values fit in `storage` bytes."""
-    per_head = (rows // 2) * (lanes * per_v * 4 * w + 8)
+    per_head = (rows // 2) * (lanes * per_v * 4 * w + 8 + 4)  # values, (max, sum) and the NaN flag
     return max(1, min(g, storage // max(per_head, 1)))
 
 
@@ -199,9 +200,14 @@ class DecodeAttentionKernel(Kernel):
         b.line("let n = min(start + range_len, params.s) - start;")
         b.line(f"let lane = lidx % {lanes}u;")
         b.line(f"let row = lidx / {lanes}u;")
+        b.line("var nan_bits = 0x7fc00000u;")
+        b.line("let nan = bitcast<f32>(nan_bits);")
         for h in range(g):
             b.line(f"var m{h} = -{inf};")
             b.line(f"var l{h} = 0.0;")
+            # a NaN score makes the head's output NaN (as the reference's softmax): kept as a flag,
+            # tested on the bits, because drivers may assume no NaN and lose it in max/exp/sums
+            b.line(f"var bad{h} = false;")
             for i in range(per_v):
                 b.line(f"var o{h}_{i} = {vt}(0.0);")
         b.line(f"for (var first = 0u; first < n; first += {rows * unroll}u) {{")
@@ -257,6 +263,7 @@ class DecodeAttentionKernel(Kernel):
                 score = f"d{h}_{u} + mk{h}_{u}" if arg.mask == "add" else f"d{h}_{u}"
                 keep = f"ok{u} && mk{h}_{u} != 0u" if arg.mask == "bool" else f"ok{u}"
                 b.line(f"{ind}let s{h}_{u} = select(-{inf}, {score}, {keep});")
+                b.line(f"{ind}bad{h} = bad{h} || {isnan(f's{h}_{u}', 'f32')};")
         for h in range(g):
             top = f"m{h}"
             for u in range(unroll):
@@ -319,6 +326,7 @@ class DecodeAttentionKernel(Kernel):
         slots = lanes * per_v
         b.workgroup_var(f"mg_o: array<{vt}, {(rows // 2) * hpr * slots}>")
         b.workgroup_var(f"mg_ml: array<vec2<f32>, {(rows // 2) * hpr}>")
+        b.workgroup_var(f"mg_bad: array<u32, {(rows // 2) * hpr}>")
         half = rows // 2
         while half:
             for first in range(0, g, hpr):
@@ -326,7 +334,10 @@ class DecodeAttentionKernel(Kernel):
                 b.line(f"if (row >= {half}u && row < {2 * half}u) {{  // the upper half of the rows left")
                 b.line(f"  let r = row - {half}u;")
                 for k, h in enumerate(heads):
-                    b.line(f"  if (lane == 0u) {{ mg_ml[r * {hpr}u + {k}u] = vec2<f32>(m{h}, l{h}); }}")
+                    b.line(
+                        f"  if (lane == 0u) {{ mg_ml[r * {hpr}u + {k}u] = vec2<f32>(m{h}, l{h}); "
+                        f"mg_bad[r * {hpr}u + {k}u] = select(0u, 1u, bad{h}); }}"
+                    )
                     for i in range(per_v):
                         b.line(f"  mg_o[(r * {hpr}u + {k}u) * {slots}u + lane + {i * lanes}u] = o{h}_{i};")
                 b.line("}")
@@ -334,6 +345,7 @@ class DecodeAttentionKernel(Kernel):
                 b.line(f"if (row < {half}u) {{")
                 for k, h in enumerate(heads):
                     b.line(f"  let ml{h} = mg_ml[row * {hpr}u + {k}u];")
+                    b.line(f"  bad{h} = bad{h} || mg_bad[row * {hpr}u + {k}u] != 0u;")
                     b.line(f"  let top{h} = max(m{h}, ml{h}.x);")
                     b.line(f"  let a{h} = select(exp(m{h} - top{h}), 0.0, m{h} == -{inf});")
                     b.line(f"  let b{h} = select(exp(ml{h}.x - top{h}), 0.0, ml{h}.x == -{inf});")
@@ -361,13 +373,17 @@ class DecodeAttentionKernel(Kernel):
                 for c in range(w):
                     lane_value = f"o{h}_{i}.{'xyzw'[c]}" if w > 1 else f"o{h}_{i}"
                     b.line(f"{ind}{pre}out[base{h} + (lane + {i * lanes}u) * {w}u + {c}u] = {lane_value};{post}")
-            b.line(f"{ind}if (lane == 0u) {{ out[base{h} + params.ev] = m{h}; out[base{h} + params.ev + 1u] = l{h}; }}")
+            # a NaN score: the range's sum of exp is NaN, which attention_combine tests on the bits
+            b.line(
+                f"{ind}if (lane == 0u) {{ out[base{h} + params.ev] = m{h}; "
+                f"out[base{h} + params.ev + 1u] = select(l{h}, nan, bad{h}); }}"
+            )
             return
         # no keys at all gives 0 (the empty sum); keys all masked give NaN (0 / 0), as the reference
         dt = self.node.dtype
         for i in range(per_v):
             ok = self._slice_ok(2, i)
             pre, post = (f"if ({ok}) {{ ", " }") if ok else ("", "")
-            value = f"select(o{h}_{i} / l{h}, {f32v(w)}(0.0), params.s == 0u)"
+            value = f"select(select(o{h}_{i} / l{h}, {f32v(w)}(0.0), params.s == 0u), {f32v(w)}(nan), bad{h})"
             at = f"(bt * params.heads + {head}) * (params.ev / {w}u) + lane + {i * lanes}u"
             b.line(f"{ind}{pre}out[{at}] = {vtype(dt, w, storage=True)}({value});{post}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from backend_wgpu.kernel import Kernel, Meta, Workload
 from backend_wgpu.kernels.attention.decode import pow2_at_least
 from backend_wgpu.kernels.blocks import infinity
+from backend_wgpu.kernels.expr import isnan
 from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
@@ -70,6 +71,7 @@ class AttentionCombineKernel(Kernel):
         groups = threads // lanes
         inf = infinity(b)
         b.workgroup_var(f"cm: array<vec3<f32>, {threads}>")
+        b.workgroup_var(f"cb: array<u32, {threads}>")
         b.line("let row = wg;")
         b.line("if (row >= params.rows) { return; }")
         b.line(f"let lane = lidx % {lanes}u;")
@@ -79,6 +81,10 @@ class AttentionCombineKernel(Kernel):
         b.line(f"var m = -{inf};")
         b.line("var total = 0.0;")
         b.line("var acc = 0.0;")
+        # a range that saw a NaN score stores its sum of exp as NaN: the output is NaN, tested on
+        # the bits (drivers may assume no NaN and lose it in max/exp/sums)
+        b.line("var bad = false;")
+        b.line("var nan_bits = 0x7fc00000u;")
         # element loops over the row when it is wider than the workgroup
         b.line(f"for (var c0 = 0u; c0 < params.ev; c0 += {lanes}u) {{")
         b.line("  let c = c0 + lane;")
@@ -86,6 +92,7 @@ class AttentionCombineKernel(Kernel):
         b.line(f"  m = -{inf};")
         b.line("  total = 0.0;")
         b.line("  acc = 0.0;")
+        b.line("  bad = false;")
         b.line(f"  for (var r0 = grp; r0 < params.splits; r0 += {groups * STEP}u) {{")
         for u in range(STEP):  # every load of the step first
             b.line(f"    let r{u} = r0 + {u * groups}u;")
@@ -96,6 +103,7 @@ class AttentionCombineKernel(Kernel):
             b.line(f"      let at{u} = base + r{u} * stride;")
             b.line(f"      mr{u} = in0[at{u} + params.ev];")
             b.line(f"      lr{u} = in0[at{u} + params.ev + 1u];")
+            b.line(f"      bad = bad || {isnan(f'lr{u}', 'f32')};")
             b.line(f"      if (on) {{ sr{u} = in0[at{u} + c]; }}")
             b.line("    }")
         top = "m"
@@ -114,9 +122,11 @@ class AttentionCombineKernel(Kernel):
         b.line("  }")
         if groups > 1:
             b.line("  cm[lidx] = vec3<f32>(m, total, acc);")
+            b.line("  cb[lidx] = select(0u, 1u, bad);")
             b.line("  workgroupBarrier();")
             b.line("  if (grp == 0u) {")
             b.line(f"    for (var r = 1u; r < {groups}u; r++) {{")
+            b.line(f"      bad = bad || cb[r * {lanes}u + lane] != 0u;")
             b.line(f"      let o = cm[r * {lanes}u + lane];")
             b.line("      let top = max(m, o.x);")
             b.line(f"      let a = select(exp(m - top), 0.0, m == -{inf});")
@@ -128,6 +138,9 @@ class AttentionCombineKernel(Kernel):
             b.line("  }")
             b.line("  workgroupBarrier();  // cm is rewritten next")
         b.line("  if (grp == 0u && on) {")
-        b.line(f"    out[row * params.ev + c] = {vtype(self.node.dtype, 1, storage=True)}(acc / total);")
+        b.line(
+            f"    out[row * params.ev + c] = {vtype(self.node.dtype, 1, storage=True)}"
+            "(select(acc / total, bitcast<f32>(nan_bits), bad));"
+        )
         b.line("  }")
         b.line("}")
