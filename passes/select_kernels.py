@@ -413,7 +413,8 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     )
 
 
-GEMV_MIN_UNROLL = 4
+GEMV_MIN_UNROLL = 4  # 1: the row walk's own unroll (before 571c7be)
+GEMV_SUBGROUPS = True  # False: the workgroup tree for gemv's sum (before 571c7be)
 
 
 def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
@@ -429,7 +430,10 @@ def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
     unroll = max(dict(params).get("unroll", 1), min(GEMV_MIN_UNROLL, 1 << ((-(-p.k // (4 * wg))).bit_length() - 1)))
     params = (("unroll", unroll),) if unroll > 1 else ()
     return KernelChoice(
-        GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params + (("subgroups", caps.subgroups),)
+        GemvKernel.name,
+        "k_contig",
+        workgroup=(wg, 1, 1),
+        params=params + (("subgroups", caps.subgroups and GEMV_SUBGROUPS),),
     )
 
 

@@ -158,6 +158,7 @@ def _writes(arg: FusedArg, t: Node) -> bool:
 
 
 UNROLLED_STEPS = 4  # KernelElements of the row per thread up to which the k loop is unrolled, loads first
+HOIST_EPILOGUE_LOADS = True  # one-unit parts: the epilogue's leaf loads before the k loop (False: thread 0's, after)
 
 
 class GemvMultiKernel(Kernel):
@@ -390,7 +391,7 @@ class GemvMultiKernel(Kernel):
         inner = WgslBuilder()
         # one unit a workgroup: the epilogue's leaves (rope's cos and sin, a bias...) load before the k loop,
         # by every thread (one address: a broadcast), so thread 0 waits on no load after the sums
-        self._pre = WgslBuilder() if self.per_wg[p] == 1 else None
+        self._pre = WgslBuilder() if self.per_wg[p] == 1 and HOIST_EPILOGUE_LOADS else None
         if self.per_wg[p] > 1:  # unit t's epilogue by thread t, in a block of its own (its names repeat)
             width = 2 if part.pair else 1  # elements of a unit
             for t in range(self.per_wg[p]):
