@@ -364,7 +364,10 @@ def _group_nodes(graph: Graph, group: _Group, caps: DeviceCaps) -> list[Node]:
     arg = _fused_arg(graph, order)
     core = next(t for t in arg.terms if t.op is Op.MATMUL)
     quantized = any(view_of_operand(graph, t.srcs[1])[0].dtype.is_quantized for t in arg.terms if t.op is Op.MATMUL)
-    choice = gemv_group_choice(graph[core.srcs[0]].shape[-1], caps, quantized)
+    # the positions a spread write walks (a one-hot cache update: the cache's length)
+    spread = max((graph[w].size // max(graph[graph[graph[w].srcs[1]].srcs[0]].size, 1) for w in group.writes
+                  if graph[w].op is Op.WHERE), default=0)  # fmt: skip
+    choice = gemv_group_choice(graph[core.srcs[0]].shape[-1], caps, quantized, spread)
     root = graph[group.root]
     out: list[Node] = []
     for w in group.writes:

@@ -132,9 +132,10 @@ class DecodePlan:
 
 
 DECODE_MAX_HEAD_DIM = 256  # heads up to 256 elements: at most 16 lanes of four slices each
-DECODE_THREADS = 128  # per workgroup: rows of `lanes` threads
-DECODE_UNROLL = 2  # keys per row per step (float32 caches; float16 twice), their loads in flight together
-DECODE_TARGET_WORKGROUPS = 264  # (batch, kv head, range) workgroups: two per multiprocessor of an H200
+DECODE_THREADS = 64  # per workgroup: rows of `lanes` threads (run F: 64 threads, 528 workgroups fastest in f32)
+DECODE_UNROLL = 2  # keys per row per step, their loads in flight together
+DECODE_TARGET_WORKGROUPS = 528  # (batch, kv head, range) workgroups: four per multiprocessor of an H200
+DECODE_SLICES = 4  # KernelElements of a head per lane at most (a 64-wide f32 head: 4 lanes of 4 vec4)
 DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their merge and combine
 
 
@@ -157,18 +158,21 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     views = [view_of_operand(graph, s)[1] for s in node.srcs]
     w = DecodeAttentionKernel.widest_element(node, views)
     ew, ev = -(-q.shape[3] // w), -(-v.shape[3] // w)
-    lanes = lanes_for(max(ew, ev))
+    lanes = lanes_for(max(ew, ev), DECODE_SLICES)
     g = arg.group
     threads = min(DECODE_THREADS, caps.max_invocations)
     if threads < lanes:
         return None
-    # a float16 cache takes twice the keys per step: the same bytes in flight per thread
-    rows, unroll = threads // lanes, DECODE_UNROLL * (2 if k.dtype is DType.float16 else 1)
-    shuffle = caps.subgroups and 1 < lanes <= caps.subgroup_size
-    per_k, per_v = -(-ew // lanes), -(-ev // lanes)
-    used = 4 * w * g * lanes * per_k + (0 if shuffle or lanes == 1 else 4 * threads * g * unroll)
+    # float16 caches too: twice the keys per step (the same bytes in flight) was slower at the decoder's
+    # lengths on the H200 (run F: 18.7 vs 16.9 us at 512 keys)
+    rows, unroll = threads // lanes, DECODE_UNROLL
+    # shuffles where the smallest subgroup holds a row; else, with subgroups, where the workgroup finds its
+    # subgroups wide enough when it runs (wgpu reports 4 for NVIDIA's 32), workgroup memory otherwise
+    shuffle = ("always" if lanes <= caps.subgroup_size else "runtime") if caps.subgroups and lanes > 1 else ""
+    per_v = -(-ev // lanes)
+    used = 0 if shuffle == "always" or lanes == 1 else 4 * threads * g * unroll  # the lane sums' memory
     merge = merge_heads_for(g, rows, lanes, per_v, w, caps.max_workgroup_storage - used)
-    if rows > 1 and used + (rows // 2) * merge * (lanes * per_v * 4 * w + 8) > caps.max_workgroup_storage:
+    if rows > 1 and used + (rows // 2) * merge * (lanes * per_v * 4 * w + 12) > caps.max_workgroup_storage:
         return None
     s, units = k.shape[2], q.shape[0] * k.shape[1]
     splits = max(1, min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE)))
@@ -178,21 +182,30 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     return DecodePlan(choice, splits)
 
 
-def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False) -> KernelChoice:
+GEMV_LANES = 8  # dot products per thread in a GEMV group's plain parts: 8 // matmuls columns per workgroup
+
+
+def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread: int = 0) -> KernelChoice:
     """gemv_multi for a group of passes.fuse_gemv: a workgroup per output column (or pair), threads along k
-    (a block of 32 values each when a weight is quantized: as many threads as the row has blocks, 32..256)."""
+    (a block of 32 values each when a weight is quantized: as many threads as the row has blocks, 32..256),
+    several columns per workgroup where a part allows (GEMV_LANES). A group that spreads values along
+    `spread` positions of a cache (where(one-hot, value, cache)) takes a quarter of that many threads, up
+    to 256: its threads walk those positions."""
+    params = (("subgroups", caps.subgroups), ("lanes", GEMV_LANES))
+    least = min(256, caps.max_invocations, 1 << max(0, (spread // 4 - 1).bit_length()))
     if quantized:
-        wg = min(_row_workgroup(k // 32, caps), caps.max_invocations)
-        return KernelChoice(
-            GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups),)
-        )
-    wg = min(_row_workgroup(k, caps) if k < 256 else 256, caps.max_invocations)
-    return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=(("subgroups", caps.subgroups),))
+        wg = max(least, min(_row_workgroup(k // 32, caps), caps.max_invocations))
+        return KernelChoice(GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=params)
+    # two vec4 steps of the row per thread at least (loads in flight, fewer threads to sum), 32..256 threads
+    wg = max(least, min(max(32, 1 << max(0, (k // 8).bit_length() - 1)), 256, caps.max_invocations))
+    return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=params)
 
 
 # qgemv sizing: wx threads along a weight row (16-byte loads side by side), wy row groups per
 # workgroup, `rows` weight rows per thread sharing each load of x
 QGEMV_WX, QGEMV_WY, QGEMV_ROWS, QGEMV_UNROLL = 32, 4, 4, 2
+QGEMV_MAX_WX, QGEMV_THREADS = 128, 128  # untuned: wx from the row's units up to this, wy = threads / wx
+QGEMV_MIN_WORKGROUPS = 256  # untuned: fewer rows per thread below this many workgroups
 MAX_LOOP = 65535  # lavapipe ends a loop after this many iterations
 
 
@@ -214,7 +227,12 @@ def _select_quantized(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoic
 
 
 def quant_matmul_choice(
-    graph: Graph, node: Node, wx: int = QGEMV_WX, wy: int = QGEMV_WY, rows: int = QGEMV_ROWS, unroll: int = QGEMV_UNROLL
+    graph: Graph,
+    node: Node,
+    wx: int | None = None,
+    wy: int | None = None,
+    rows: int | None = None,
+    unroll: int | None = None,
 ) -> KernelChoice:
     """qgemv for one row of x, qgemm for more; x read as vec4 where its view allows."""
     m = node.shape[0]
@@ -222,7 +240,7 @@ def quant_matmul_choice(
     k = graph[node.srcs[0]].shape[-1]
     _, a_view = view_of_operand(graph, node.srcs[0])
     variant = "x4" if row_vector(a_view, 1, 4) else "x1"
-    return quant_choice(m, k, w.dtype, variant, wx, wy, rows, unroll)
+    return quant_choice(m, k, w.dtype, variant, wx, wy, rows, unroll, n=node.shape[-1])
 
 
 def quant_choice(
@@ -230,14 +248,30 @@ def quant_choice(
     k: int,
     wdtype: DType,
     variant: str,
-    wx: int = QGEMV_WX,
-    wy: int = QGEMV_WY,
-    rows: int = QGEMV_ROWS,
-    unroll: int = QGEMV_UNROLL,
+    wx: int | None = None,
+    wy: int | None = None,
+    rows: int | None = None,
+    unroll: int | None = None,
+    n: int | None = None,
 ) -> KernelChoice:
-    """quant_matmul_choice from the sizes: wx doubled (wy halved) while a row's units would pass the loop budget."""
+    """quant_matmul_choice from the sizes: wx doubled (wy halved) while a row's units would pass the loop budget.
+
+    Untuned, a row's threads grow with its units (32..128, the H200 tuner's winners were 64-128
+    wide), wy keeps 128 threads a workgroup, and a thread's rows halve (4, 2, 1) while the n rows
+    would make fewer than QGEMV_MIN_WORKGROUPS workgroups: a decode step's short projections fill the GPU.
+    """
     if m == 1:
         units = k // (16 if wdtype is DType.q8_0 else 32)
+        if wx is None:
+            wx = min(QGEMV_MAX_WX, max(QGEMV_WX, 1 << (max(units, 1).bit_length() - 1)))
+        if wy is None:
+            wy = max(1, QGEMV_THREADS // wx)
+        if unroll is None:
+            unroll = QGEMV_UNROLL if units >= QGEMV_UNROLL * wx else 1
+        if rows is None:
+            rows = QGEMV_ROWS
+            while n is not None and rows > 1 and -(-n // (wy * rows)) < QGEMV_MIN_WORKGROUPS:
+                rows //= 2
         while -(-units // wx) > MAX_LOOP and wx < 256:
             wx *= 2
             wy = max(1, wy // 2)
@@ -278,7 +312,7 @@ def qgemv_problem(graph: Graph, node: Node) -> QuantGemvProblem | None:
 def qgemv_candidates(p: QuantGemvProblem, caps: DeviceCaps) -> list[str]:
     """The qgemv configurations `wgjit tune` times: "wx<threads along a row>.wy<row groups>.r<rows>.u<unroll>"."""
     units = p.k // (16 if p.dtypes[1] is DType.q8_0 else 32)
-    return [
+    grid = [
         f"wx{wx}.wy{wy}.r{rows}.u{u}"
         for wx in (16, 32, 64)
         for wy in (2, 4, 8)
@@ -287,10 +321,12 @@ def qgemv_candidates(p: QuantGemvProblem, caps: DeviceCaps) -> list[str]:
         if wx * wy <= caps.max_invocations and 4 * rows * wx * wy <= caps.max_workgroup_storage
         if -(-units // wx) <= MAX_LOOP
     ]
+    builtin = builtin_qgemv_config(p)  # the rule's own configuration is always timed beside them
+    return grid if builtin in grid else [*grid, builtin]
 
 
 def builtin_qgemv_config(p: QuantGemvProblem) -> str:
-    c = quant_choice(1, p.k, p.dtypes[1], p.layout)
+    c = quant_choice(1, p.k, p.dtypes[1], p.layout, n=p.n)
     return f"wx{c.workgroup[0]}.wy{c.workgroup[1]}.r{c.param('rows')}.u{c.param('unroll')}"
 
 
@@ -379,6 +415,10 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     )
 
 
+GEMV_MIN_UNROLL = 4  # 1: the row walk's own unroll (before 571c7be)
+GEMV_SUBGROUPS = True  # False: the workgroup tree for gemv's sum (before 571c7be)
+
+
 def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
     """gemv[k_contig]: the tuned "wg<threads>.u<unroll>" where `wgjit tune` measured one, else the row walk."""
     tuned = _tuned(p, caps)
@@ -387,7 +427,16 @@ def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
         params: tuple[tuple[str, Any], ...] = (("unroll", unroll),) if unroll > 1 else ()
         return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params + (("tuned", tuned[1]),))
     wg, params = _row_walk(p.k, caps)
-    return KernelChoice(GemvKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params)
+    # at least GEMV_MIN_UNROLL loads in flight per thread (a decode step's GEMVs are latency bound:
+    # one column per workgroup, each thread's vec4 steps along k otherwise each wait for the last)
+    unroll = max(dict(params).get("unroll", 1), min(GEMV_MIN_UNROLL, 1 << ((-(-p.k // (4 * wg))).bit_length() - 1)))
+    params = (("unroll", unroll),) if unroll > 1 else ()
+    return KernelChoice(
+        GemvKernel.name,
+        "k_contig",
+        workgroup=(wg, 1, 1),
+        params=params + (("subgroups", caps.subgroups and GEMV_SUBGROUPS),),
+    )
 
 
 def split_gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:

@@ -1714,18 +1714,22 @@ def _attention(
 
 def d_decode_block(b: Builder) -> Call | None:
     """A macro, not an op: it adds the steps of a decode layer's fragment itself (ordinary ops) and
-    returns None. A row (1, K) (after an rms_norm or not) times two or three weights, then either
-    SwiGLU (silu(gate) * up) or attention's first half: heads, rope on q and k, the one-hot cache
-    update where(cond, k or v, cache), and attention over the updated caches."""
+    returns None. A row (1, K) (after an rms_norm or not) times two or three weights (q8_0 or q4_0
+    ones, some of them, where K is whole blocks), then either SwiGLU (silu(gate) * up) or
+    attention's first half: heads, rope on q and k, the one-hot cache update where(cond, k or v,
+    cache), and attention over the updated caches."""
     dt = b.dtype(FLOATS)
-    k = b.draw(st.sampled_from([4, 6, 8, 13, 16, 32]))
+    k = b.draw(st.sampled_from([4, 6, 8, 13, 16, 32, 64]))
     x = b.fresh(b.draw(st.sampled_from([(1, k), (1, 1, k)])), dt)
     if b.draw(st.booleans()):
         x = b.add("rms_norm", (x, b.fresh((k,), F32)), (("w", True), ("b", False), ("eps", 1e-5))) or x
 
     def linear(n: int) -> Ref | None:
-        args: tuple[Arg, ...] = (x, b.fresh((n, k), dt))
         bias = b.draw(st.integers(0, 3)) == 0
+        if k % 32 == 0 and b.draw(st.booleans()):  # a quantized weight (the qlinear op's arguments)
+            args: tuple[Arg, ...] = (x, b.fresh((n, k), F32)) + ((b.fresh((n,), dt),) if bias else ())
+            return b.add("qlinear", args, (("fmt", b.draw(st.sampled_from(QUANT_FORMATS))), ("bias", bias)))
+        args = (x, b.fresh((n, k), dt))
         return b.add("linear", args + ((b.fresh((n,), dt),) if bias else ()), (("bias", bias),))
 
     if b.draw(st.booleans()):  # the MLP: gate and up share the row

@@ -190,15 +190,17 @@ def test_lane_sums_by_subgroup_shuffles(e, s, ranges, monkeypatch):
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("threads,unroll", [(32, 1), (64, 3), (256, 4), (4, 2)])
+@pytest.mark.parametrize("threads,unroll,slices", [(32, 1, 4), (64, 3, 4), (256, 4, 4), (4, 2, 4), (128, 2, 2)])
 @pytest.mark.parametrize("subgroups", [True, False])
-def test_workgroup_shapes(threads, unroll, subgroups, monkeypatch):
-    """Every rows x unroll shape the H200 benchmark tries (one row of 4 lanes: no merge), with a mask
-    hiding the first ranges and the lanes summed both ways, against float64 numpy."""
+def test_workgroup_shapes(threads, unroll, slices, subgroups, monkeypatch):
+    """Every rows x unroll x lanes shape the H200 benchmark tries (one row of 4 lanes: no merge; two
+    slices a lane: rows of 8 lanes), with a mask hiding the first ranges and the lanes summed both
+    ways, against float64 numpy."""
     from passes import select_kernels as sk
 
     monkeypatch.setattr(sk, "DECODE_THREADS", threads)
     monkeypatch.setattr(sk, "DECODE_UNROLL", unroll)
+    monkeypatch.setattr(sk, "DECODE_SLICES", slices)
     q, k, v = inputs(1, 8, 2, 777, 64, 64)
     keep = RNG.random(777) < 0.7
     keep[:200] = False
@@ -209,10 +211,14 @@ def test_workgroup_shapes(threads, unroll, subgroups, monkeypatch):
     assert_close(got, reference(q, k, v, keep.reshape(1, 1, 1, 777), "bool"), rtol=1e-4, atol=1e-5)
 
 
-def test_rows_merge_a_head_at_a_time():
-    """Workgroup memory for one head's half rows only: the rows' tree merges the heads one by one."""
+def test_rows_merge_a_head_at_a_time(monkeypatch):
+    """Workgroup memory for one head's half rows only (128 threads: 32 rows of 4 lanes): the rows' tree
+    merges the heads one by one."""
     from passes import run_pipeline
+    from passes import select_kernels as sk
     from tracer.graph_builder import build_graph
+
+    monkeypatch.setattr(sk, "DECODE_THREADS", 128)
 
     q, k, v = inputs(1, 8, 2, 300, 64, 64)
     y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
@@ -220,4 +226,19 @@ def test_rows_merge_a_head_at_a_time():
     graph = run_pipeline(build_graph([y._lazy]).graph, caps).graph
     assert [n.kernel.param("merge_heads") for n in graph if n.op is Op.ATTENTION_SPLITS] == [1]
     got, _ = run_with_caps(y, max_workgroup_storage=10240, subgroups=False)
+    assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("e", [128, 256])
+def test_lane_shuffles_chosen_as_the_workgroup_runs(e):
+    """Rows of 8 or 16 lanes where the adapter reports subgroups of 4 (as wgpu does for NVIDIA's 32): the
+    workgroup picks shuffles or workgroup memory from the subgroup size it finds (both are compiled in;
+    lavapipe runs subgroups of 8: e = 128 takes the shuffles, e = 256 workgroup memory)."""
+    if not get_device().caps.subgroups:
+        pytest.skip(f"the adapter ({get_device().caps.name}) has no subgroups")
+    q, k, v = inputs(1, 8, 2, 300, e, e)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
+    got, program = run_with_caps(y, subgroups=True, subgroup_size=4)
+    code = program.sources[program.dispatches[0].key]
+    assert "workgroupUniformLoad" in code and "subgroupShuffleXor" in code and "part[" in code
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)

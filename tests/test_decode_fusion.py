@@ -191,6 +191,15 @@ def test_one_hot_cache_updates_are_side_writes(monkeypatch, dtype):
     assert side_write_modes(build) == ["in place", "in place"]
 
 
+@pytest.mark.parametrize("ctx", [300, 2100])
+def test_one_hot_updates_of_long_caches(monkeypatch, ctx):
+    """The spread writes' walk over the cache: 300 positions, their conditions loaded before the k loop
+    (a few per thread, the last step partial); 2100, past PRELOAD_STEPS per thread: the loop."""
+    w = attention_inputs(32, 4, 2, 8, ctx, "float32", False)
+    fused, _ = check(monkeypatch, where_step(w, 4, 2, 8, ctx, ctx - 3))
+    assert [d.kernel for d in fused] == ["arange", "elementwise", "gemv_multi"]
+
+
 def test_one_hot_cache_update_of_a_cache_read_later_is_a_copy(monkeypatch):
     """The old k cache is read after the update: its side write fills a new buffer (the copy form)."""
     w = attention_inputs(32, 4, 2, 8, 7, "float32", False)
@@ -272,7 +281,25 @@ def test_float16_norm_folds_against_the_interpreter(monkeypatch, weight):
         return (tr.nn.linear(h, tr.tensor(g)).silu() * tr.nn.linear(h, tr.tensor(u)),)
 
     fused, _ = check(monkeypatch, build, tol=2e-3)
-    assert [(d.kernel, d.variant.endswith(":nr"), d.element) for d in fused] == [("gemv_multi", True, 4)]
+    assert [(d.kernel, d.variant.endswith(":nr:x4"), d.element) for d in fused] == [("gemv_multi", True, 4)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("k", [520, 4400])
+def test_long_rows_loop_or_unroll(monkeypatch, k, dtype):
+    """k = 520: each thread's row KernelElements unrolled, loads first (the last step partial); k = 4400:
+    past UNROLLED_STEPS per thread, the k loop. SwiGLU of the normed row, 9 columns (4 per workgroup)."""
+    if dtype == "float16" and not get_device().caps.shader_f16:
+        pytest.skip("no shader-f16 on this adapter")
+    x, wn = arr(1, k, dtype=dtype), (1 + 0.1 * RNG.standard_normal(k)).astype(dtype)
+    g, u = arr(9, k, scale=k**-0.5, dtype=dtype), arr(9, k, scale=k**-0.5, dtype=dtype)
+
+    def build() -> tuple[tr.Tensor, ...]:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(wn), 1e-5)
+        return (tr.nn.linear(h, tr.tensor(g)).silu() * tr.nn.linear(h, tr.tensor(u)),)
+
+    fused, _ = check(monkeypatch, build, tol=3e-3 if dtype == "float16" else 1e-4)
+    assert [(d.kernel, d.workgroup_count) for d in fused] == [("gemv_multi", (3, 1, 1))]
 
 
 def test_a_norm_read_elsewhere_is_stored(monkeypatch):

@@ -330,12 +330,13 @@ def group_kernels(*ys: tr.Tensor) -> list[tuple[str, str, int]]:
 @pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "tree"])
 @pytest.mark.parametrize("k", [64, 544, 2080])  # 2, 17 and 65 blocks: threads past the row's blocks
 def test_quantized_swiglu_is_one_gemv_multi(k: int, subgroups: bool, rng: np.random.Generator, device) -> None:
-    """norm, gate (q8_0) and up (q4_0) of one row, SwiGLU: one dispatch, against gguf's dequantization."""
+    """norm, gate (q8_0) and up (q4_0) of one row, SwiGLU: one dispatch, four columns a workgroup (23:
+    the last workgroup's fourth past the end), against gguf's dequantization."""
     from tests.test_kernels_perf_variants import run_with_caps
 
     if subgroups and not device.caps.subgroups:
         pytest.skip("no subgroups on this adapter")
-    w1, w2, norm = weights(rng, 24, k), weights(rng, 24, k), rng.standard_normal(k).astype(np.float32)
+    w1, w2, norm = weights(rng, 23, k), weights(rng, 23, k), rng.standard_normal(k).astype(np.float32)
     x = rng.standard_normal((1, k)).astype(np.float32)
 
     def swiglu() -> tr.Tensor:  # h dies with the call: a live tensor would be stored as an output
@@ -343,7 +344,8 @@ def test_quantized_swiglu_is_one_gemv_multi(k: int, subgroups: bool, rng: np.ran
         return tr.nn.linear(h, tr.quantize(w1, tr.q8_0)).silu() * tr.nn.linear(h, tr.quantize(w2, tr.q4_0))
 
     got, program = run_with_caps(swiglu(), subgroups=subgroups)
-    assert [(d.kernel, d.variant.endswith(":n:blocks")) for d in program.dispatches] == [("gemv_multi", True)]
+    assert [(d.kernel, d.variant.endswith(":n:blocksx4")) for d in program.dispatches] == [("gemv_multi", True)]
+    assert program.dispatches[0].workgroup_count == (6, 1, 1)
     a, b = rms(x, norm) @ reference(w1, DType.q8_0).T, rms(x, norm) @ reference(w2, DType.q4_0).T
     assert_close(got, a / (1 + np.exp(-a)) * b, rtol=1e-4, atol=1e-4)
 
@@ -395,7 +397,7 @@ def test_quantized_group_of_a_row_read_narrow(offset: int, element: int, rng: np
     row = tr.tensor(big)[:, offset : offset + k]
     y = tr.nn.linear(row, tr.quantize(w1, tr.q4_0)) * tr.nn.linear(row, tr.quantize(w2, tr.q8_0))
     y = y + tr.nn.linear(row, tr.tensor(w3))
-    assert group_kernels(y) == [("gemv_multi", "3::blocks", element)]
+    assert group_kernels(y) == [("gemv_multi", "3::blocksx2", element)]  # 8 lanes: 2 columns of 3 matmuls
     x = big[:, offset : offset + k]
     want = (x @ reference(w1, DType.q4_0).T) * (x @ reference(w2, DType.q8_0).T) + x @ w3.T
     assert_close(y.numpy(), want, rtol=1e-4, atol=1e-4)
@@ -414,11 +416,60 @@ def test_quantized_group_of_a_float16_row(rng: np.random.Generator, device) -> N
         return tr.nn.linear(h, tr.quantize(w1, tr.q4_0)) + tr.nn.linear(h, tr.quantize(w2, tr.q8_0))
 
     y = project()
-    assert [(k, v) for k, v, _ in group_kernels(y)] == [("gemv_multi", "2:nr:blocks")]
+    assert [(k, v) for k, v, _ in group_kernels(y)] == [("gemv_multi", "2:nr:blocksx4")]
     hn = rms(x.astype(np.float32), norm.astype(np.float32)).astype(np.float16).astype(np.float64)  # as stored
     want = hn @ reference(w1, DType.q4_0).T + hn @ reference(w2, DType.q8_0).T
     assert y.dtype is tr.float16
     assert_close(y.numpy().astype(np.float32), want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_quantized_group_mixing_column_blocks_and_side_writes(copy: bool, rng: np.random.Generator) -> None:
+    """The root part (a plain q4_0 projection: 8 columns a workgroup) beside a side write (a q8_0
+    projection appended to a cache: one column a workgroup), with or without a copy of the old cache
+    also read: every workgroup of both parts lands right (2 + 8 workgroups)."""
+    k, n, m, ctx, pos = 64, 10, 8, 5, 3
+    w1, w2, norm = weights(rng, n, k), weights(rng, m, k), rng.standard_normal(k).astype(np.float32)
+    x, cache = rng.standard_normal((1, k)).astype(np.float32), rng.standard_normal((ctx, m)).astype(np.float32)
+    t_cache = tr.tensor(cache)
+
+    def step() -> tuple[tr.Tensor, ...]:
+        old = t_cache[1:3].copy() if copy else None
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        y = tr.nn.linear(h, tr.quantize(w1, tr.q4_0))
+        t_cache.index_write(tr.nn.linear(h, tr.quantize(w2, tr.q8_0)), (pos, 0))
+        return (y,) if old is None else (y, old * 2.0)
+
+    outs = step()
+    group = [d for d in tr.compile(*outs, t_cache).dispatches if d.kernel != "elementwise"]
+    assert [(d.kernel, d.variant.endswith(":blocksx8"), d.workgroup_count) for d in group] == [
+        ("gemv_multi", True, (10, 1, 1))
+    ]
+    hn = rms(x, norm)
+    assert_close(outs[0].numpy(), hn @ reference(w1, DType.q4_0).T, rtol=1e-4, atol=1e-4)
+    want = cache.copy()
+    want[pos] = (hn @ reference(w2, DType.q8_0).T)[0]
+    assert_close(t_cache.numpy(), want, rtol=1e-4, atol=1e-4)
+    if copy:
+        assert_close(outs[1].numpy(), cache[1:3] * 2.0, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+def test_quantized_head_with_its_norm(dt: DType, rng: np.random.Generator) -> None:
+    """The final norm and a quantized vocabulary projection (50 columns: 7 workgroups of eight, six
+    past the end), a bias and a float16-free row: one dispatch."""
+    k, n = 96, 50
+    w, norm, bias = weights(rng, n, k), rng.standard_normal(k).astype(np.float32), weights(rng, 1, n)[0]
+    x = rng.standard_normal((1, 1, k)).astype(np.float32)
+
+    def head() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-6)
+        return tr.nn.linear(h, tr.quantize(w, dt), tr.tensor(bias)).reshape(1, n)
+
+    y = head()
+    program = tr.compile(y)
+    assert [(d.kernel, d.workgroup_count) for d in program.dispatches] == [("gemv_multi", (7, 1, 1))]
+    assert_close(y.numpy(), rms(x[0], norm, 1e-6) @ reference(w, dt).T + bias, rtol=1e-4, atol=1e-4)
 
 
 def test_explain_names_the_quantized_weights_of_a_group(rng: np.random.Generator) -> None:
@@ -427,5 +478,9 @@ def test_explain_names_the_quantized_weights_of_a_group(rng: np.random.Generator
     y = tr.nn.linear(h, q1) * tr.nn.linear(h, q2)
     del h
     text = str(tr.explain(y))
-    assert "gemv_multi" in text and "blocks of 32 along k, q8_0 8x64, 544 bytes (34 per 32 weights)" in text
+    assert (
+        "gemv_multi" in text
+        and "blocks of 32 along k (several columns a workgroup but in rope or side-write parts)" in text
+    )
+    assert "q8_0 8x64, 544 bytes (34 per 32 weights)" in text
     assert "q4_0 8x64, 288 bytes (18 per 32 weights) dequantized in registers" in text

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import math
 import os
@@ -43,8 +44,13 @@ from tracer.tensor import make  # noqa: E402
 
 LENGTHS = (512, 1024, 2048, 4096, 8192)
 LAYOUTS = ((32, 8, 128), (32, 8, 64))  # (heads, kv heads, head dim): Llama-3-8B-like, the ~1B config
-# (threads, unroll, target workgroups): DECODE_THREADS, DECODE_UNROLL, DECODE_TARGET_WORKGROUPS
-CANDIDATES = ((128, 2, 264), (64, 2, 528), (128, 4, 264), (256, 2, 264), (128, 1, 528), (128, 2, 132), (64, 4, 1056))
+# (threads, unroll, target workgroups, slices per lane):
+# DECODE_THREADS, DECODE_UNROLL, DECODE_TARGET_WORKGROUPS, DECODE_SLICES
+# a target of 8 workgroups gives 8 kv heads one range each: no combine (one dispatch)
+CANDIDATES = (
+    (64, 2, 528, 4), (128, 2, 264, 4), (128, 4, 264, 4), (256, 2, 264, 4), (128, 1, 528, 4), (128, 2, 132, 4),
+    (64, 4, 1056, 4), (128, 2, 264, 2), (256, 4, 264, 2), (256, 2, 8, 4), (256, 4, 8, 2), (512, 4, 8, 2),
+)  # fmt: skip
 
 
 def log(msg: str) -> None:
@@ -99,7 +105,7 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarr
     return np.einsum("hgs,hse->hge", p, v[0].astype(np.float64)).reshape(q.shape)
 
 
-def candidate_program(y: tr.Tensor, candidate: tuple[int, int, int] | None) -> tuple[Any, list[Any]]:
+def candidate_program(y: tr.Tensor, candidate: tuple[int, ...] | None) -> tuple[Any, list[Any]]:
     """y's program compiled under a candidate's knobs (not cached: the program cache keys no knobs)."""
     if candidate is None:
         return program_of(y)
@@ -107,13 +113,13 @@ def candidate_program(y: tr.Tensor, candidate: tuple[int, int, int] | None) -> t
     from passes import run_pipeline
     from passes import select_kernels as sk
 
-    saved = sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS
-    sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS = candidate
+    saved = default_candidate()
+    sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS, sk.DECODE_SLICES = candidate
     try:
         built = build_graph([y._lazy])
         program = Program(run_pipeline(built.graph, get_device().caps).graph, get_device())
     finally:
-        sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS = saved
+        sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS, sk.DECODE_SLICES = saved
     return program, [device_buffer(lz) for lz in built.inputs]
 
 
@@ -123,7 +129,7 @@ def attention_case(
     layout: tuple[int, int, int],
     s: int,
     dtype: str,
-    candidate: tuple[int, int, int] | None = None,
+    candidate: tuple[int, ...] | None = None,
 ) -> dict:
     h, hkv, e = layout
     rng = np.random.default_rng(s)
@@ -138,8 +144,9 @@ def attention_case(
     program, buffers = candidate_program(y, candidate)
     kernels = [d.kernel for d in program.dispatches]
     first = program.dispatches[0]
-    config = f"t{first.workgroup_size[0]}.u{dict(program.graph[first.node].kernel.params).get('unroll', '-')}"
-    config += f".wg{math.prod(first.workgroup_count)}"
+    params = dict(program.graph[first.node].kernel.params)
+    config = f"t{first.workgroup_size[0]}.l{params.get('lanes', '-')}.u{params.get('unroll', '-')}"
+    config += f".wg{math.prod(first.workgroup_count)}{'.rt' if params.get('lane_shuffle') == 'runtime' else ''}"
     got = np.frombuffer(get_device().read(program.run(buffers)[0]), dtype=q.dtype).reshape(q.shape)
     err = float(np.abs(got.astype(np.float64) - attention_reference(q, k, v)).max())
     ms = gpu_ms(timer, program, buffers, 30)
@@ -147,7 +154,7 @@ def attention_case(
     row = {
         "layout": f"{h}/{hkv}x{e}", "dtype": dtype, "S": s, "kernels": "+".join(kernels), "max_err": err,
         "us": ms * 1e3, "GBps": nbytes / (ms * 1e-3) / 1e9, "config": config,
-        "candidate": "default" if candidate is None else "t{}.u{}.target{}".format(*candidate),
+        "candidate": "default" if candidate is None else "t{}.u{}.target{}.s{}".format(*candidate),
     }  # fmt: skip
     if err > (1e-4 if dtype == "float32" else 5e-3):
         row["kernels"] += " WRONG"
@@ -163,6 +170,32 @@ def attention_case(
     return row
 
 
+def floors(timer: ProgramTimer) -> list[tuple[str, float]]:
+    """GPU us of programs too small to read memory for long: what a pass, a dispatch and a dependent
+    dispatch cost here, and attention_decode alone over 64 keys (one step, one dispatch)."""
+    x = tr.tensor(np.ones((1, 4), np.float32))
+    m = tr.tensor(np.ones((64, 64), np.float32))
+    tr.realize(x, m)
+    rows = []
+    for name, y in (
+        ("one dispatch (a 4-element add)", x + 1.0),
+        ("two dependent dispatches (a sum, then the sum of it)", m.sum(-1).sum()),
+        ("four dependent dispatches", ((m.sum(-1) + 1.0).sum().exp() * m).sum(-1).max()),
+    ):
+        program, buffers = program_of(y)
+        rows.append((f"{name}: {len(program.dispatches)} dispatches", gpu_ms(timer, program, buffers, 30) * 1e3))
+    for s in (64, 512):
+        rng = np.random.default_rng(0)
+        q = tr.tensor(rng.standard_normal((1, 32, 1, 64)).astype(np.float32))
+        k, v = (tr.tensor(rng.standard_normal((1, 8, s, 64)).astype(np.float32)) for _ in range(2))
+        tr.realize(q, k, v)
+        y = make(Op.ATTENTION, (q, k, v), (1, 32, 1, 64), q.dtype, AttentionArg(0.125, False, "none", 4))
+        program, buffers = program_of(y)
+        kernels = "+".join(d.kernel for d in program.dispatches)
+        rows.append((f"attention 32/8x64 f32 S={s}: {kernels}", gpu_ms(timer, program, buffers, 30) * 1e3))
+    return rows
+
+
 def read_bandwidth(torch: Any) -> float | None:
     """GB/s torch reaches reading 1 GiB once (a sum): the reference the kernel's bandwidth is set against."""
     if torch is None:
@@ -172,10 +205,10 @@ def read_bandwidth(torch: Any) -> float | None:
     return (1 << 30) / (ms * 1e-3) / 1e9
 
 
-def default_candidate() -> tuple[int, int, int]:
+def default_candidate() -> tuple[int, int, int, int]:
     from passes import select_kernels as sk
 
-    return sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS
+    return sk.DECODE_THREADS, sk.DECODE_UNROLL, sk.DECODE_TARGET_WORKGROUPS, sk.DECODE_SLICES
 
 
 # --- 2. the decode step ----------------------------------------------------------------------------
@@ -266,6 +299,23 @@ def without_new_folds() -> Any:
     return patched
 
 
+def block_units(units: int) -> Any:
+    """passes.select_kernels.GEMV_LANES set to `units` while a program compiles."""
+    from contextlib import contextmanager
+
+    from passes import select_kernels as sk
+
+    @contextmanager
+    def patched() -> Any:
+        saved, sk.GEMV_LANES = sk.GEMV_LANES, units
+        try:
+            yield
+        finally:
+            sk.GEMV_LANES = saved
+
+    return patched
+
+
 def format_model(cfg: Any, fmt: str, weights: dict[str, np.ndarray] | None = None) -> Any:
     """examples/llama.py's model of cfg with f32, f16, q8_0 or q4_0 weights (random, or zeros), realized."""
     from examples import llama as L
@@ -296,7 +346,9 @@ def format_case(timer: ProgramTimer, name: str, fmt: str, prompt: int = 128) -> 
     tok, pos = tr.tensor(np.array([[7]], np.int32)), tr.tensor(np.array([prompt], np.int32))
     row: dict[str, Any] = {"config": name, "weights": fmt}
     logits = {}
-    for tag, fusion, patch in (("fused", "1", None), ("before", "1", without_new_folds()), ("unfused", "0", None)):
+    variants = [("fused", "1", None), ("before", "1", without_new_folds()), ("unfused", "0", None)]
+    variants += [(f"lanes{u}", "1", block_units(u)) for u in (1, 4, 16)]  # gemv_multi's dot products per thread
+    for tag, fusion, patch in variants:
         os.environ["WGJIT_FUSION"] = fusion
         out = model.step(tok, pos, *cache)
         program, buffers = fresh_program(out, patch)
@@ -306,7 +358,7 @@ def format_case(timer: ProgramTimer, name: str, fmt: str, prompt: int = 128) -> 
         del out, program, buffers
     os.environ.pop("WGJIT_FUSION")
     scale = max(1.0, float(np.abs(logits["unfused"]).max()))
-    row["rel_err"] = max(float(np.abs(logits[t] - logits["unfused"]).max()) / scale for t in ("fused", "before"))
+    row["rel_err"] = max(float(np.abs(v - logits["unfused"]).max()) / scale for v in logits.values())
     counts: dict[Any, list[int]] = {None: [], "before": []}
     for layers in (1, 2):  # one more layer adds this many dispatches (zero weights)
         small = format_model(replace(cfg, layers=layers, windows=(None,) * layers), fmt)
@@ -353,6 +405,7 @@ def format_table(rows: list[dict]) -> str:
             f"{r['config']:>6} {r['weights']:>7} {r['per_layer']:>6} {r['per_layer_before']:>6} "
             f"{r['dispatches_fused']:>5} {r['ms_fused']:>8.3f} {r['ms_before']:>9.3f} {r['ms_unfused']:>7.3f} "
             f"{r['rel_err']:>8.1e}"
+            + "".join(f"  lanes={u}: {r[f'ms_lanes{u}']:.3f}" for u in (1, 4, 16) if f"ms_lanes{u}" in r)
         )
     return "\n".join(lines)
 
@@ -361,14 +414,14 @@ def table(attn: list[dict], peak: float | None, steps: list[dict]) -> str:
     lines = ["", "attention_decode: K+V read once (target >= 0.8x of torch's read bandwidth"
              + (f", {peak:.0f} GB/s here)" if peak else ")")]  # fmt: skip
     lines.append(
-        f"{'layout':>9} {'dtype':>7} {'S':>5} {'candidate':>18} {'config':>16} {'us':>8} {'GB/s':>7} {'x read':>6} "
+        f"{'layout':>9} {'dtype':>7} {'S':>5} {'candidate':>20} {'config':>20} {'us':>8} {'GB/s':>7} {'x read':>6} "
         f"{'torch us':>8} {'err':>8}  kernels"
     )
     for r in attn:
         x = f"{r['GBps'] / peak:.2f}" if peak else "-"
         t = f"{r['torch_us']:.1f}" if "torch_us" in r else "-"
         lines.append(
-            f"{r['layout']:>9} {r['dtype']:>7} {r['S']:>5} {r['candidate']:>18} {r['config']:>16} {r['us']:>8.1f} "
+            f"{r['layout']:>9} {r['dtype']:>7} {r['S']:>5} {r['candidate']:>20} {r['config']:>20} {r['us']:>8.1f} "
             f"{r['GBps']:>7.0f} {x:>6} {t:>8} {r['max_err']:>8.1e}  {r['kernels']}"
         )
     best = {}
@@ -422,6 +475,7 @@ def main() -> int:
     lengths = (64, 300) if args.smoke else LENGTHS[:2] if args.quick else LENGTHS
     layouts = ((4, 2, 16),) if args.smoke else LAYOUTS
     configs = ("tiny",) if args.smoke else ("12L",) if args.quick else ("12L", "1B")
+    floor = floors(timer)
     attn = []
     for layout in layouts:
         for dtype in ("float32", "float16"):
@@ -437,12 +491,17 @@ def main() -> int:
         [] if args.attention_only else [decode_case(timer, torch, n, prompt=8 if args.smoke else 128) for n in configs]
     )
     formats = [] if args.attention_only else [f for f in args.formats.split(",") if f]
+    if any(f.startswith("q") for f in formats) and importlib.util.find_spec("gguf") is None:
+        log("  gguf is not installed: the q8_0/q4_0 rows are skipped (tr.quantize needs it)")
+        formats = [f for f in formats if not f.startswith("q")]
     by_format = [format_case(timer, "tiny" if args.smoke else "12L", f, 8 if args.smoke else 128) for f in formats]
     if args.json:
-        record = {"attention": attn, "read_GBps": peak, "decode": steps, "formats": by_format}
+        record = {"attention": attn, "read_GBps": peak, "decode": steps, "formats": by_format, "floors": floor}
         args.json.write_text(json.dumps(record, indent=1))
     log(f"total {time.perf_counter() - t0:.0f} s")
-    print(table(attn, peak, steps) + (format_table(by_format) if by_format else ""))
+    floor_lines = ["", "floors (GPU us per run of a program of almost no bytes):"]
+    floor_lines += [f"  {us:8.1f} us  {name}" for name, us in floor]
+    print(table(attn, peak, steps) + (format_table(by_format) if by_format else "") + "\n".join(floor_lines))
     return 0
 
 

@@ -10,9 +10,11 @@ The workgroup's threads are `rows` of `lanes` threads (lanes * rows = threads). 
 takes keys start + row, + rows, + 2 * rows, ... `unroll` of them a step: each lane loads
 its slices of the step's keys and values (KernelElements lane, lane + lanes, ...: the
 lanes of a row read neighbouring memory), every load of the step issued before any
-arithmetic. The lanes' partial dot products with each query head (pre-scaled, from
-workgroup memory) are summed over the row by subgroup shuffles where the adapter's
-subgroups hold a row (`lane_shuffle`), else through workgroup memory; then each row
+arithmetic. The lanes' partial dot products with each query head (its slices loaded
+beside the keys: no barrier before the loop) are summed over the row by subgroup shuffles where the adapter's
+subgroups hold a row (`lane_shuffle`: "always" where its smallest subgroup does, "runtime"
+where the workgroup finds its subgroups wide enough as it starts, e.g. NVIDIA's 32 where
+wgpu reports 4), else through workgroup memory; then each row
 keeps, per head, a running max, sum of exp and value sum (online softmax), so keys and
 values stream together and nothing waits on a barrier inside the loop when shuffles
 sum the lanes. At the end the rows' (max, sum, values) merge in a tree in workgroup
@@ -43,16 +45,16 @@ def attention_arg(node: Node) -> AttentionArg:
     return node.arg.attention if node.op is Op.ATTENTION_SPLITS else node.arg
 
 
-def lanes_for(elements: int) -> int:
-    """Lanes per key row for a head of `elements` KernelElements: four slices of at most four each
-    (a lane's slices of a query head, a key, a value and its output stay few registers), more
-    lanes only for heads past 16 KernelElements."""
-    return max(1, min(pow2_at_least(elements), max(4, pow2_at_least(-(-elements // 4)))))
+def lanes_for(elements: int, slices: int = 4) -> int:
+    """Lanes per key row for a head of `elements` KernelElements: at least four (a row fits the
+    smallest subgroup wgpu reports), more where a lane would hold more than `slices` of them (its
+    slices of a query head, a key, a value and its output stay few registers)."""
+    return max(1, min(pow2_at_least(elements), max(4, pow2_at_least(-(-elements // slices)))))
 
 
 def merge_heads_for(g: int, rows: int, lanes: int, per_v: int, w: int, storage: int) -> int:
     """Heads merged per round of the rows' tree: as many as half the rows' values fit in `storage` bytes."""
-    per_head = (rows // 2) * (lanes * per_v * 4 * w + 8)
+    per_head = (rows // 2) * (lanes * per_v * 4 * w + 8 + 4)  # values, (max, sum) and the NaN flag
     return max(1, min(g, storage // max(per_head, 1)))
 
 
@@ -71,7 +73,9 @@ class DecodeAttentionKernel(Kernel):
         rows = c.workgroup[0] // lanes
         splits = node.arg.splits if node.op is Op.ATTENTION_SPLITS else 1
         ranges = f", keys in {splits} ranges" if splits > 1 else ""
-        sums = "subgroup shuffles" if c.param("lane_shuffle") else "workgroup memory"
+        sums = {"always": "subgroup shuffles", "runtime": "subgroup shuffles where the subgroups hold a row"}.get(
+            c.param("lane_shuffle"), "workgroup memory"
+        )
         return (
             f"one query row: a workgroup per kv head{ranges}, its {g} query heads together (K and V read once); "
             f"{rows} rows of {lanes} lanes, {unroll} keys per row a step (lanes summed by {sums}), online softmax"
@@ -128,6 +132,13 @@ class DecodeAttentionKernel(Kernel):
             meta += [("m_off", "u32", m.offset)] + [(f"m_s{d}", "i32", s) for d, s in enumerate(m.strides)]
         return meta
 
+    def loop_iterations(self) -> int:
+        """The key loop's steps over the longest range, and the query's load loop."""
+        range_len = -(-self.operands[1].view.shape[2] // self.splits)
+        steps = -(-range_len // (self.rows * self.unroll))
+        query = -(-self.g * self.lanes * self._per(0) // self.choice.workgroup[0])
+        return steps + 1 + query + 1  # each loop's exit test too
+
     def calculate_dispatch(self) -> Workload:
         q, k = self.operands[0].view, self.operands[1].view
         return Workload.for_workgroups(
@@ -166,12 +177,20 @@ class DecodeAttentionKernel(Kernel):
         threads = self.choice.workgroup[0]
         per_k, per_v = self._per(0), self._per(2)
         vt = f32v(w)
-        shuffle = self.choice.param("lane_shuffle", False)
-        ew_q = lanes * per_k  # a head's padded slots in `qs`
-        b.workgroup_var(f"qs: array<{vt}, {g * ew_q}>")
-        if lanes > 1 and not shuffle:
+        shuffle = self.choice.param("lane_shuffle", False) or ""
+        if lanes > 1 and shuffle != "always":
             b.workgroup_var(f"part: array<f32, {threads * g * unroll}>")
         inf = infinity(b)
+        if shuffle == "runtime":  # do the subgroups hold a row? one answer for the workgroup (a uniform value)
+            b.builtin("@builtin(subgroup_size) sg_size: u32")
+            b.workgroup_var("sg_least: atomic<u32>")
+            b.workgroup_var("sg_wide: u32")
+            b.line("if (lidx == 0u) { atomicStore(&sg_least, 0xffffffffu); }")
+            b.line("workgroupBarrier();")
+            b.line("atomicMin(&sg_least, sg_size);")
+            b.line("workgroupBarrier();")
+            b.line(f"if (lidx == 0u) {{ sg_wide = select(0u, 1u, atomicLoad(&sg_least) >= {lanes}u); }}")
+            b.line("let wide = workgroupUniformLoad(&sg_wide) == 1u;")
         b.line("let split = wg % params.splits;")
         b.line("let hk = (wg / params.splits) % params.hkv;")
         b.line("let bt = wg / (params.splits * params.hkv);")
@@ -181,17 +200,6 @@ class DecodeAttentionKernel(Kernel):
         b.line("let n = min(start + range_len, params.s) - start;")
         b.line(f"let lane = lidx % {lanes}u;")
         b.line(f"let row = lidx / {lanes}u;")
-        # the query heads, pre-scaled, into workgroup memory (padded slots are 0)
-        b.line(f"for (var t = lidx; t < {g * ew_q}u; t += {threads}u) {{")
-        b.line(f"  let h = t / {ew_q}u;")
-        b.line(f"  let c = t % {ew_q}u;")
-        b.line(f"  var x = {vt}(0.0);")
-        b.line(
-            f"  if (c < {self._ew(0)}u) {{ x = {vt}(in0[{self._addr('q', f'hk * {g}u + h', '0u', 'c')}]) * params.scale; }}"
-        )
-        b.line("  qs[t] = x;")
-        b.line("}")
-        b.line("workgroupBarrier();")
         b.line("var nan_bits = 0x7fc00000u;")
         b.line("let nan = bitcast<f32>(nan_bits);")
         for h in range(g):
@@ -212,7 +220,7 @@ class DecodeAttentionKernel(Kernel):
         b.line("}")
 
     def _step(
-        self, b: WgslBuilder, arg: AttentionArg, inf: str, shuffle: bool, per_k: int, per_v: int, ind: str
+        self, b: WgslBuilder, arg: AttentionArg, inf: str, shuffle: str, per_k: int, per_v: int, ind: str
     ) -> None:
         """One step of the key loop: `unroll` keys per row, loaded, scored and folded into the running sums."""
         g, w, lanes, rows, unroll = self.g, self.kernel_element(), self.lanes, self.rows, self.unroll
@@ -236,15 +244,18 @@ class DecodeAttentionKernel(Kernel):
                     else:
                         b.line(f"{ind}var mk{h}_{u} = 0.0;")
                     b.line(f"{ind}if (ok{u}) {{ mk{h}_{u} = {at if arg.mask == 'bool' else f'f32({at})'}; }}")
-        ew_q = lanes * per_k
+        # the lane's slices of the query heads: loop-invariant loads beside the step's (no barrier, nothing kept)
         for h in range(g):
             for i in range(per_k):
-                b.line(f"{ind}let q{h}_{i} = qs[{h * ew_q}u + lane + {i * lanes}u];")
+                ok = self._slice_ok(0, i)
+                at = self._addr("q", f"hk * {g}u + {h}u", "0u", f"lane + {i * lanes}u")
+                b.line(f"{ind}var q{h}_{i} = {vt}(0.0);")
+                b.line(f"{ind}{f'if ({ok}) {{ ' if ok else '{ '}q{h}_{i} = {vt}(in0[{at}]); }}")
         names = []
         for u in range(unroll):
             for h in range(g):
                 terms = [f"dot(q{h}_{i}, k{u}_{i})" if w > 1 else f"q{h}_{i} * k{u}_{i}" for i in range(per_k)]
-                b.line(f"{ind}var d{h}_{u} = {' + '.join(terms)};")
+                b.line(f"{ind}var d{h}_{u} = ({' + '.join(terms)}) * params.scale;")
                 names.append((h, u))
         self._lane_sum(b, names, shuffle, ind)
         for u in range(unroll):
@@ -271,18 +282,31 @@ class DecodeAttentionKernel(Kernel):
                 b.line(f"{ind}o{h}_{i} = {acc};")
             b.line(f"{ind}m{h} = mn{h};")
 
-    def _lane_sum(self, b: WgslBuilder, names: list[tuple[int, int]], shuffle: bool, ind: str) -> None:
+    def _lane_sum(self, b: WgslBuilder, names: list[tuple[int, int]], shuffle: str, ind: str) -> None:
         """Sum each d{h}_{u} over the row's lanes; every lane of the row gets the sums."""
         lanes = self.lanes
         if lanes == 1:
             return
         if shuffle:
+            if shuffle == "runtime":
+                b.line(f"{ind}if (wide) {{")
+            inner = ind + ("  " if shuffle == "runtime" else "")
             for h, u in names:
                 m = lanes // 2
                 while m:
-                    b.line(f"{ind}d{h}_{u} += subgroupShuffleXor(d{h}_{u}, {m}u);")
+                    b.line(f"{inner}d{h}_{u} += subgroupShuffleXor(d{h}_{u}, {m}u);")
                     m //= 2
+            if shuffle == "always":
+                return
+            b.line(f"{ind}}} else {{")
+            self._lane_sum_memory(b, names, ind + "  ")
+            b.line(f"{ind}}}")
             return
+        self._lane_sum_memory(b, names, ind)
+
+    def _lane_sum_memory(self, b: WgslBuilder, names: list[tuple[int, int]], ind: str) -> None:
+        """The lane sums through workgroup memory (two barriers)."""
+        lanes = self.lanes
         stride = len(names)
         for n, (h, u) in enumerate(names):
             b.line(f"{ind}part[lidx * {stride}u + {n}u] = d{h}_{u};")

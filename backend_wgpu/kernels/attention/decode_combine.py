@@ -48,6 +48,13 @@ class AttentionCombineKernel(Kernel):
             ("p_off", "u32", parts.offset),
         ]
 
+    def loop_iterations(self) -> int:
+        """The element loop times the range loop (and the groups' merge), exit tests included."""
+        lanes = self._lanes()
+        groups = self.choice.workgroup[0] // lanes
+        splits = self.operands[0].view.shape[-2]
+        return (-(-self._ev() // lanes) + 1) * (-(-splits // (groups * STEP)) + 1 + groups)
+
     def calculate_dispatch(self) -> Workload:
         rows = self.node.size // max(self._ev(), 1)
         return Workload.for_workgroups(rows, self.choice.workgroup, self.max_workgroups)

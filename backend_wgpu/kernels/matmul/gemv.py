@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from backend_wgpu.element import WIDTHS, k_contiguous, row_vector
 from backend_wgpu.kernel import Workload
-from backend_wgpu.kernels.blocks import strided_loop, strided_loop_cost, tree_cost, workgroup_reduce
+from backend_wgpu.kernels.blocks import strided_loop, strided_loop_cost, workgroup_reduce, workgroup_reduce_cost
 from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
@@ -51,7 +51,9 @@ class GemvKernel(MatmulKernel):
     def loop_iterations(self) -> int:
         wgx = self.choice.workgroup[0]
         k = self._dims()[3] // self.kernel_element()
-        return strided_loop_cost(k, wgx, self.unroll) + tree_cost(wgx)
+        return strided_loop_cost(k, wgx, self.unroll) + workgroup_reduce_cost(
+            wgx, self.choice.param("subgroups", False)
+        )
 
     def render(self, b: WgslBuilder) -> None:
         w, wgx = self.kernel_element(), self.choice.workgroup[0]
@@ -76,7 +78,7 @@ class GemvKernel(MatmulKernel):
 
         strided_loop(b, "j", "lidx", "params.k" if w == 1 else f"params.k / {w}u", f"{wgx}u", self.unroll, visit)
         b.line(f"var total = {f'dot(acc, {vt}(1.0))' if w > 1 else 'acc'};")
-        workgroup_reduce(b, "total", "add", wgx, subgroups=False)
+        workgroup_reduce(b, "total", "add", wgx, subgroups=self.choice.param("subgroups", False))
         b.line("if (lidx == 0u) {")
         self.store(b, "bt * params.n + col", "total", indent="  ")
         b.line("}")

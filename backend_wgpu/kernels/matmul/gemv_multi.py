@@ -23,6 +23,11 @@ Quantized weights (q8_0, q4_0: kernels/quant/formats.py) make the `blocks` varia
 thread takes whole blocks of 32 values along k (one or two 16-byte loads of quants and a
 scale per B, eight vec4 of the row), dequantizes in registers as qgemv does and adds
 scale * (quants . row) to its sum; a float B of the same group is read 32 values a block.
+A part without rope pairs or side writes (SwiGLU's gate and up, a head) gives each
+workgroup `lanes` / (its matmuls) consecutive output elements, so each load of the row serves that many
+columns of every B (a block of quants is 16-18 bytes against the row's 128), and there are
+fewer workgroups, each with more loads in flight. Where each thread takes at most
+UNROLLED_STEPS KernelElements of the row, the loop is unrolled with every load issued first.
 
 Math in f32; each term's value is rounded to its dtype as the unfused graph would store it.
 """
@@ -152,6 +157,10 @@ def _writes(arg: FusedArg, t: Node) -> bool:
     )
 
 
+UNROLLED_STEPS = 4  # KernelElements of the row per thread up to which the k loop is unrolled, loads first
+HOIST_EPILOGUE_LOADS = True  # one-unit parts: the epilogue's leaf loads before the k loop (False: thread 0's, after)
+
+
 class GemvMultiKernel(Kernel):
     name = "gemv_multi"
 
@@ -183,7 +192,8 @@ class GemvMultiKernel(Kernel):
         owners = [graph[o.srcs[0]] if o.op is Op.VIEW else o for o in owners]
         quantized = [describe(o.dtype, o.shape) for o in owners if o.dtype.is_quantized]
         if quantized:
-            what.append(f"blocks of 32 along k, {', '.join(quantized)} dequantized in registers")
+            many = " (several columns a workgroup but in rope or side-write parts)"
+            what.append(f"blocks of 32 along k{many}, {', '.join(quantized)} dequantized in registers")
         writes = [t for p in lay.parts for t in p.terms if _writes(node.arg, t)]
         if writes:
             what.append(f"{len(writes)} side writes")
@@ -196,7 +206,18 @@ class GemvMultiKernel(Kernel):
         self.blocks = any(self.operands[i].dtype.is_quantized for i in self.lay.b_leaves)
         self.writes = side_writes.side_writes(node, graph, [t for p in self.lay.parts for t in p.terms])
         self.targets = {w.target for w in self.writes if w.copy is None}
+        written = {w.term.id for w in self.writes}
+        lanes = self.choice.param("lanes", 1)
+        # units per workgroup of each part: several where nothing but the root is stored per unit, as many
+        # as keep a thread's dot products within `lanes`
+        self.per_wg = [
+            1
+            if any(t.id in written for t in part.terms)
+            else max(1, lanes // (len(part.cores) * (2 if part.pair else 1)))
+            for part in self.lay.parts
+        ]
         self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
+        self._pre: WgslBuilder | None = None  # where the epilogue's leaf loads go (see _part)
 
     # --- bindings and uniform ---------------------------------------------------------
     def variant_key(self) -> str:
@@ -204,7 +225,9 @@ class GemvMultiKernel(Kernel):
             f"{len(p.cores)}{'p' if p.pair else ''}{'i' if p.pair and p.pair[0] else ''}" for p in self.lay.parts
         )
         norm = ("nr" if self.lay.rounded_row else "n") if self.lay.norm else ""
-        return f"{self.node.arg.short_key()}:{parts}:{norm}{':blocks' if self.blocks else ''}"
+        units = f"x{max(self.per_wg)}" if max(self.per_wg) > 1 else ""
+        way = f":blocks{units}" if self.blocks else (f":{units}" if units else "")
+        return f"{self.node.arg.short_key()}:{parts}:{norm}{way}"
 
     def operand_type(self, i: int) -> str:
         if self.operands[i].dtype.is_quantized:
@@ -264,9 +287,11 @@ class GemvMultiKernel(Kernel):
                 (f"b{c}_sn", "i32", b.strides[-1]),
             ]
         end = 0
-        for p, part in enumerate(lay.parts):
-            end += part.units
+        for p, part in enumerate(lay.parts):  # u{p}: the workgroups of parts 0..p
+            end += -(-part.units // self.per_wg[p])
             meta.append((f"u{p}", "u32", end))
+            if self.per_wg[p] > 1:
+                meta.append((f"n{p}", "u32", part.units))
             if part.pair:
                 meta.append((f"half{p}", "u32", part.pair[1] // 2))
         for i in sorted(lay.epilogue_leaves({w.term.id for w in self.writes})):
@@ -288,14 +313,15 @@ class GemvMultiKernel(Kernel):
         return out
 
     def calculate_dispatch(self) -> Workload:
-        units = sum(p.units for p in self.lay.parts)
-        return Workload.for_workgroups(units, self.choice.workgroup, self.max_workgroups)
+        groups = sum(-(-part.units // m) for part, m in zip(self.lay.parts, self.per_wg, strict=True))
+        return Workload.for_workgroups(groups, self.choice.workgroup, self.max_workgroups)
 
     # --- code -----------------------------------------------------------------------
     def render(self, b: WgslBuilder) -> None:
         self._describe(b)
         wg = self.choice.workgroup[0]
-        b.workgroup_var(f"red: array<vec4<f32>, {wg}>")
+        subgroups = self.choice.param("subgroups", False)
+        b.workgroup_var(f"red: array<vec4<f32>, {max(wg, self._red_stride() * self._packs()) if subgroups else wg}>")
         if any(not w.box for w in self.writes):
             b.workgroup_var(f"wv: array<f32, {2 * len(self.writes)}>")
         for i in self._quantized():
@@ -326,30 +352,73 @@ class GemvMultiKernel(Kernel):
 
     def _elements(self, b: WgslBuilder, p: int, part: Part, first: str) -> list[str]:
         """Emit the unit's element indices; returns their names."""
+        many = self.per_wg[p]
+        if many > 1:  # the workgroup's units; past the last one they read its column (and store nothing)
+            b.line(f"let u = (wg - {first}) * {many}u;")
+            if part.pair is None:
+                for t in range(many):
+                    b.line(f"let e{t} = min(u + {t}u, params.n{p} - 1u);")
+                return [f"e{t}" for t in range(many)]
+            names = []
+            for t in range(many):  # unit t's pair: elements 2t and 2t + 1 of the list
+                names += self._pair(b, p, part, f"min(u + {t}u, params.n{p} - 1u)", f"e{2 * t}", f"e{2 * t + 1}")
+            return names
         b.line(f"let u = wg - {first};")
         if part.pair is None:
             b.line("let e0 = u;")
             return ["e0"]
+        return self._pair(b, p, part, "u", "e0", "e1")
+
+    def _pair(self, b: WgslBuilder, p: int, part: Part, unit: str, first: str, second: str) -> list[str]:
+        """Emit the two elements rope rotates together for unit `unit` of a pair part; returns their names."""
+        assert part.pair is not None
         if part.pair[0]:  # interleaved: (2i, 2i + 1)
-            b.line("let e0 = 2u * u;")
+            b.line(f"let {first} = 2u * ({unit});")
         else:  # half: (i, i + d/2) within each row of d
-            b.line(f"let e0 = (u / params.half{p}) * 2u * params.half{p} + u % params.half{p};")
-        b.line(f"let e1 = e0 + {'1u' if part.pair[0] else f'params.half{p}'};")
-        return ["e0", "e1"]
+            b.line(f"let {first}_u = {unit};")
+            b.line(f"let {first} = ({first}_u / params.half{p}) * 2u * params.half{p} + {first}_u % params.half{p};")
+        b.line(f"let {second} = {first} + {'1u' if part.pair[0] else f'params.half{p}'};")
+        return [first, second]
 
     def _part(self, b: WgslBuilder, p: int, part: Part, first: str) -> None:
         elements = self._elements(b, p, part, first)
         lanes = [(c, j) for c in range(len(part.cores)) for j in range(len(elements))]
-        sums = self._k_loop(b, part, elements, lanes)
-        b.line("if (lidx == 0u) {")
+        spread = [w for w in self.writes if not w.box and any(t.id == w.term.id for t in part.terms)]
+        for w in spread:  # the spread writes' conditions: their loads overlap the weights'
+            side_writes.preload(b, self, w, elements)
+        loop = WgslBuilder()
+        sums = self._k_loop(loop, part, elements, lanes)
         inner = WgslBuilder()
-        self._epilogue(inner, p, part, elements, lanes, sums)
+        # one unit a workgroup: the epilogue's leaves (rope's cos and sin, a bias...) load before the k loop,
+        # by every thread (one address: a broadcast), so thread 0 waits on no load after the sums
+        self._pre = WgslBuilder() if self.per_wg[p] == 1 and HOIST_EPILOGUE_LOADS else None
+        if self.per_wg[p] > 1:  # unit t's epilogue by thread t, in a block of its own (its names repeat)
+            width = 2 if part.pair else 1  # elements of a unit
+            for t in range(self.per_wg[p]):
+                inner.line(f"if (lidx == {t}u && u + {t}u < params.n{p}) {{")
+                unit = WgslBuilder()
+                mine = [sums[n] for n, (_, j) in enumerate(lanes) if j // width == t] + sums[len(lanes) :]
+                own = elements[t * width : (t + 1) * width]
+                self._epilogue(unit, p, part, own, [(c, j) for c in range(len(part.cores)) for j in range(width)], mine)
+                for name, code in unit.helpers.items():
+                    inner.helper(name, code)
+                for line in unit.body:
+                    inner.line("  " + line)
+                inner.line("}")
+        else:
+            self._epilogue(inner, p, part, elements, lanes, sums)
+        for piece in ([self._pre] if self._pre is not None else []) + [loop]:
+            for name, code in piece.helpers.items():
+                b.helper(name, code)
+            for line in piece.body:
+                b.line(line)
+        self._pre = None
+        b.line("if (lidx == 0u) {" if self.per_wg[p] == 1 else "{  // every thread has the sums: the units' threads")
         for name, code in inner.helpers.items():
             b.helper(name, code)
         for line in inner.body:
             b.line("  " + line)
         b.line("}")
-        spread = [w for w in self.writes if not w.box and any(t.id == w.term.id for t in part.terms)]
         if spread:
             b.line("workgroupBarrier();  // thread 0's values in wv")
             for w in spread:
@@ -367,6 +436,8 @@ class GemvMultiKernel(Kernel):
         lay, w, wgx = self.lay, self.kernel_element(), self.choice.workgroup[0]
         if self.blocks:
             return self._sums(b, self._block_loop(b, part, elements, lanes))
+        if -(-(self._k() // w) // wgx) <= UNROLLED_STEPS:
+            return self._sums(b, self._unrolled_loop(b, part, elements, lanes))
         vt = f32v(w)
         globals_ = [lay.cores.index(c) for c in part.cores]
         for n, (c, j) in enumerate(lanes):
@@ -408,16 +479,107 @@ class GemvMultiKernel(Kernel):
             values.append(f"dot(sq, {vt}(1.0))" if w > 1 else "sq")
         return self._sums(b, values)
 
+    def _unrolled_loop(
+        self, b: WgslBuilder, part: Part, elements: list[str], lanes: list[tuple[int, int]]
+    ) -> list[str]:
+        """The k loop when each thread takes at most UNROLLED_STEPS KernelElements of the row: every load
+        (the row, the norm weight, each lane's B) issued first, then the norm (a float16 one's sum of
+        squares summed over the workgroup while the B loads are in flight), then the products."""
+        lay, w, wgx = self.lay, self.kernel_element(), self.choice.workgroup[0]
+        vt = f32v(w)
+        kw = self._k() // w
+        steps = -(-kw // wgx)
+        globals_ = [lay.cores.index(c) for c in part.cores]
+        for n, (c, j) in enumerate(lanes):
+            g = globals_[c]
+            col = f"i32(params.b{g}_off) + i32({elements[j]}) * params.b{g}_sn"
+            b.line(f"let bb{n} = {f'u32({col}) / {w}u' if w > 1 else col};")
+        ia, wl = lay.a_leaf, lay.w_leaf
+        for t in range(steps):
+            b.line(f"let kk{t} = lidx + {t * wgx}u;")
+            guard = f"if (kk{t} < params.kw) " if (t + 1) * wgx > kw else ""
+            raw = (
+                f"in{ia}[params.a_off / {w}u + kk{t}]"
+                if w > 1
+                else f"in{ia}[u32(i32(params.a_off) + i32(kk{t}) * params.a_sk)]"
+            )
+            b.line(f"var xa{t} = {vt}(0.0);")
+            b.line(f"{guard}{{ xa{t} = {vt}({raw}); }}")
+            if lay.norm is not None and wl is not None:
+                at = f"in{wl}[params.nw_off / {w}u + kk{t}]" if w > 1 else f"in{wl}[params.nw_off + kk{t}]"
+                b.line(f"var nw{t} = {vt}(0.0);")
+                b.line(f"{guard}{{ nw{t} = {vt}({at}); }}")
+            for n, (c, _) in enumerate(lanes):
+                b.line(f"var b{n}_{t} = {vt}(0.0);")
+                b.line(f"{guard}{{ b{n}_{t} = {self._b_load(globals_[c], f'bb{n}', f'kk{t}')}; }}")
+        folded = lay.norm is not None and not lay.rounded_row
+        if lay.norm is not None:
+            squares = " + ".join(f"xa{t} * xa{t}" for t in range(steps))
+            b.line(f"let sq = {squares};")
+        if lay.rounded_row:  # the row's 1 / rms first: every product reads the rounded row
+            total = f"dot(sq, {vt}(1.0))" if w > 1 else "sq"
+            b.line(f"var ss = vec4<f32>({total}, 0.0, 0.0, 0.0);")
+            self._workgroup_sum(b, "ss")
+            b.line("let rstd = inverseSqrt(ss.x / f32(params.k) + params.eps);")
+            for name, code in expr.f16_round_helper(vt).items():
+                b.helper(name, code)
+        for t in range(steps):
+            normed = f"xa{t}"
+            if lay.rounded_row:
+                normed = f"{normed} * {vt}(rstd)"
+            if lay.norm is not None and wl is not None:
+                normed = f"{normed} * nw{t}"
+            if lay.rounded_row:
+                normed = expr.f16_rounded(normed, vt)
+            b.line(f"let a{t} = {normed};")
+        values = []
+        for n in range(len(lanes)):
+            acc = " + ".join(f"a{t} * b{n}_{t}" for t in range(steps))
+            values.append(f"dot({acc}, {vt}(1.0))" if w > 1 else f"({acc})")
+        if folded:
+            values.append(f"dot(sq, {vt}(1.0))" if w > 1 else "sq")
+        return values
+
     def _sums(self, b: WgslBuilder, values: list[str]) -> list[str]:
-        """Each thread's values summed over the workgroup, four at a time; the names of the sums."""
-        names = []
+        """Each thread's values summed over the workgroup, four at a time; the names of the sums.
+        With subgroups every pack is summed in one round (one barrier before and one after)."""
+        names, packs = [], []
         for pack in range(0, len(values), 4):
             chunk = values[pack : pack + 4] + ["0.0"] * (4 - len(values[pack : pack + 4]))
             name = f"sum{pack // 4}"
             b.line(f"var {name} = vec4<f32>({', '.join(chunk)});")
-            self._workgroup_sum(b, name)
+            packs.append(name)
             names += [f"{name}.{'xyzw'[i]}" for i in range(min(4, len(values) - pack))]
+        if not self.choice.param("subgroups", False):
+            for name in packs:
+                self._workgroup_sum(b, name)
+            return names
+        wg = self._red_stride()
+        for name in packs:
+            b.line(f"{name} = subgroupAdd({name});")
+        stores = " ".join(f"red[{n * wg}u + lidx / sg_size] = {name};" for n, name in enumerate(packs))
+        b.line(f"if (sg_lane == 0u) {{ {stores} }}")
+        b.line("workgroupBarrier();")
+        for n, name in enumerate(packs):
+            b.line(f"{name} = red[{n * wg}u];")
+        adds = " ".join(f"{name} += red[{n * wg}u + i];" for n, name in enumerate(packs))
+        threads = self.choice.workgroup[0]
+        b.line(f"for (var i = 1u; i < ({threads}u + sg_size - 1u) / sg_size; i++) {{ {adds} }}")
+        b.line("workgroupBarrier();  // red is reused")
         return names
+
+    def _red_stride(self) -> int:
+        """Entries of `red` per pack with subgroups: one per subgroup, subgroups being 4 lanes at least."""
+        return max(1, -(-self.choice.workgroup[0] // 4))
+
+    def _packs(self) -> int:
+        """The most vec4 packs a part's threads sum at once (the size of `red`, in workgroups)."""
+        most = 1
+        for p, part in enumerate(self.lay.parts):
+            elements = self.per_wg[p] * (2 if part.pair else 1)
+            values = len(part.cores) * elements + (1 if self.lay.norm is not None else 0)
+            most = max(most, -(-values // 4))
+        return most
 
     def _vec4(self, at: Callable[[str], str], k: str) -> str:
         """vec4<f32> of a loop leaf's values k .. k + 3 (k a multiple of 4), from `at(index)`: the WGSL
@@ -565,6 +727,7 @@ class GemvMultiKernel(Kernel):
         return f"{vtype(dtype, 1)}({f32_value})"
 
     def _coords(self, b: WgslBuilder, t: Node, j: int, e: str) -> list[str]:
+        b = self._pre or b  # hoisted before the k loop where the part allows
         shape = t.shape
         prefix = f"t{t.id}_{j}_c"
         for line in index_to_coords(e, [f"t{t.id}_n{d}" for d in range(len(shape))], prefix):
@@ -572,6 +735,7 @@ class GemvMultiKernel(Kernel):
         return [f"{prefix}{d}" for d in range(len(shape))]
 
     def _leaf(self, b: WgslBuilder, s: int, coords: list[str], tag: str) -> tuple[str, DType]:
+        b = self._pre or b  # hoisted before the k loop where the part allows
         i = self.node.arg.leaf_index(s)
         terms = [f"i32(params.l{i}_off)"] + [f"i32({c}) * params.l{i}_s{d}" for d, c in enumerate(coords)]
         name = f"lv{i}_{tag}"
@@ -619,7 +783,7 @@ class GemvMultiKernel(Kernel):
         coords = self._coords(b, t, j, e)
         last = len(coords) - 1
         angle = f"{coords[last]} / 2u" if t.arg.interleaved else f"{coords[last]} % (params.t{t.id}_n{last} / 2u)"
-        b.line(f"let ang{t.id}_{j} = {angle};")
+        (self._pre or b).line(f"let ang{t.id}_{j} = {angle};")
         at = coords[:last] + [f"ang{t.id}_{j}"]
         cos, _ = self._leaf(b, t.srcs[1], at, f"cos{t.id}_{j}")
         sin, _ = self._leaf(b, t.srcs[2], at, f"sin{t.id}_{j}")

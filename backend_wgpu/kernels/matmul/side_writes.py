@@ -16,6 +16,7 @@ all the workgroup's threads, after a barrier, the values passed through workgrou
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -138,25 +139,83 @@ def by_thread0(b: WgslBuilder, kernel: Kernel, w: SideWrite, j: int, element: st
     b.line(f"{_destination(kernel, w)}[{target or '0u'}] = {_store(w, value)};")
 
 
+PRELOAD_STEPS = 8  # spread positions per thread up to which their conditions load before the k loop
+
+
+def _spread_walk(kernel: Kernel, w: SideWrite) -> tuple[list[int], list[int], int, int]:
+    """(kept axes, spread axes, positions walked, steps per thread) of a spread write."""
+    kept, spread = spread_axes(kernel, w)
+    count = math.prod(w.term.shape[d] for d in spread)
+    return kept, spread, count, -(-count // kernel.choice.workgroup[0])
+
+
+def _spread_coords(
+    b: WgslBuilder, w: SideWrite, kept: list[int], spread: list[int], r: str, e: str, tag: str
+) -> list[str]:
+    """Emit the coordinates of position r of the spread axes and element e of the value; returns them."""
+    t = w.term
+    for line in index_to_coords(r, [f"w{t.id}_n{d}" for d in spread], f"sp{tag}_"):
+        b.line(line)
+    for line in index_to_coords(e, [f"w{t.id}_n{d}" for d in kept], f"k{tag}_"):
+        b.line(line)
+    coords = ["" for _ in range(len(t.shape))]
+    for n, d in enumerate(kept):
+        coords[d] = f"k{tag}_{n}"
+    for n, d in enumerate(spread):
+        coords[d] = f"sp{tag}_{n}"
+    return coords
+
+
+def preload(b: WgslBuilder, kernel: Kernel, w: SideWrite, elements: list[str]) -> None:
+    """Before the k loop: where each thread's positions of a spread write hold its condition (their loads
+    then overlap the weight loads instead of following the epilogue), for short walks."""
+    if w.box:
+        return
+    kept, spread, count, steps = _spread_walk(kernel, w)
+    if steps > PRELOAD_STEPS:
+        return
+    t = w.term
+    for i in range(steps):
+        for j, e in enumerate(elements):
+            tag = f"{t.id}_{i}_{j}"
+            b.line(f"var pc{tag} = false;")
+            b.line(f"if (lidx + {i * kernel.choice.workgroup[0]}u < {count}u) {{")
+            inner = WgslBuilder()
+            coords = _spread_coords(inner, w, kept, spread, f"lidx + {i * kernel.choice.workgroup[0]}u", e, tag)
+            for line in inner.body:
+                b.line("  " + line)
+            b.line(f"  pc{tag} = {_cond(kernel, w, coords)};")
+            b.line("}")
+
+
 def by_all(b: WgslBuilder, kernel: Kernel, w: SideWrite, elements: list[str]) -> None:
-    """After the barrier, every thread: the spread writes of the unit's elements."""
+    """After the barrier, every thread: the spread writes of the unit's elements (conditions preloaded
+    by `preload` for short walks, else read here)."""
     if w.box:
         return
     t = w.term
-    kept, spread = spread_axes(kernel, w)
-    rank = len(t.shape)
-    count = " * ".join(f"params.w{t.id}_n{d}" for d in spread) or "1u"
-    b.line(f"for (var r = lidx; r < {count}; r += {kernel.choice.workgroup[0]}u) {{")
-    for line in index_to_coords("r", [f"w{t.id}_n{d}" for d in spread], "sp"):
-        b.line("  " + line)
+    kept, spread, count, steps = _spread_walk(kernel, w)
+    wg = kernel.choice.workgroup[0]
+    if steps <= PRELOAD_STEPS:
+        for i in range(steps):
+            for j, e in enumerate(elements):
+                tag = f"{t.id}_{i}_{j}"
+                b.line(f"if (pc{tag}) {{")
+                inner = WgslBuilder()
+                coords = _spread_coords(inner, w, kept, spread, f"lidx + {i * wg}u", e, f"s{tag}")
+                for line in inner.body:
+                    b.line("  " + line)
+                target = " + ".join(f"{c} * params.w{t.id}_os{d}" for d, c in enumerate(coords)) or "0u"
+                b.line(f"  {_destination(kernel, w)}[{target}] = {_store(w, f'wv[{w.slot + j}u]')};")
+                b.line("}")
+        return
+    count_expr = " * ".join(f"params.w{t.id}_n{d}" for d in spread) or "1u"
+    b.line(f"for (var r = lidx; r < {count_expr}; r += {wg}u) {{")
     for j, e in enumerate(elements):
-        for line in index_to_coords(e, [f"w{t.id}_n{d}" for d in kept], f"k{j}_"):
+        inner = WgslBuilder()
+        coords = _spread_coords(inner, w, kept, spread, "r", e, f"{j}")
+        for line in inner.body:
             b.line("  " + line)
-        coords = ["" for _ in range(rank)]
-        for n, d in enumerate(kept):
-            coords[d] = f"k{j}_{n}"
-        for n, d in enumerate(spread):
-            coords[d] = f"sp{n}"
         target = " + ".join(f"{c} * params.w{t.id}_os{d}" for d, c in enumerate(coords)) or "0u"
         b.line(
             f"  if ({_cond(kernel, w, coords)}) {{ {_destination(kernel, w)}[{target}] = {_store(w, f'wv[{w.slot + j}u]')}; }}"

@@ -1,11 +1,18 @@
 import numpy as np
 import tracer as tr
-nan, inf = float('nan'), float('inf')
+
+nan, inf = float("nan"), float("inf")
 IN = [
     np.array(4, dtype=np.int32).reshape(()),
     np.array(-7, dtype=np.int32).reshape(()),
-    np.array([[-1.875, 2.125, 0.0, -1.625, 0.375], [-0.0, 3.875, 2.875, 3.5, -2.0], [nan, -2.75, 1.75, 1.625, 1.25]], dtype=np.float16).reshape((3, 5)),
-    np.array([[3.5, 0.625, -0.875], [2.625, -inf, 0.0], [-0.0, 0.5, -2.75], [-2.125, 1.0, 1.375], [-1.625, -0.0, 2.375]], dtype=np.float16).reshape((5, 3)),
+    np.array(
+        [[-1.875, 2.125, 0.0, -1.625, 0.375], [-0.0, 3.875, 2.875, 3.5, -2.0], [nan, -2.75, 1.75, 1.625, 1.25]],
+        dtype=np.float16,
+    ).reshape((3, 5)),
+    np.array(
+        [[3.5, 0.625, -0.875], [2.625, -inf, 0.0], [-0.0, 0.5, -2.75], [-2.125, 1.0, 1.375], [-1.625, -0.0, 2.375]],
+        dtype=np.float16,
+    ).reshape((5, 3)),
     np.array([[-2.125, 3.125], [-4.0, inf], [2.0, 3.875]], dtype=np.float16).reshape((3, 2)),
 ]
 v0 = tr.tensor(IN[0])
@@ -16,12 +23,12 @@ v4 = v2 < v3
 v5 = tr.tensor(IN[2])
 v6 = tr.tensor(IN[3])
 v7 = tr.tensor(IN[4])
-v8 = tr.einsum('ij,jk,kl->il', v5, v6, v7)
+v8 = tr.einsum("ij,jk,kl->il", v5, v6, v7)
 v9 = tr.tile(v8, (3, 1))
 v10 = v9.swapaxes(-2, 0)
 # outputs ['v10', 'v6', 'v7'], keep [], realize=together
 
-'''
+"""
 interpret(traced graph) v10: 6 of 18 elements differ; first at (0, 1): got np.float16(-inf), expected np.float16(nan), tolerance nan
  got=array([[ inf, -inf],
        [ inf, -inf],
@@ -69,4 +76,4 @@ want=array([[inf, nan],
        [inf, nan],
        [nan, nan]], dtype=float16)
 
-'''
+"""
