@@ -25,7 +25,7 @@ cat "$work/e2e/e2e.md" >&2
 
 echo "== decode weight formats (1B)" >&2
 mkdir -p "$work/formats"
-timeout "${FORMATS_SECONDS:-150}" python3 -m benchmarks.device.decode_formats --config 1B --formats f32,f16,q8_0,q4_0 \
+timeout "${FORMATS_SECONDS:-150}" python3 -m benchmarks.device.decode_formats --config 1B --formats "${FORMATS:-f32,f16,q8_0,q4_0}" \
   --blocks 4 --per-block 12 --json "$work/formats/decode_formats.json" > "$work/formats/decode_formats.txt" 2>&1
 tar czf "$out/formats.tgz" -C "$work" formats
 tail -n 7 "$work/formats/decode_formats.txt" >&2
