@@ -429,7 +429,8 @@ def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
     wg, params = _row_walk(p.k, caps)
     # at least GEMV_MIN_UNROLL loads in flight per thread (a decode step's GEMVs are latency bound:
     # one column per workgroup, each thread's vec4 steps along k otherwise each wait for the last)
-    unroll = max(dict(params).get("unroll", 1), min(GEMV_MIN_UNROLL, 1 << ((-(-p.k // (4 * wg))).bit_length() - 1)))
+    steps = max(1, -(-p.k // (4 * wg)))  # vec4 steps per thread (k may be 0: an empty sum)
+    unroll = max(dict(params).get("unroll", 1), min(GEMV_MIN_UNROLL, 1 << (steps.bit_length() - 1)))
     params = (("unroll", unroll),) if unroll > 1 else ()
     return KernelChoice(
         GemvKernel.name,

@@ -79,3 +79,11 @@ def test_matmul_hypothesis(m: int, k: int, n: int, batch: int) -> None:
     a = rng.standard_normal((batch, m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     assert_close((tr.tensor(a) @ tr.tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_one_row_products_over_an_empty_k_are_zero() -> None:
+    """The H200 fuzz survey of session 4: the GEMV rule took log2 of zero steps when k was 0."""
+    x = np.zeros((1, 0), np.float32)
+    w = np.zeros((5, 0), np.float32)
+    for y in (tr.tensor(x) @ tr.tensor(w).T, tr.tensor(x) @ tr.tensor(w.T.copy())):
+        np.testing.assert_array_equal(y.numpy(), np.zeros((1, 5), np.float32))
