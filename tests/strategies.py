@@ -1562,23 +1562,26 @@ def d_conv1d(b: Builder) -> Call | None:
 def _conv1d(
     x: np.ndarray, w: np.ndarray, *rest: np.ndarray, bias: bool, stride: int, padding: int, dilation: int, groups: int
 ) -> Result:
-    """torch's conv1d written as loops over outputs (independent of the interpreter's einsum)."""
+    """torch's conv1d written as loops over outputs (independent of the interpreter's einsum).
+
+    The products are float32 (float16 data too), as wgjit's: `1e30 * 1e30` overflows to inf there,
+    so a -inf bias then gives NaN, not the -inf of wider products; the magnitude is float64."""
     dt = result_type(x, w, *rest)
-    xs = x.astype(F64)[None] if x.ndim == 2 else x.astype(F64)
-    wf = w.astype(F64)
+    xs = x.astype(F32)[None] if x.ndim == 2 else x.astype(F32)
+    wf = w.astype(F32)
     n, cin, length = xs.shape
     cout, cin_g, k = wf.shape
     lout = (length + 2 * padding - dilation * (k - 1) - 1) // stride + 1
     xp = np.pad(xs, ((0, 0), (0, 0), (padding, padding)))
-    out, mag = np.zeros((n, cout, lout)), np.zeros((n, cout, lout))
+    out, mag = np.zeros((n, cout, lout), F32), np.zeros((n, cout, lout))
     for co in range(cout):
         g = co // (cout // groups)
         for j in range(lout):
             taps = xp[:, g * cin_g : (g + 1) * cin_g, j * stride : j * stride + dilation * (k - 1) + 1 : dilation]
             out[:, co, j] = np.sum(taps * wf[co], axis=(1, 2))
-            mag[:, co, j] = np.sum(np.abs(taps * wf[co]), axis=(1, 2))
+            mag[:, co, j] = np.sum(np.abs(taps.astype(F64) * wf[co].astype(F64)), axis=(1, 2))
     if bias:
-        out, mag = out + rest[0].astype(F64)[:, None], mag + np.abs(rest[0].astype(F64))[:, None]
+        out, mag = out + rest[0].astype(F32)[:, None], mag + np.abs(rest[0].astype(F64))[:, None]
     if x.ndim == 2:
         out, mag = out[0], mag[0]
     return Result(out.astype(dt), False, mag)
