@@ -875,6 +875,13 @@ def d_matmul(b: Builder) -> Call | None:
     return Call((y, x) if kind == "vec" and xv.ndim == 1 and b.draw(st.booleans()) else (x, y))
 
 
+def _float_objects(a: np.ndarray) -> np.ndarray:
+    """`a` as an object array of its own numpy scalars (float32 arithmetic stays float32)."""
+    out = np.empty(a.shape, dtype=object)
+    out.reshape(-1)[:] = list(a.reshape(-1))
+    return out
+
+
 def _product(fn: Callable[..., np.ndarray]) -> Callable[..., Result]:
     """A sum of products (dot, tensordot, einsum...) in wgjit's dtype: float16 operands in float32;
     exact when every partial sum is representable, else within the sum of |terms|."""
@@ -886,7 +893,12 @@ def _product(fn: Callable[..., np.ndarray]) -> Callable[..., Result]:
             return Result(fn(*[o.astype(I32) for o in ops], **params) != 0, True)
         if dt.kind != "f":
             return Result(np.asarray(fn(*ops, **params)).astype(dt), True)
-        r = np.asarray(fn(*[_up(o) for o in ops], **params)).astype(dt)
+        ups = [_up(o) for o in ops]
+        if not all(np.isfinite(u).all() for u in ups):
+            # BLAS may skip a product with a zero factor (numpy's float32 tensordot gave 0 for
+            # NaN * 0); object arrays of numpy float32s multiply every pair, in float32
+            ups = [_float_objects(u) for u in ups]
+        r = np.asarray(fn(*ups, **params)).astype(dt)
         abs_terms = np.asarray(fn(*[np.abs(o.astype(F64)) for o in ops], **params))
         grain = math.prod(granularity(o) for o in ops)
         return Result(r, sums_exact(abs_terms, grain, *ops), abs_terms)
