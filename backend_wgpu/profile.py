@@ -2,7 +2,11 @@
 
 Program.run records every dispatch into one compute pass; profiling instead gives each
 launch its own compute pass with timestamp writes at its start and end (WebGPU reports
-timestamps in nanoseconds), all in one encoder and one submit. Where the adapter has no
+timestamps in nanoseconds), all in one encoder and one submit. A pass around one dispatch costs
+tens of microseconds on some GPUs (the H200 through Vulkan: 20-30 us), more than a small kernel
+takes; `repeat_each=R` records each dispatch R times into its pass, with the barrier between
+them that any two dependent dispatches of a program have, and divides by R: that is close to
+what the dispatch costs inside the program's one pass. Where the adapter has no
 timestamp queries, each launch is submitted alone and timed by the wall clock until the
 queue has finished it (`Profile.clock` says which). Each kernel's time is the median over
 `repeats` runs after one warm-up run. Bytes and flops per dispatch are counted from the
@@ -158,7 +162,7 @@ def _buffers(program: Program, inputs: list[DeviceBuffer] | None) -> dict[int, D
     return buffers
 
 
-def _time_with_timestamps(program: Program, groups: list[Any], repeats: int) -> list[float]:
+def _time_with_timestamps(program: Program, groups: list[Any], repeats: int, repeat_each: int) -> list[float]:
     dev = program.device
     launches = program._launches
     per_set = QUERIES_PER_SET // 2
@@ -181,14 +185,15 @@ def _time_with_timestamps(program: Program, groups: list[Any], repeats: int) -> 
                 cpass = encoder.begin_compute_pass(timestamp_writes=writes)
                 cpass.set_pipeline(launch.pipeline)
                 cpass.set_bind_group(0, groups[start + i])
-                cpass.dispatch_workgroups(*launch.count)
+                for _ in range(repeat_each):
+                    cpass.dispatch_workgroups(*launch.count)
                 cpass.end()
             encoder.resolve_query_set(qset, 0, count, resolve, 0)
             dev.queue.submit([encoder.finish()])
             stamps = np.frombuffer(dev.queue.read_buffer(resolve), dtype=np.uint64).astype(np.int64)
             if rep > 0:
                 for i in range(len(chunk)):
-                    samples[start + i].append(max(0, int(stamps[2 * i + 1] - stamps[2 * i])) * 1e-9)
+                    samples[start + i].append(max(0, int(stamps[2 * i + 1] - stamps[2 * i])) * 1e-9 / repeat_each)
             resolve.destroy()
     return [statistics.median(s) for s in samples]
 
@@ -212,10 +217,18 @@ def _time_with_wall_clock(program: Program, groups: list[Any], repeats: int, pro
     return [statistics.median(s) for s in samples]
 
 
-def profile_program(program: Program, inputs: list[DeviceBuffer] | None = None, repeats: int = 3) -> Profile:
-    """Time every dispatch of a program; inputs default to zero-filled buffers of the right sizes."""
+def profile_program(
+    program: Program, inputs: list[DeviceBuffer] | None = None, repeats: int = 3, repeat_each: int = 1
+) -> Profile:
+    """Time every dispatch of a program; inputs default to zero-filled buffers of the right sizes.
+
+    repeat_each > 1 runs each dispatch that many times in its pass and reports the time of one
+    (see the module docstring); the program's buffers then hold the last repeat's values.
+    """
     if repeats < 1:
         raise ValueError(f"profile: repeats must be at least 1, got {repeats}")
+    if repeat_each < 1:
+        raise ValueError(f"profile: repeat_each must be at least 1, got {repeat_each}")
     dev = program.device
     dev.check_alive()
     if inputs is not None and len(inputs) != program.input_count:
@@ -227,8 +240,12 @@ def profile_program(program: Program, inputs: list[DeviceBuffer] | None = None, 
         seconds: list[float] = []
         clock = "none"
     elif dev.caps.timestamps:
-        seconds = _time_with_timestamps(program, groups, repeats)
+        seconds = _time_with_timestamps(program, groups, repeats, repeat_each)
         clock = "gpu-timestamps"
+        if repeat_each > 1:
+            notes.append(
+                f"each dispatch ran {repeat_each} times in its pass: times are per run, barriers between included"
+            )
     else:
         probe = dev.alloc(4)
         seconds = _time_with_wall_clock(program, groups, repeats, probe)

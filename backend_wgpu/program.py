@@ -468,11 +468,11 @@ class Program:
             )
         return "\n".join(lines)
 
-    def profile(self, inputs: list[DeviceBuffer] | None = None, repeats: int = 3) -> Profile:
+    def profile(self, inputs: list[DeviceBuffer] | None = None, repeats: int = 3, repeat_each: int = 1) -> Profile:
         """Per-kernel GPU time (backend_wgpu.profile.Profile), apart from the normal run path."""
         from backend_wgpu.profile import profile_program
 
-        return profile_program(self, inputs, repeats)
+        return profile_program(self, inputs, repeats, repeat_each)
 
     DISPATCH_HEADERS = ("node", "op", "kernel", "variant", "width", "in-place", "workgroup", "count", "slots")
 

@@ -69,6 +69,18 @@ def test_profile_inputs_are_checked():
         program.profile(inputs=[get_device().alloc(4)])
     with pytest.raises(ValueError, match="repeats must be at least 1"):
         program.profile(repeats=0)
+    with pytest.raises(ValueError, match="repeat_each must be at least 1"):
+        program.profile(repeat_each=0)
+
+
+def test_each_dispatch_repeated_in_its_pass():
+    y = tiny()
+    program = tr.compile(y)
+    profile = program.profile(repeats=1, repeat_each=4)
+    _check(profile, program)
+    if profile.clock == "gpu-timestamps":
+        assert any("ran 4 times" in n for n in profile.notes)
+    np.testing.assert_allclose(y.numpy(), tiny_reference(), rtol=1e-5, atol=1e-6)
 
 
 def test_bytes_and_flops_of_copy_and_batched_matmul():
