@@ -202,6 +202,10 @@ class Generator:
         if self.mode == "lazy":
             logits, argmax = model.step_lazy(ids, pos, cache)
             return next_token(logits, argmax, sampling, step), cache
+        if not any(w is not None for w in self.cfg.windows):  # the caches written in place at a runtime position
+            logits, argmax = model.step_into_jit(ids, tr.dynamic(pos), *cache.tensors())
+            cache.length = pos + 1
+            return next_token(logits, argmax, sampling, step), cache
         logits, argmax, *tensors = model.step_jit(ids, tr.tensor(np.array([pos], np.int32)), *cache.tensors())
         return next_token(logits, argmax, sampling, step), KVCache.from_tensors(tensors, pos + 1)
 

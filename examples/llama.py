@@ -13,9 +13,14 @@ Decoding comes in two forms, kept side by side so the benchmark shows what each 
 - `Llama.step_lazy` is the loop as users write it: `index_write` the new key and value
   at the position, attend over `cache[:, :, :pos + 1]`, with the position a runtime
   integer (`tr.dynamic`): one program per bucket of the attended length, not per token.
-- `Llama.step` is written for `@tr.jit`: a fixed-size cache updated with `where` at a
-  one-hot of the position, attention over the whole cache with an additive mask, and the
-  position passed as an int32 tensor. One signature, so it traces once and replays.
+- `Llama.step_into` is the same step for `@tr.jit` (`step_into_jit`): the caches are
+  arguments written in place at a `tr.dynamic` position, one trace per bucket. It writes
+  one row of each cache per token and attends over the filled positions only: the fastest
+  form, and what `examples/generate.py` and the e2e benchmark run.
+- `Llama.step` is the older jit form, kept for sliding-window models (the window's start
+  needs the position in python): a fixed-size cache updated with `where` at a one-hot of
+  the position (the whole cache is rewritten each token), attention over the whole cache
+  with an additive mask, and the position passed as an int32 tensor.
 """
 
 from __future__ import annotations
@@ -525,6 +530,7 @@ class Llama:
         self.positions = tr.arange(self.ctx)
         tr.realize(self.cos, self.sin, self.positions)
         self.step_jit = tr.jit(self.step)
+        self.step_into_jit = tr.jit(self.step_into)
         self.prefill_jit = tr.jit(self.prefill)
 
     @classmethod
@@ -642,7 +648,7 @@ class Llama:
             keep = keep & (self.positions > pos - window)
         return tr.where(keep, 0.0, float("-inf")).astype(self.dtype).reshape(1, 1, 1, self.ctx)
 
-    # --- decoding: the natural lazy loop ---
+    # --- decoding: the natural loop, lazily or under @tr.jit ---
     def step_lazy(self, ids: tr.Tensor, pos: int, cache: KVCache) -> tuple[tr.Tensor, tr.Tensor]:
         """One token as users write it: index_write at pos, attend over cache[:, :, :pos + 1]; changes `cache`.
 
@@ -653,23 +659,41 @@ class Llama:
         """
         if not 0 <= pos < self.ctx:
             raise ValueError(f"step_lazy: position {pos} is outside the cache's {self.ctx} positions")
-        p = tr.dynamic(pos)
+        logits, next_id = self._step_at(ids, tr.dynamic(pos), cache.k, cache.v, pos)
+        cache.length = pos + 1
+        return logits, next_id
+
+    def step_into(self, ids: tr.Tensor, pos: tr.RuntimeInt, *cache: tr.Tensor) -> tuple[tr.Tensor, tr.Tensor]:
+        """The natural step for `@tr.jit` (`step_into_jit`): writes the key and value into `cache` at `pos`.
+
+        ids (1, 1) int32; pos a `tr.dynamic` position; cache as `KVCache.tensors()`, changed in
+        place (a jitted call writes one row per layer: no cache is copied). Returns (logits
+        (1, vocab), next id (1,)). The jit keeps one trace per bucket of the attended length.
+        Models with a sliding window use `step` (the window's start needs the position in python).
+        """
+        if any(w is not None for w in self.cfg.windows):
+            raise ValueError("step_into: this model has sliding-window layers; use step (step_jit) instead")
+        return self._step_at(ids, pos, list(cache[0::2]), list(cache[1::2]), None)
+
+    def _step_at(
+        self, ids: tr.Tensor, p: tr.RuntimeInt, ks: list[tr.Tensor], vs: list[tr.Tensor], pos: int | None
+    ) -> tuple[tr.Tensor, tr.Tensor]:
+        """One token at runtime position p into the caches ks, vs (changed); pos: p's value where python may read it."""
         cos, sin = self.cos[p : p + 1], self.sin[p : p + 1]
 
         def attend(i: int, q: tr.Tensor, k: tr.Tensor, v: tr.Tensor) -> tr.Tensor:
             window = self.cfg.windows[i]
-            cache.k[i].index_write(k.astype(self.dtype), (0, 0, p, 0))
-            cache.v[i].index_write(v.astype(self.dtype), (0, 0, p, 0))
-            if window is not None and pos + 1 > window:  # the window's keys: a fixed length from a runtime start
+            ks[i].index_write(k.astype(self.dtype), (0, 0, p, 0))
+            vs[i].index_write(v.astype(self.dtype), (0, 0, p, 0))
+            if window is not None and pos is not None and pos + 1 > window:  # a fixed length from a runtime start
                 start = p + 1 - window
-                keys, values = cache.k[i][:, :, start : p + 1], cache.v[i][:, :, start : p + 1]
+                keys, values = ks[i][:, :, start : p + 1], vs[i][:, :, start : p + 1]
             else:
-                keys, values = cache.k[i][:, :, : p + 1], cache.v[i][:, :, : p + 1]
+                keys, values = ks[i][:, :, : p + 1], vs[i][:, :, : p + 1]
             return tr.nn.scaled_dot_product_attention(q, keys, values)
 
         x = self._embed(ids)
         for i in range(self.cfg.layers):
             x = self._layer(x, i, cos, sin, attend)
-        cache.length = pos + 1
         logits = self._logits(x).reshape(1, self.cfg.vocab)
         return logits, logits.argmax(-1)

@@ -263,6 +263,15 @@ def test_llama_lazy_decode_loop_compiles_few_programs_and_matches_jit() -> None:
         logits = model.step_lazy(tr.tensor(np.array([[tok]], np.int32)), pos, kv)[0].numpy()
         assert_close(logits, jitted[pos], rtol=1e-4, atol=1e-5)
     assert compiled() - before <= 3  # one program per bucket of the attended length (16, 24 here)
+    # the same loop under @tr.jit with the caches written in place: one trace per bucket, the same logits
+    into = model.empty_cache().tensors()
+    for pos, tok in enumerate(toks):
+        logits, next_id = model.step_into_jit(tr.tensor(np.array([[tok]], np.int32)), tr.dynamic(pos), *into)
+        assert_close(logits.numpy(), jitted[pos], rtol=1e-4, atol=1e-5)
+        assert int(next_id.numpy()[0]) == int(np.argmax(jitted[pos]))
+    assert model.step_into_jit.trace_count == 2 and model.step_into_jit.replay_count == len(toks) - 2
+    for got, want in zip(into, cache, strict=True):  # the caches hold what the where-form step wrote
+        assert_close(got.numpy()[:, :, : len(toks)], want.numpy()[:, :, : len(toks)], rtol=1e-5, atol=1e-6)
 
 
 # --- the fuzzer ------------------------------------------------------------------------------------

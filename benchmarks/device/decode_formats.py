@@ -46,12 +46,11 @@ def step_gpu(step: Any) -> tuple[float | None, int]:
     from types import SimpleNamespace
 
     from backend_wgpu import get_device
-    from benchmarks.e2e.common import gpu_time_of
     from benchmarks.timing import ProgramTimer
 
     ctx = SimpleNamespace(timer=ProgramTimer(get_device()))
     step.prepare(1)
-    return gpu_time_of(ctx, step.model.step(*step.inputs(), *step.cache))
+    return step.gpu_time(ctx)
 
 
 def main() -> None:

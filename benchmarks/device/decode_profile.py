@@ -33,7 +33,7 @@ def main() -> None:
         model, step = build(args.config, fmt)
         step.prepare(1)
         step()
-        program = next(reversed(model.step_jit.traces.values())).program
+        program = next(reversed(model.step_into_jit.traces.values())).program
         prof = program.profile(repeats=5, repeat_each=args.repeat_each)
         step_ms, _ = step_gpu(step)
         by: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0])

@@ -73,10 +73,12 @@ def quantized(weights: dict[str, np.ndarray], cfg: Any, fmt: str) -> tuple[dict[
 
 
 class JitDecode:
-    """The `@tr.jit` step: the cache is replaced by the step's outputs; positions wrap after prefill."""
+    """The `@tr.jit` step (`Llama.step_into_jit`): the caches written in place at a runtime position;
+    positions wrap after prefill. `where_form=True` runs the older `Llama.step_jit` (the whole
+    cache rewritten through `where` each token) instead."""
 
-    def __init__(self, model: Any, prompt: list[int]) -> None:
-        self.model, self.prompt = model, prompt
+    def __init__(self, model: Any, prompt: list[int], where_form: bool = False) -> None:
+        self.model, self.prompt, self.where_form = model, prompt, where_form
         self.reset()
 
     def reset(self) -> None:
@@ -95,10 +97,31 @@ class JitDecode:
         return tr.tensor(np.array([[self.token]], np.int32)), tr.tensor(np.array([self.pos], np.int32))
 
     def __call__(self) -> int:
-        out = self.model.step_jit(*self.inputs(), *self.cache)
+        if self.where_form:
+            out = self.model.step_jit(*self.inputs(), *self.cache)
+            self.cache = list(out[2:])
+        else:
+            import tracer as tr
+
+            ids = tr.tensor(np.array([[self.token]], np.int32))
+            out = self.model.step_into_jit(ids, tr.dynamic(self.pos), *self.cache)
         self.token = int(out[1].numpy()[0])
-        self.cache, self.pos = list(out[2:]), self.pos + 1
+        self.pos += 1
         return self.token
+
+    def gpu_time(self, ctx: Any) -> Any:
+        """GPU time of the next step's program (benchmarks.e2e.common.gpu_time_of): a diagnostic.
+
+        The step runs lazily on copies of the caches, so the live ones stay as they are.
+        """
+        import tracer as tr
+
+        if self.where_form:
+            return gpu_time_of(ctx, self.model.step(*self.inputs(), *self.cache))
+        cache = [c.copy() for c in self.cache]
+        tr.realize(*cache)  # the copies are not part of the timed program
+        ids, _ = self.inputs()
+        return gpu_time_of(ctx, self.model.step_into(ids, tr.dynamic(self.pos), *cache), cache)
 
 
 class LazyDecode:
@@ -328,7 +351,7 @@ def _decode_case(
     ctx.settings.log(f"  e2e decoder {name}: decode per token after {len(prompt)} prompt tokens")
     outcome = interleave(contenders, plan["decode"], ctx.settings.log)
     compiled = stats["programs_compiled"] - compiled
-    gpu = {"jit": gpu_time_of(ctx, model.step(*jit.inputs(), *jit.cache))}
+    gpu = {"jit": jit.gpu_time(ctx)}
     scratch = model.empty_cache()
     lazy_pos = min(len(prompt) + 8, model.ctx - 1)
     import tracer as tr
