@@ -889,13 +889,15 @@ ATTENTION_PREFETCH_MAX = 8
 ATTENTION_V_FROM_MEMORY = False
 # the kernel's inner loops unrolled in the WGSL (`un`): None unrolls except on CPU adapters, whose LLVM
 # takes minutes over the unrolled shaders (lavapipe: the attention tests 1.5 -> 11 minutes)
-# (benchmarks/device/attention.py times both)
-ATTENTION_UNROLL: bool | None = False  # None: unrolled on GPUs; off until an H200 run measures it
+# (benchmarks/device/attention.py times both; H200 run H: MiniLM's padded 32x12x128x64 0.0805 -> 0.0744 ms,
+# causal 1x32x2048x128 1.83 -> 1.59 ms, with the row-major order below 1.45 -> 1.30 ms)
+ATTENTION_UNROLL: bool | None = None
 # two barriers per block instead of four, k and v through registers (FlashAttentionKernel's `pl`; not with
-# k and v sharing a buffer)
+# k and v sharing a buffer): slower on the H200 in run H (0.0818 vs 0.0744 ms padded, unrolled)
 ATTENTION_PIPELINED = False
 # causal: workgroups row block major across heads, every head's longest row block first (`lpt`); off: head major
-ATTENTION_CAUSAL_ROW_MAJOR = False
+# (H200 run H: causal 1x32x2048x128 1.83 -> 1.45 ms, 1.59 -> 1.30 unrolled)
+ATTENTION_CAUSAL_ROW_MAJOR = True
 
 
 def cpu_adapter(caps: DeviceCaps) -> bool:
