@@ -183,6 +183,7 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
 
 
 GEMV_LANES = 8  # dot products per thread in a GEMV group's plain parts: 8 // matmuls columns per workgroup
+GEMV_BLOCK_THREADS: int | None = None  # quantized groups' threads per workgroup (None: as many as the row has blocks)
 
 
 def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread: int = 0) -> KernelChoice:
@@ -194,7 +195,8 @@ def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread:
     params = (("subgroups", caps.subgroups), ("lanes", GEMV_LANES))
     least = min(256, caps.max_invocations, 1 << max(0, (spread // 4 - 1).bit_length()))
     if quantized:
-        wg = max(least, min(_row_workgroup(k // 32, caps), caps.max_invocations))
+        threads = _row_workgroup(k // 32, caps) if GEMV_BLOCK_THREADS is None else GEMV_BLOCK_THREADS
+        wg = max(least, min(threads, caps.max_invocations))
         return KernelChoice(GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=params)
     # two vec4 steps of the row per thread at least (loads in flight, fewer threads to sum), 32..256 threads
     wg = max(least, min(max(32, 1 << max(0, (k // 8).bit_length() - 1)), 256, caps.max_invocations))

@@ -601,3 +601,13 @@ def test_profile_counts_the_new_kernels_work() -> None:
     flops = {d.op: dispatch_flops(program.graph, d.node) for d in program.dispatches}
     assert flops["conv1d"] == 2 * (2 * 6 * 8) * 2 * 3  # 2 * outputs * (Cin/groups) * taps
     assert flops["layer_norm"] > 0
+
+
+def test_profile_counts_the_matmuls_inside_a_fused_kernel() -> None:
+    from backend_wgpu.profile import dispatch_flops
+
+    a, b, bias = tr.randn(8, 5, seed=0), tr.randn(5, 12, seed=1), tr.randn(12, seed=2)
+    program = tr.compile((a @ b + bias).relu())
+    fused = [d for d in program.dispatches if d.op == "fused"]
+    assert fused, program.summary()  # the epilogue folds into the matmul's kernel
+    assert sum(dispatch_flops(program.graph, d.node) for d in program.dispatches) == 2 * 8 * 12 * 5

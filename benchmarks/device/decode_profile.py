@@ -15,8 +15,34 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from benchmarks.device.decode_formats import build, step_gpu
+
+if TYPE_CHECKING:
+    from backend_wgpu.profile import Profile
+
+
+def report(prof: Profile, title: str, repeat_each: int, top: int) -> None:
+    """Per kernel: count, us, MB, GB/s, GFLOP/s summed; then the costliest distinct dispatches (kernel[variant])."""
+    by: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0, 0])
+    distinct: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0, 0])
+    for k in prof.kernels:
+        for row in (by[k.kernel], distinct[f"{k.kernel}[{k.variant}]"]):
+            row[0] += k.seconds * 1e6
+            row[1] += 1
+            row[2] += k.bytes
+            row[3] += k.flops
+    total = sum(r[0] for r in by.values())
+    print(f"\n== {title}; {len(prof.kernels)} dispatches, {total:.1f} us summed (each x{repeat_each} in its own pass)")
+    print(f"{'kernel':<22} {'count':>5} {'us':>8} {'MB':>8} {'GB/s':>7} {'GFLOP/s':>8}")
+    for name, (us, n, nbytes, flops) in sorted(by.items(), key=lambda kv: -kv[1][0]):
+        rate = (nbytes / (us * 1e3), flops / (us * 1e3)) if us else (0.0, 0.0)
+        print(f"{name:<22} {n:>5} {us:>8.1f} {nbytes / 1e6:>8.2f} {rate[0]:>7.0f} {rate[1]:>8.0f}")
+    print(f"distinct dispatches, the costliest {top}:  us each  MB each  GB/s  GFLOP/s  count")
+    for name, (us, n, nbytes, flops) in sorted(distinct.items(), key=lambda kv: -kv[1][0])[:top]:
+        rate = (nbytes / (us * 1e3), flops / (us * 1e3)) if us else (0.0, 0.0)
+        print(f"  {us / n:8.1f} {nbytes / n / 1e6:8.2f} {rate[0]:6.0f} {rate[1]:8.0f} {n:4d}  {name}")
 
 
 def main() -> None:
@@ -36,29 +62,8 @@ def main() -> None:
         program = next(reversed(model.step_into_jit.traces.values())).program
         prof = program.profile(repeats=5, repeat_each=args.repeat_each)
         step_ms, _ = step_gpu(step)
-        by: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0])
-        for k in prof.kernels:
-            row = by[k.kernel]
-            row[0] += k.seconds * 1e6
-            row[1] += 1
-            row[2] += k.bytes
-        total = sum(r[0] for r in by.values())
         step_text = f"{step_ms * 1e3:.1f}" if step_ms is not None else "-"
-        print(f"\n== {fmt}: {len(prof.kernels)} dispatches, {total:.1f} us summed (each x{args.repeat_each} in its own "
-              f"pass); the step in one pass: {step_text} us")  # fmt: skip
-        print(f"{'kernel':<22} {'count':>5} {'us':>8} {'MB':>8} {'GB/s':>7}")
-        for name, (us, n, nbytes) in sorted(by.items(), key=lambda kv: -kv[1][0]):
-            gbps = nbytes / (us * 1e3) if us else 0.0
-            print(f"{name:<22} {n:>5} {us:>8.1f} {nbytes / 1e6:>8.2f} {gbps:>7.0f}")
-        distinct: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0])
-        for k in prof.kernels:
-            row = distinct[f"{k.kernel}[{k.variant}]"]
-            row[0] += k.seconds * 1e6
-            row[1] += 1
-            row[2] += k.bytes
-        print(f"distinct dispatches, the costliest {args.top}:  us each  MB each  GB/s  count")
-        for name, (us, n, nbytes) in sorted(distinct.items(), key=lambda kv: -kv[1][0])[: args.top]:
-            print(f"  {us / n:8.1f} {nbytes / n / 1e6:8.2f} {nbytes / (us * 1e3) if us else 0:6.0f} {n:4d}  {name}")
+        report(prof, f"{fmt}: the step in one pass: {step_text} us", args.repeat_each, args.top)
         del model, step, program, prof
 
 

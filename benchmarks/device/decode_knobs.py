@@ -1,0 +1,112 @@
+"""A decode step's GPU time under other settings of the GEMV rules' knobs (GPU machine, ~2-3 min).
+
+    python -m benchmarks.device.decode_knobs [--config 1B] [--formats f32,q4_0] [--settings "A=1;B=2,C=3"]
+
+Each setting is a comma-separated list of `passes.select_kernels` constants (GEMV_LANES,
+GEMV_BLOCK_THREADS, QGEMV_ROWS, QGEMV_THREADS, QGEMV_MIN_WORKGROUPS, ...) set for that run
+only; `default` is the built-in rules. For each weight format the e2e decoder's `@tr.jit`
+step (benchmarks/e2e/decoder.py, after a 128-token prefill) is compiled anew under each
+setting, its logits checked against the default setting's (max |diff| / max |logit|), and
+the GPU time of one step taken from timestamps around its pass (median of 10 after 3 warm
+ups). This finds the rules' constants; it is not a figure of end-to-end speed.
+A table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+DEFAULT_SETTINGS = (
+    "default;GEMV_LANES=4;GEMV_LANES=16;GEMV_LANES=32;GEMV_BLOCK_THREADS=32;GEMV_BLOCK_THREADS=128;"
+    "GEMV_BLOCK_THREADS=32,GEMV_LANES=16;GEMV_BLOCK_THREADS=128,GEMV_LANES=16;"
+    "QGEMV_ROWS=2;QGEMV_ROWS=8;QGEMV_THREADS=64;QGEMV_THREADS=256;QGEMV_MIN_WORKGROUPS=128;QGEMV_MIN_WORKGROUPS=512;"
+    "UNROLLED_STEPS=2;UNROLLED_STEPS=8"
+)
+
+
+def parse(setting: str) -> dict[str, Any]:
+    if setting.strip() == "default":
+        return {}
+    out = {}
+    for item in setting.split(","):
+        name, value = item.split("=")
+        out[name.strip()] = None if value.strip() == "None" else int(value)
+    return out
+
+
+def apply(values: dict[str, Any]) -> dict[str, Any]:
+    """Set the constants (in passes.select_kernels, or gemv_multi's UNROLLED_STEPS); returns the old values."""
+    import backend_wgpu.kernels.matmul.gemv_multi as gm
+    import passes.select_kernels as sk
+
+    old = {}
+    for name, value in values.items():
+        module = gm if name == "UNROLLED_STEPS" else sk
+        if not hasattr(module, name):
+            raise SystemExit(f"decode_knobs: no constant {name} in {module.__name__}")
+        old[name] = getattr(module, name)
+        setattr(module, name, value)
+    return old
+
+
+def step_once(step: Any) -> tuple[np.ndarray, float | None, int]:
+    """The next step's logits (lazily, on copies of the caches) and its GPU ms and dispatches."""
+    import tracer as tr
+    from backend_wgpu import get_device
+    from benchmarks.e2e.common import gpu_time_of
+    from benchmarks.timing import ProgramTimer
+
+    cache = [c.copy() for c in step.cache]
+    tr.realize(*cache)
+    ids, _ = step.inputs()
+    logits, next_id = step.model.step_into(ids, tr.dynamic(step.pos), *cache)
+    ms, dispatches = gpu_time_of(SimpleNamespace(timer=ProgramTimer(get_device())), (logits, next_id), cache)
+    return logits.numpy(), ms, dispatches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="1B")
+    parser.add_argument("--formats", default="f32,q4_0")
+    parser.add_argument("--settings", default=DEFAULT_SETTINGS)
+    args = parser.parse_args()
+    from backend_wgpu import get_device
+    from benchmarks.device.decode_formats import build
+    from tracer.realize import clear_program_cache
+
+    settings = [s.strip() for s in args.settings.split(";") if s.strip()]
+    rows = []
+    for fmt in args.formats.split(","):
+        model, step = build(args.config, fmt)
+        reference = None
+        for setting in settings:
+            old = apply(parse(setting))
+            try:
+                clear_program_cache()
+                logits, ms, dispatches = step_once(step)
+                logits, ms, dispatches = step_once(step)  # the second: clocks up, pipelines built
+            finally:
+                apply(old)
+            if reference is None:
+                reference = logits
+            err = float(np.abs(logits - reference).max() / max(float(np.abs(reference).max()), 1e-30))
+            rows.append((fmt, setting, ms, dispatches, err))
+            print(f"  {fmt} {setting}: {ms:.4f} ms, {dispatches} dispatches, err {err:.1e}", flush=True)
+        del model, step
+    print(
+        f"\ndecode step GPU ms by rule constants, {args.config}, on {get_device().caps.name} (timestamps, diagnostic)"
+    )
+    print(f"{'weights':<8} {'setting':<48} {'GPU ms':>8} {'vs default':>10} {'disp':>5} {'err':>8}")
+    base = {fmt: ms for fmt, s, ms, _, _ in rows if s == settings[0]}
+    for fmt, setting, ms, dispatches, err in rows:
+        ratio = base[fmt] / ms if ms and base.get(fmt) else float("nan")
+        flag = "" if err < 1e-3 else "  WRONG"
+        print(f"{fmt:<8} {setting:<48} {ms:8.4f} {ratio:9.2f}x {dispatches:5d} {err:8.1e}{flag}")
+
+
+if __name__ == "__main__":
+    main()
