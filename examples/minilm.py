@@ -70,6 +70,14 @@ class MiniLM:
         weights = tr.load_safetensors(path / "model.safetensors")
         # float weights in the compute dtype (cast once, on the GPU, at the first forward)
         self.w = {k: v.astype(dtype) if v.dtype.is_float else v for k, v in weights.items()}
+        # each layer's query, key and value projections as one (3 * hidden, hidden) linear: one GEMM
+        # of 3x the width reads x once and fills the GPU better than three (H200 run H: three
+        # 4096x384x384 GEMMs took 3 x 84 us of a 4.1 ms forward)
+        for i in range(self.layers):
+            p = f"encoder.layer.{i}.attention.self."
+            for part in ("weight", "bias"):
+                names = [f"{p}{proj}.{part}" for proj in ("query", "key", "value")]
+                self.w[f"{p}qkv.{part}"] = tr.concat([self.w.pop(name) for name in names])
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         max_len = json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"]
         self.max_tokens = int(self.w["embeddings.position_embeddings.weight"].shape[0])
@@ -109,9 +117,8 @@ class MiniLM:
 
         for i in range(self.layers):
             p = f"encoder.layer.{i}."
-            q = split(self._linear(x, p + "attention.self.query"))
-            k = split(self._linear(x, p + "attention.self.key"))
-            v = split(self._linear(x, p + "attention.self.value"))
+            qkv = self._linear(x, p + "attention.self.qkv")  # (n, t, 3 * hidden): q, k and v side by side
+            q, k, v = (split(qkv[:, :, j * self.hidden : (j + 1) * self.hidden]) for j in range(3))
             a = tr.nn.scaled_dot_product_attention(q, k, v, mask=keep)
             a = a.permute(0, 2, 1, 3).reshape(n, t, self.hidden)
             x = self._layer_norm(self._linear(a, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")

@@ -70,6 +70,17 @@ def test_rms_norm(n: int, width: int, rng: np.random.Generator) -> None:
     assert_close(y.numpy(), np_rms_norm(x, w, 1e-6).astype(np.float32), rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("n,threads", [(384, 32), (768, 64), (2048, 128), (8192, 256), (1001, 256)])
+def test_norm_workgroups_fit_the_row(n: int, threads: int, rng: np.random.Generator) -> None:
+    """About four vec4 steps per thread (passes.select_kernels.NORM_STEPS_PER_THREAD), 32..256 threads."""
+    x = (rng.standard_normal((3, n)) * 3 + 10).astype(np.float32)
+    w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    y = tr.nn.layer_norm(tr.tensor(x), tr.tensor(w), tr.tensor(b), eps=1e-5)
+    (dispatch,) = tr.compile(y).dispatches
+    assert dispatch.workgroup_size[0] == threads
+    assert_close(y.numpy(), np_layer_norm(x, w, b, 1e-5).astype(np.float32), rtol=1e-5, atol=2e-5)
+
+
 def test_norm_of_strided_views_reads_through_strides(rng: np.random.Generator) -> None:
     x = rng.standard_normal((8, 6)).astype(np.float32)
     y = tr.nn.layer_norm(tr.tensor(x).T)  # rows are columns of x: stride 6 along the normalised dim

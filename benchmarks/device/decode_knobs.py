@@ -6,16 +6,18 @@ Each setting is a comma-separated list of `passes.select_kernels` constants (GEM
 GEMV_BLOCK_THREADS, QGEMV_ROWS, QGEMV_THREADS, QGEMV_MIN_WORKGROUPS, ...) set for that run
 only; `default` is the built-in rules. For each weight format the e2e decoder's `@tr.jit`
 step (benchmarks/e2e/decoder.py, after a 128-token prefill) is compiled anew under each
-setting, its logits checked against the default setting's (max |diff| / max |logit|), and
-the GPU time of one step taken from timestamps around its pass (median of 10 after 3 warm
-ups). This finds the rules' constants; it is not a figure of end-to-end speed.
+setting and its logits checked against the default setting's (max |diff| / max |logit|);
+then, after a warm-up of all of them (the H200 idles down while the host compiles), each
+setting's step is timed with timestamps around its pass, interleaved in blocks so each sees
+the same clocks. This finds the rules' constants; it is not a figure of end-to-end speed.
 A table is printed last.
 """
 
 from __future__ import annotations
 
 import argparse
-from types import SimpleNamespace
+import statistics
+import time
 from typing import Any
 
 import numpy as np
@@ -53,19 +55,18 @@ def apply(values: dict[str, Any]) -> dict[str, Any]:
     return old
 
 
-def step_once(step: Any) -> tuple[np.ndarray, float | None, int]:
-    """The next step's logits (lazily, on copies of the caches) and its GPU ms and dispatches."""
+def compile_step(step: Any, cache: list[Any]) -> tuple[Any, list[Any], np.ndarray]:
+    """The next step's program under the current constants, its input buffers, and its logits (run once)."""
     import tracer as tr
-    from backend_wgpu import get_device
-    from benchmarks.e2e.common import gpu_time_of
-    from benchmarks.timing import ProgramTimer
+    from tracer.graph_builder import build_graph
+    from tracer.realize import device_buffer, program_for
 
-    cache = [c.copy() for c in step.cache]
-    tr.realize(*cache)
     ids, _ = step.inputs()
     logits, next_id = step.model.step_into(ids, tr.dynamic(step.pos), *cache)
-    ms, dispatches = gpu_time_of(SimpleNamespace(timer=ProgramTimer(get_device())), (logits, next_id), cache)
-    return logits.numpy(), ms, dispatches
+    built = build_graph([logits._lazy, next_id._lazy])
+    program = program_for(built.graph)
+    buffers = [device_buffer(lz) for lz in built.inputs]
+    return program, buffers, logits.numpy()
 
 
 def main() -> None:
@@ -73,33 +74,48 @@ def main() -> None:
     parser.add_argument("--config", default="1B")
     parser.add_argument("--formats", default="f32,q4_0")
     parser.add_argument("--settings", default=DEFAULT_SETTINGS)
+    parser.add_argument("--blocks", type=int, default=5)
+    parser.add_argument("--warm-seconds", type=float, default=2.0)
     args = parser.parse_args()
+    import tracer as tr
     from backend_wgpu import get_device
     from benchmarks.device.decode_formats import build
+    from benchmarks.timing import ProgramTimer, time_program
     from tracer.realize import clear_program_cache
 
     settings = [s.strip() for s in args.settings.split(";") if s.strip()]
+    timer = ProgramTimer(get_device())
     rows = []
     for fmt in args.formats.split(","):
         model, step = build(args.config, fmt)
-        reference = None
+        cache = [c.copy() for c in step.cache]  # the steps write the next position here, not in the live cache
+        tr.realize(*cache)
+        entries = []
         for setting in settings:
             old = apply(parse(setting))
             try:
                 clear_program_cache()
-                logits, ms, dispatches = step_once(step)
-                logits, ms, dispatches = step_once(step)  # the second: clocks up, pipelines built
+                entries.append((setting, *compile_step(step, cache)))
             finally:
                 apply(old)
-            if reference is None:
-                reference = logits
+        end = time.perf_counter() + args.warm_seconds  # clocks up before any is timed
+        while time.perf_counter() < end:
+            for _, program, buffers, _ in entries:
+                time_program(program, buffers, timer, 0, 2)
+        samples: dict[str, list[float]] = {setting: [] for setting in settings}
+        for _ in range(args.blocks):  # interleaved: every setting sees the same clocks
+            for setting, program, buffers, _ in entries:
+                t = time_program(program, buffers, timer, 2, 8)
+                samples[setting].append(statistics.median(t.gpu_ms) if t.gpu_ms else float("nan"))
+        reference = entries[0][3]
+        for setting, program, _, logits in entries:
             err = float(np.abs(logits - reference).max() / max(float(np.abs(reference).max()), 1e-30))
-            rows.append((fmt, setting, ms, dispatches, err))
-            print(f"  {fmt} {setting}: {ms:.4f} ms, {dispatches} dispatches, err {err:.1e}", flush=True)
-        del model, step
-    print(
-        f"\ndecode step GPU ms by rule constants, {args.config}, on {get_device().caps.name} (timestamps, diagnostic)"
-    )
+            ms = statistics.median(samples[setting])
+            rows.append((fmt, setting, ms, len(program.dispatches), err))
+            print(f"  {fmt} {setting}: {ms:.4f} ms, {len(program.dispatches)} dispatches, err {err:.1e}", flush=True)
+        del model, step, cache, entries
+    print(f"\ndecode step GPU ms by rule constants, {args.config}, on {get_device().caps.name} (timestamps, median of "
+          f"{args.blocks} interleaved blocks after {args.warm_seconds:.0f} s of warm-up; diagnostic)")  # fmt: skip
     print(f"{'weights':<8} {'setting':<48} {'GPU ms':>8} {'vs default':>10} {'disp':>5} {'err':>8}")
     base = {fmt: ms for fmt, s, ms, _, _ in rows if s == settings[0]}
     for fmt, setting, ms, dispatches, err in rows:
