@@ -668,8 +668,10 @@ def gemm_choice(config: str, variant: str, tuned: str = "") -> KernelChoice:
 
 
 # 128x128 tiles only when they alone make this many workgroups (a large GPU has 100+ multiprocessors)
-# and k is long enough to pay for their larger prologue (the H200 sweep: q @ k.T with k=64 prefers 64x64)
-BIG_GEMM_TILES = 256
+# and k is long enough to pay for their larger prologue (the H200 sweep: q @ k.T with k=64 prefers 64x64).
+# 96 (was 256): MiniLM's 4096x384 products make 96 such tiles, and b128k16 beat b64 on them anyway
+# (benchmarks/runs/2026-12-01-C/gemm_sweep.txt: x384x384 0.0495 vs 0.0539 ms, x384x1536 0.171 vs 0.199)
+BIG_GEMM_TILES = 96
 BIG_GEMM_MIN_K = 256
 
 
