@@ -136,6 +136,9 @@ DECODE_UNROLL = 2  # keys per row per step, their loads in flight together
 DECODE_TARGET_WORKGROUPS = 528  # (batch, kv head, range) workgroups: four per multiprocessor of an H200
 DECODE_SLICES = 4  # KernelElements of a head per lane at most (a 64-wide f32 head: 4 lanes of 4 vec4)
 DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their merge and combine
+# up to this many keys (the bucket of the attended length) a head is one range: the combine dispatch costs
+# more than the parallel ranges save (H200 run H, ~1B step at 129 keys: 1.649 -> 1.590 ms, 100 -> 84 dispatches)
+DECODE_ONE_RANGE_KEYS = 256
 
 
 def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodePlan | None:
@@ -175,13 +178,17 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
         return None
     s, units = k.shape[2], q.shape[0] * k.shape[1]
     splits = max(1, min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE)))
+    if s <= DECODE_ONE_RANGE_KEYS:  # short caches: one range per head, no combine dispatch after it
+        splits = 1
     params = (("heads_per_kv", g), ("lanes", lanes), ("unroll", unroll), ("subgroups", caps.subgroups))
     params += (("lane_shuffle", shuffle), ("merge_heads", merge))
     choice = KernelChoice(DecodeAttentionKernel.name, "", workgroup=(threads, 1, 1), params=params)
     return DecodePlan(choice, splits)
 
 
-GEMV_LANES = 8  # dot products per thread in a GEMV group's plain parts: 8 // matmuls columns per workgroup
+# dot products per thread in a GEMV group's plain parts: lanes // matmuls columns per workgroup (H200 run H,
+# ~1B step f32: 8 -> 4 took 1.649 -> 1.555 ms, q4_0 unchanged; 16 was slower in both)
+GEMV_LANES = 4
 GEMV_BLOCK_THREADS: int | None = None  # quantized groups' threads per workgroup (None: as many as the row has blocks)
 
 
@@ -760,7 +767,7 @@ BIG_EXACT_GEMM = 1024
 
 
 def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
-    """The built-in rule: b64x128u for large exact f32 problems; 128x128 tiles when there are enough of them
+    """The built-in rule: b64x128u for large exact f32 problems (b64x128k8u where k is short); 128x128 tiles when there are enough of them
     and few are padding, else 64x64."""
     c = GEMM_CONFIGS["b64x128u"]
     f32 = all(d is DType.float32 for d in p.dtypes)
@@ -768,6 +775,11 @@ def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
     trusted = os.environ.get("WGJIT_TRUSTED_SHADERS", "1").strip() != "0"
     if f32 and trusted and min(p.m, p.n, p.k) >= BIG_EXACT_GEMM and _config_runs(p, c, caps):  # exact tiles
         return "b64x128u"
+    # wide and shallow (MiniLM's 4096x1536x384 up projection): the same tiles with k steps of 8 (H200 run H,
+    # benchmarks/runs/2026-12-01-H/gemm_minilm.txt: 0.1295 ms against b128k16's 0.1390)
+    shallow = GEMM_CONFIGS["b64x128k8u"]
+    if f32 and trusted and min(p.m, p.n) >= BIG_EXACT_GEMM and p.k < BIG_EXACT_GEMM and _config_runs(p, shallow, caps):
+        return "b64x128k8u"
     for config in ("b128k16", "b128", "b64"):
         c = GEMM_CONFIGS[config]
         tiles = p.batch * -(-p.m // c.tile_m) * -(-p.n // c.tile_n)

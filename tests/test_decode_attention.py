@@ -84,11 +84,16 @@ def test_decode_attention_splits_when_memory_is_small():
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
 
 
-def test_decode_attention_one_range():
-    q, k, v = inputs(1, 4, 4, 40, 16, 16)  # fewer keys than a range: no combine
+@pytest.mark.parametrize("s", [40, 256, 257])
+def test_decode_attention_one_range(s):
+    """Up to DECODE_ONE_RANGE_KEYS keys a head is one range (no combine); past it, ranges and a combine."""
+    from passes.select_kernels import DECODE_ONE_RANGE_KEYS
+
+    assert DECODE_ONE_RANGE_KEYS == 256
+    q, k, v = inputs(1, 4, 4, s, 16, 16)
     y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
     got, program = run_with_caps(y)
-    assert kernels(program) == ["attention_decode"]
+    assert kernels(program) == ["attention_decode"] + (["attention_combine"] if s > 256 else [])
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
 
 

@@ -198,6 +198,7 @@ def test_builtin_thin_split_rule() -> None:
         (128, 192, 128, "float32", None),  # n not a multiple of 128: the older rule
         (128, 256, 128, "float16", None),  # f16 operands: not measured, the older rule
         (64, 256, 128, "float32", None),  # below the threshold
+        (128, 256, 64, "float32", "b64x128k8u"),  # k below the threshold: the same tiles, k steps of 8
     ],
 )
 def test_builtin_rule_for_large_exact_f32(
@@ -209,8 +210,8 @@ def test_builtin_rule_for_large_exact_f32(
     a, b = randn(m, k, dtype=dtype), randn(k, n, dtype=dtype)
     got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
     d = gemm_dispatch(program)
-    assert (tile_text("b64x128u") in d.variant and ":u" in d.variant) == (want is not None), d.variant
+    assert (tile_text(want or "b64x128u") in d.variant and ":u" in d.variant) == (want is not None), d.variant
     close(got, a.astype(np.float64) @ b.astype(np.float64), tol=1e-5 if dtype == "float32" else 4e-3)
     monkeypatch.setenv("WGJIT_TRUSTED_SHADERS", "0")  # compiled with clamps it lost: the older rule
     _, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
-    assert tile_text("b64x128u") not in gemm_dispatch(program).variant
+    assert tile_text(want or "b64x128u") not in gemm_dispatch(program).variant

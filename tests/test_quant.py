@@ -22,6 +22,18 @@ from tests.test_fuzz import check_program
 gguf = pytest.importorskip("gguf", reason="quantizing needs the gguf package (pip install 'wgjit[gguf]')")
 
 pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def eight_gemv_lanes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layouts these tests assert (columns per workgroup, workgroup counts) are those of 8 GEMV lanes;
+    the default (passes.select_kernels.GEMV_LANES, set by H200 measurement) is checked for values in
+    test_quantized_swiglu_values_at_each_lanes_setting and by the decoder tests."""
+    from passes import select_kernels as sk
+
+    monkeypatch.setattr(sk, "GEMV_LANES", 8)
+
+
 FORMATS = [DType.q8_0, DType.q4_0]
 
 
@@ -325,6 +337,26 @@ def rms(x: np.ndarray, w: np.ndarray | None, eps: float = 1e-5) -> np.ndarray:
 
 def group_kernels(*ys: tr.Tensor) -> list[tuple[str, str, int]]:
     return [(d.kernel, d.variant.split(":", 1)[-1], d.element) for d in tr.compile(*ys).dispatches]
+
+
+@pytest.mark.parametrize("lanes", [2, 4, 8, 16])
+def test_quantized_swiglu_values_at_each_lanes_setting(lanes: int, rng: np.random.Generator, monkeypatch) -> None:
+    """norm, gate (q8_0), up (q4_0), SwiGLU at every GEMV_LANES the H200 sweep tries: one dispatch, right values."""
+    from passes import select_kernels as sk
+
+    monkeypatch.setattr(sk, "GEMV_LANES", lanes)
+    k = 544
+    w1, w2, norm = weights(rng, 23, k), weights(rng, 23, k), rng.standard_normal(k).astype(np.float32)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+
+    def swiglu() -> tr.Tensor:  # h dies with the call: a live tensor would be stored as an output
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        return tr.nn.linear(h, tr.quantize(w1, tr.q8_0)).silu() * tr.nn.linear(h, tr.quantize(w2, tr.q4_0))
+
+    y = swiglu()
+    assert [kernel for kernel, _, _ in group_kernels(y)] == ["gemv_multi"]
+    a, b = rms(x, norm) @ reference(w1, DType.q8_0).T, rms(x, norm) @ reference(w2, DType.q4_0).T
+    assert_close(y.numpy(), a / (1 + np.exp(-a)) * b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "tree"])
