@@ -28,9 +28,14 @@ def _append(refs: list[weakref.ref], ref: weakref.ref) -> None:
     refs.append(ref)
     n = len(refs)
     if n >= 64 and n & (n - 1) == 0:
-        kept = [r for r in refs if r() is not None]
-        if len(kept) <= n // 2:
-            refs[:] = kept
+        _compact(refs)
+
+
+def _compact(refs: list[weakref.ref]) -> None:
+    """Drop the dead references if that halves the list."""
+    kept = [r for r in refs if r() is not None]
+    if len(kept) <= len(refs) // 2:
+        refs[:] = kept
 
 
 class Lazy:
@@ -65,8 +70,12 @@ class Lazy:
         self.ragged = False  # a runtime-length slice (tracer.tensor.RuntimeLengthTensor): only attention reads it
         if srcs:
             me = weakref.ref(self)
-            for s in srcs:
-                _append(s.consumers, me)
+            for s in srcs:  # _append, inlined: this runs for every operand of every op
+                refs = s.consumers
+                refs.append(me)
+                n = len(refs)
+                if n >= 64 and n & (n - 1) == 0:
+                    _compact(refs)
 
     @staticmethod
     def from_host(data: np.ndarray, dtype: DType) -> Lazy:

@@ -577,6 +577,7 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
 _F16 = DType.float16
 _QUANTIZED = frozenset(d for d in DType if d.is_quantized)
+_SMALL = LARGEST_SAFE_BINDING // 16  # elements: at most 16 bytes each (a lone quantized block's padding)
 
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
@@ -588,15 +589,16 @@ def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType,
             check_quantized_operands(op, lazies, dtype, arg)
             break
     n = math.prod(shape)
-    nbytes = dtype.nbytes(n) if dtype.is_quantized else n * dtype.itemsize
-    if nbytes > LARGEST_SAFE_BINDING or n > MAX_ELEMENTS:
-        if n > MAX_ELEMENTS:
-            raise ShapeError(
-                f"{op.value}: shape {shape} has {n} elements, over the {MAX_ELEMENTS} (2**32 - 1) that wgjit's "
-                "kernels count with 32-bit integers; split the work into smaller tensors"
-            )
-        if op not in MOVEMENT:  # views add no bytes
-            check_binding_size(op.value, shape, dtype, nbytes)
+    if n > _SMALL:  # below, no dtype's bytes reach a binding limit (quantized blocks pad to 16 bytes)
+        nbytes = dtype.nbytes(n) if dtype.is_quantized else n * dtype.itemsize
+        if nbytes > LARGEST_SAFE_BINDING or n > MAX_ELEMENTS:
+            if n > MAX_ELEMENTS:
+                raise ShapeError(
+                    f"{op.value}: shape {shape} has {n} elements, over the {MAX_ELEMENTS} (2**32 - 1) that wgjit's "
+                    "kernels count with 32-bit integers; split the work into smaller tensors"
+                )
+            if op not in MOVEMENT:  # views add no bytes
+                check_binding_size(op.value, shape, dtype, nbytes)
     if dtype is _F16 and not any(lz.dtype is _F16 for lz in lazies):
         check_float16(op.value, shape)  # where float16 enters a graph, not later at realize
     return Tensor(Lazy(op, lazies, shape, dtype, arg))
@@ -627,6 +629,11 @@ def as_tensor(x: Any, op: str, what: str = "x") -> Tensor:
 def _shape_arg(args: tuple[Any, ...]) -> tuple[int, ...]:
     if len(args) == 1 and isinstance(args[0], list | tuple):
         args = tuple(args[0])
+    for a in args:
+        if type(a) is not int:
+            break
+    else:
+        return args  # plain ints (the common case) need no conversion
     out = []
     for a in args:
         try:
@@ -669,20 +676,32 @@ def unary(op: Op, x: Tensor) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op.value}: expected a Tensor, got {type(x).__name__}")
     rule = op.opdef.dtypes
-    x = x.astype(rule.compute_dtype(op.value, x.dtype, f"{x.dtype.value} {x.shape}"), copy=False)
-    return make(op, (x,), x.shape, rule.result_dtype(x.dtype))
+    dt = x.dtype
+    cd = rule.compute_dtype(op._value_, dt, lambda: f"{dt.value} {x.shape}")
+    if cd is not dt:
+        x = x.astype(cd, copy=False)
+    return make(op, (x,), x.shape, rule.result_dtype(cd))
 
 
 def binary(op: Op, a: Any, b: Any) -> Tensor:
     """`op` of a and b: promoted as numpy does, then to the dtype its record's rule says, and broadcast."""
-    name = op.value
+    name = op._value_
     a, b = as_tensors(name, a, b)
     rule = op.opdef.dtypes
-    operands = f"{a.dtype.value} {a.shape} and {b.dtype.value} {b.shape}"
-    dt = rule.compute_dtype(name, promote(a.dtype, b.dtype, name), operands)
-    shape = shapes.broadcast_shapes(name, a.shape, b.shape)
-    a = broadcast_to(a.astype(dt, copy=False), shape)
-    b = broadcast_to(b.astype(dt, copy=False), shape)
+    da, db = a.dtype, b.dtype
+    sa, sb = a.shape, b.shape
+    dt = rule.compute_dtype(
+        name, da if da is db else promote(da, db, name), lambda: f"{da.value} {sa} and {db.value} {sb}"
+    )
+    shape = sa if sa == sb else shapes.broadcast_shapes(name, sa, sb)
+    if da is not dt:
+        a = a.astype(dt, copy=False)
+    if db is not dt:
+        b = b.astype(dt, copy=False)
+    if sa != shape:
+        a = make(Op.EXPAND, (a,), shape, dt, shape)
+    if sb != shape:
+        b = make(Op.EXPAND, (b,), shape, dt, shape)
     return make(op, (a, b), shape, rule.result_dtype(dt))
 
 

@@ -12,8 +12,8 @@ root is derived again from the root's new value; all of this only builds Lazies.
 
 from __future__ import annotations
 
+import functools
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,19 +54,29 @@ class RootCell:
         return out
 
 
-@dataclass(frozen=True, eq=False)
 class ViewInfo:
-    """Where a view's elements are in its root, and how its value is derived from the root's."""
+    """Where a view's elements are in its root, and how its value is derived from the root's.
 
-    cell: RootCell  # the root's value and its other views
-    view: View  # the view's elements as a strided view of the root's row-major elements
-    steps: tuple[Step, ...]  # movement ops that make the view's value from the root's
-    readonly: bool  # made through expand: elements alias each other, numpy refuses writes
+    Never changed once made (a plain class with slots: one is made for every traced view).
+    """
+
+    __slots__ = ("cell", "view", "steps", "readonly")
+
+    def __init__(self, cell: RootCell, view: View, steps: tuple[Step, ...], readonly: bool) -> None:
+        self.cell = cell  # the root's value and its other views
+        self.view = view  # the view's elements as a strided view of the root's row-major elements
+        self.steps = steps  # movement ops that make the view's value from the root's
+        self.readonly = readonly  # made through expand: elements alias each other, numpy refuses writes
 
 
 def child_view(parent: ViewInfo | None, cell: RootCell, op: Op, shape: tuple[int, ...], arg: Any) -> ViewInfo | None:
     """The ViewInfo of `op` applied to a view `parent` of the cell's root (None: to the root), or None for a copy."""
-    base = parent.view if parent is not None else View.contiguous(cell.lazy.shape)
+    if parent is None:
+        base = contiguous_view(cell.lazy.shape)
+        if op is Op.RESHAPE:  # of the root: always a view, contiguous
+            return ViewInfo(cell, contiguous_view(shape), ((op, shape, arg),), False)
+    else:
+        base = parent.view
     if op is Op.SLICE:
         view: View | None = base.slice(arg)
     elif op is Op.RESHAPE:
@@ -79,16 +89,22 @@ def child_view(parent: ViewInfo | None, cell: RootCell, op: Op, shape: tuple[int
         raise AssertionError(f"not a movement op: {op}")
     if view is None:  # a reshape that strides cannot express: numpy copies, so the result is not a view
         return None
-    steps = (parent.steps if parent is not None else ()) + ((op, shape, arg),)
-    readonly = (parent is not None and parent.readonly) or op is Op.EXPAND
-    return ViewInfo(cell, view, steps, readonly)
+    if parent is None:
+        return ViewInfo(cell, view, ((op, shape, arg),), op is Op.EXPAND)
+    return ViewInfo(cell, view, parent.steps + ((op, shape, arg),), parent.readonly or op is Op.EXPAND)
+
+
+@functools.lru_cache(maxsize=1024)
+def contiguous_view(shape: tuple[int, ...]) -> View:
+    """View.contiguous(shape), made once per shape (a View never changes)."""
+    return View.contiguous(shape)
 
 
 def same_view(parent: ViewInfo | None, cell: RootCell) -> ViewInfo:
     """A new view object showing exactly what its parent shows (numpy's `x.reshape(x.shape)`)."""
     if parent is not None:
         return parent
-    return ViewInfo(cell, View.contiguous(cell.lazy.shape), (), False)
+    return ViewInfo(cell, contiguous_view(cell.lazy.shape), (), False)
 
 
 def derive(root_lazy: Lazy, steps: tuple[Step, ...]) -> Lazy:
