@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Container
 from typing import Any
 
 import numpy as np
@@ -28,11 +29,11 @@ def _append(refs: list[weakref.ref], ref: weakref.ref) -> None:
     refs.append(ref)
     n = len(refs)
     if n >= 64 and n & (n - 1) == 0:
-        _compact(refs)
+        compact_refs(refs)
 
 
-def _compact(refs: list[weakref.ref]) -> None:
-    """Drop the dead references if that halves the list."""
+def compact_refs(refs: list[weakref.ref]) -> None:
+    """Drop the dead references if that halves the list (callers do so at 64, 128, 256... entries)."""
     kept = [r for r in refs if r() is not None]
     if len(kept) <= len(refs) // 2:
         refs[:] = kept
@@ -75,7 +76,7 @@ class Lazy:
                 refs.append(me)
                 n = len(refs)
                 if n >= 64 and n & (n - 1) == 0:
-                    _compact(refs)
+                    compact_refs(refs)
 
     @staticmethod
     def from_host(data: np.ndarray, dtype: DType) -> Lazy:
@@ -101,7 +102,7 @@ class Lazy:
         # list(): one snapshot (C call, kept whole by the GIL) while other threads may trace and append
         return [t for r in list(self.handles) if (t := r()) is not None and t._lazy is self]
 
-    def seen_outside(self, members: set[int]) -> bool:
+    def seen_outside(self, members: Container[int]) -> bool:
         """A Tensor shows this value, or a pending Lazy whose id() is not in `members` reads it."""
         # iterating a list that another thread appends to is safe (it may or may not see the new entry)
         for r in self.handles:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import operator
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,7 +31,7 @@ from ir.ops import MOVEMENT, Op
 from tracer.graph_builder import build_graph
 from tracer.host import CONSTANTS, host_scalar, lazy_from_data
 from tracer.indexing import resolve_index
-from tracer.lazy import Lazy
+from tracer.lazy import Lazy, compact_refs
 from tracer.limits import LARGEST_SAFE_BINDING, check_binding_size, check_float16, max_storage_buffers
 from tracer.quantized import check_quantized_operands, refuse, refuse_read, transposed_leaf
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
@@ -56,7 +57,11 @@ class Tensor:
         self._lazy = lazy
         self._viewof: ViewInfo | None = None  # set when this tensor is a view of another (tracer.views)
         self._cell: RootCell | None = None  # on a root with views: its value and views (tracer.views)
-        lazy.add_handle(self)
+        refs = lazy.handles  # lazy.add_handle(self), inlined: every op makes a Tensor
+        refs.append(weakref.ref(self))
+        n = len(refs)
+        if n >= 64 and n & (n - 1) == 0:
+            compact_refs(refs)
 
     # --- properties ---------------------------------------------------------------
     @property
@@ -149,8 +154,15 @@ class Tensor:
 
     def _movement(self, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
         """A movement op's result: a view of this tensor's root where numpy makes a view, else a copy."""
-        out = make(op, (self,), shape, self.dtype, arg)
-        _register_view(out, child_view(self._viewof, self._root_cell(), op, shape, arg))
+        src = self._lazy
+        if src.ragged or src.dtype in _QUANTIZED or (op is Op.EXPAND and math.prod(shape) > _SMALL):
+            out = make(op, (self,), shape, src.dtype, arg)  # make's checks (the others add no bytes, keep the dtype)
+        else:
+            out = Tensor(Lazy(op, (src,), shape, src.dtype, arg))
+        info = child_view(self._viewof, self._root_cell(), op, shape, arg)
+        if info is not None:
+            out._viewof = info
+            info.cell.add(out)
         return out
 
     def _alias(self) -> Tensor:

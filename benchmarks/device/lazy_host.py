@@ -1,6 +1,6 @@
 """Host time of the natural lazy (un-jitted) loops, split by stage, per call and per Lazy (any adapter, ~1 min).
 
-    python -m benchmarks.device.lazy_host [--sizes tiny|e2e] [--repeat N] [--top N] [--only decoder,minilm]
+    python -m benchmarks.device.lazy_host [--sizes tiny|e2e] [--repeat N] [--top N] [--only decoder,minilm] [--freeze]
 
 Workloads, the same Python as the e2e suite's lazy contenders:
 
@@ -11,7 +11,8 @@ Workloads, the same Python as the e2e suite's lazy contenders:
            6 layers, random weights (tiny widths and 4x16 tokens, or 384 wide and 32x128 with e2e)
 
 Every call reuses a cached program (none compiles after the warm-up), so what is left is host
-work. Stages are the exclusive CPU time (this thread's clock: lavapipe's threads not counted)
+work. `cpu ms` is the median of this thread's CPU time per call, `best` its minimum (the least
+disturbed by other processes on a shared machine). Stages are the exclusive CPU time (this thread's clock: lavapipe's threads not counted)
 of the functions that do them:
 
   trace       the user code building Tensors and Lazies (tracer/tensor.py, nn, lazy.py)
@@ -23,7 +24,10 @@ of the functions that do them:
   read-back   Device.read_into (waits for the GPU: its own row, wall time minus CPU shows it)
   realize     the rest of realize_lazies/read_lazy (marking outputs realized)
 
-then cProfile's top functions of the same calls. Last: the summary table (ms per call, us per
+The garbage collector's time per call is shown apart (it runs inside whichever stage allocates
+when a generation fills; its full walks cost in proportion to every object the process holds);
+--freeze calls gc.freeze() after the warm-up, as a user may after loading a model. Then
+cProfile's top functions of the same calls. Last: the summary table (ms per call, us per
 Lazy by stage).
 """
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import pstats
 import statistics
@@ -114,17 +119,29 @@ def count_lazies(call: Callable[[], Any]) -> int:
     return count[0]
 
 
-def measure(call: Callable[[], Any], repeat: int) -> dict[str, Any]:
+def measure(call: Callable[[], Any], repeat: int, freeze: bool = False) -> dict[str, Any]:
     from tracer.realize import stats
 
     for _ in range(3):  # traced, compiled, output buffers and plans exist
         call()
+    if freeze:  # what a user may do after loading: the model, programs and modules leave the collector's walks
+        gc.collect()
+        gc.freeze()
     lazies = count_lazies(call)
     compiled = stats["programs_compiled"]
     clock = StageClock()
     for stage, module, path in STAGES:
         clock.wrap(stage, module, path)
     walls, cpus = [], []
+    gc_time = [0.0, 0.0]  # seconds in the garbage collector, start of the running collection
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_time[1] = CLOCK()
+        else:
+            gc_time[0] += CLOCK() - gc_time[1]
+
+    gc.callbacks.append(on_gc)
     try:
         for _ in range(repeat):
             t0, c0 = time.perf_counter(), CLOCK()
@@ -134,12 +151,16 @@ def measure(call: Callable[[], Any], repeat: int) -> dict[str, Any]:
             cpus.append(CLOCK() - c0)
     finally:
         clock.restore()
+        gc.callbacks.remove(on_gc)
+        gc.unfreeze()
     return {
         "lazies": lazies,
         "wall_ms": statistics.median(walls) * 1e3,
         "cpu_ms": statistics.median(cpus) * 1e3,
+        "best_ms": min(cpus) * 1e3,
         "stages_ms": {k: clock.seconds.get(k, 0.0) / repeat * 1e3 for k in ORDER},
         "compiles": stats["programs_compiled"] - compiled,
+        "gc_ms": gc_time[0] / repeat * 1e3,
     }
 
 
@@ -160,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--top", type=int, default=25, help="cProfile rows per workload (0: no profile)")
     parser.add_argument("--only", default="decoder,minilm")
+    parser.add_argument("--freeze", action="store_true", help="gc.freeze() after the warm-up calls")
     args = parser.parse_args(argv)
     from backend_wgpu import get_device
 
@@ -167,12 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in args.only.split(","):
         call = makers[name](args.sizes)
-        results[name] = measure(call, args.repeat)
+        results[name] = measure(call, args.repeat, args.freeze)
         if args.top:
             print(f"--- cProfile, {name}, {args.repeat} calls (tottime) ---")
             print(profile(call, args.repeat, args.top))
-    print(f"device: {get_device().caps.name}; sizes {args.sizes}; host CPU per call by stage (exclusive, mean)")
-    head = f"{'workload':<8} {'lazies':>6} {'wall ms':>8} {'cpu ms':>7} {'us/Lazy':>7} | " + " ".join(
+    frozen = ", gc.freeze() after warm-up" if args.freeze else ""
+    print(f"device: {get_device().caps.name}; sizes {args.sizes}{frozen}; host CPU per call by stage (exclusive, mean)")
+    head = f"{'workload':<8} {'lazies':>6} {'wall ms':>8} {'cpu ms':>7} {'best':>7} {'us/Lazy':>7} | " + " ".join(
         f"{s:>9}" for s in ORDER
     )
     print(head)
@@ -180,8 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         n = r["lazies"]
         ms = " ".join(f"{r['stages_ms'][s]:9.3f}" for s in ORDER)
         us = " ".join(f"{r['stages_ms'][s] * 1e3 / n:9.2f}" for s in ORDER)
-        print(f"{name:<8} {n:>6} {r['wall_ms']:8.2f} {r['cpu_ms']:7.2f} {r['cpu_ms'] * 1e3 / n:7.2f} | {ms}  (ms)")
-        print(f"{'':<8} {'':>6} {'':>8} {'':>7} {'':>7} | {us}  (us/Lazy)")
+        line = (
+            f"{name:<8} {n:>6} {r['wall_ms']:8.2f} {r['cpu_ms']:7.2f} {r['best_ms']:7.2f} {r['cpu_ms'] * 1e3 / n:7.2f}"
+        )
+        print(f"{line} | {ms}  (ms)")
+        print(f"{'':<8} {'':>6} {'':>8} {'':>7} {'':>7} {'':>7} | {us}  (us/Lazy)")
+        print(f"{'':<8} garbage collector: {r['gc_ms']:.3f} ms per call (inside the stages above)")
         if r["compiles"]:
             print(f"  note: {r['compiles']} programs compiled during the timed calls")
     return 0
