@@ -192,3 +192,39 @@ def test_dtype_facts() -> None:
     for d in DType:
         assert d.family == ("float" if d.is_float else "int" if d.is_int else "bool")
         assert hash(d) == hash(d.value)
+
+
+@pytest.mark.parametrize("lead", [(), (5,), (2, 3), (1, 1)])
+def test_linear_steps_are_not_views(rng: np.random.Generator, lead: tuple) -> None:
+    x = rng.standard_normal(lead + (8,), dtype=np.float32)
+    w = rng.standard_normal((6, 8), dtype=np.float32)
+    b = rng.standard_normal(6, dtype=np.float32)
+    tx, tw = tr.tensor(x), tr.tensor(w)
+    y = tr.nn.linear(tx, tw, tr.tensor(b))
+    assert_close(y.numpy(), x @ w.T + b, rtol=1e-4, atol=1e-4)
+    assert y.base is None
+    y[...] = 0.0  # the result owns its values: writing it changes neither x nor the weight
+    assert_close(tx.numpy(), x)
+    assert_close(tw.numpy(), w)
+    assert_close(tr.nn.linear(tx, tw).numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_linear_of_a_quantized_weight_and_bad_shapes(rng: np.random.Generator) -> None:
+    w = rng.standard_normal((4, 32), dtype=np.float32)
+    x = rng.standard_normal((3, 32), dtype=np.float32)
+    q = tr.quantize(w, tr.q8_0)
+    want = x @ q.astype(tr.float32).numpy().T
+    assert_close(tr.nn.linear(tr.tensor(x), q).numpy(), want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ShapeError, match=r"linear: x shape \(3, 31\) does not fit weight shape \(4, 32\)"):
+        tr.nn.linear(tr.tensor(x[:, :31]), q)
+    with pytest.raises(ShapeError, match="bias shape"):
+        tr.nn.linear(tr.tensor(x), tr.tensor(w), tr.ones(5))
+
+
+def test_rope_tables_broadcast(rng: np.random.Generator) -> None:
+    x = rng.standard_normal((1, 2, 3, 8), dtype=np.float32)
+    ang = rng.standard_normal((3, 4), dtype=np.float32)
+    cos, sin = np.cos(ang), np.sin(ang)
+    a, b = x[..., :4], x[..., 4:]
+    want = np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+    assert_close(tr.nn.rope(tr.tensor(x), tr.tensor(cos), tr.tensor(sin)).numpy(), want, rtol=1e-5, atol=1e-5)

@@ -41,11 +41,13 @@ from tracer.tensor import (
     Tensor,
     as_tensor,
     binary,
+    broadcast_to,
     broadcasts_to,
     clamp,
     from_data,
     make,
     masked_fill,
+    moved,
     where,
 )
 
@@ -225,14 +227,23 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"linear: x shape {x.shape} does not fit weight shape {weight.shape} (out, in)")
     lead = x.shape[:-1]
-    # one GEMM over every row, not a batch of small ones (rows counted: reshape(-1, 0) is ambiguous)
-    y = x.reshape(math.prod(lead), x.shape[-1]) @ weight.T
+    out, k = weight.shape
+    plain = type(x) is Tensor and type(weight) is Tensor
+    # one GEMM over every row, not a batch of small ones (rows counted: reshape(-1, 0) is ambiguous);
+    # the reshapes and the transpose are this function's own steps, not views (tracer.tensor.moved)
+    rows = (math.prod(lead), k)
+    if not plain:
+        y = x.reshape(rows) @ weight.T
+    else:
+        y = (x if x.shape == rows else moved(x, Op.RESHAPE, rows, rows)) @ moved(weight, Op.PERMUTE, (k, out), (1, 0))
     if bias is not None:
         bias = as_tensor(bias, "linear", "bias")
-        if bias.shape != (weight.shape[0],):
-            raise ShapeError(f"linear: bias shape {bias.shape} does not match {weight.shape[0]} outputs")
+        if bias.shape != (out,):
+            raise ShapeError(f"linear: bias shape {bias.shape} does not match {out} outputs")
         y = y + bias
-    return y.reshape(lead + (weight.shape[0],))
+    if not plain:
+        return y.reshape(lead + (out,))
+    return y if y.shape == lead + (out,) else moved(y, Op.RESHAPE, lead + (out,), lead + (out,))
 
 
 # --- rotary embeddings and attention -------------------------------------------------
@@ -262,7 +273,7 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
         target = x.shape[:-1] + (half,)
         if not broadcasts_to(t.shape, target):
             raise ShapeError(f"rope: {what} shape {t.shape} does not broadcast to {target} for x shape {x.shape}")
-        pairs.append(t.broadcast_to(target))
+        pairs.append(broadcast_to(t, target))  # not a view: read by this rope only
     xf = _float(x)
     return make(Op.ROPE, (xf, *pairs), x.shape, xf.dtype, RopeArg(interleaved)).astype(x.dtype, copy=False)
 

@@ -616,6 +616,19 @@ def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType,
     return Tensor(Lazy(op, lazies, shape, dtype, arg))
 
 
+def moved(x: Tensor, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
+    """x moved by a movement op as a new value, not a view of x: for a composition's own intermediate steps.
+
+    numpy's view semantics are for what users hold; nobody writes through a composition's
+    inner steps (tr.nn.linear's reshapes and weight.T), and a view's bookkeeping costs more
+    than the op. The caller has checked `shape` and `arg`.
+    """
+    src = x._lazy
+    if src.ragged or src.dtype in _QUANTIZED or (op is Op.EXPAND and math.prod(shape) > _SMALL):
+        return make(op, (x,), shape, src.dtype, arg)  # make's checks
+    return Tensor(Lazy(op, (src,), shape, src.dtype, arg))
+
+
 def from_data(data: Any, dtype: DType | str | None = None, op: str = "tensor") -> Tensor:
     """A tensor holding a copy of host data (tr.tensor; see tracer.host.host_array)."""
     return Tensor(lazy_from_data(data, dtype, op))
