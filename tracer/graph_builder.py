@@ -134,18 +134,27 @@ def build_graph(targets: list[Lazy]) -> BuiltGraph:
 def postorder(root: Lazy, order: list[Lazy], pos: dict[int, int]) -> None:
     """Append every Lazy `root` needs that is not in `pos` to `order`, sources first (leaves are not entered),
     and its position there to `pos` (by id())."""
-    # iterative DFS: user graphs can be deeper than Python's recursion limit
-    stack: list[tuple[Lazy, bool]] = [(root, False)]
-    pop, push = stack.pop, stack.append
+    if id(root) in pos:
+        return
+    if root.op is _INPUT:
+        pos[id(root)] = len(order)
+        order.append(root)
+        return
+    # iterative DFS, sources left to right: user graphs can be deeper than Python's recursion limit
+    stack = [(root, iter(root.srcs))]
+    push, pop = stack.append, stack.pop
     while stack:
-        lz, expanded = pop()
-        if id(lz) in pos:
-            continue
-        if expanded or lz.op is _INPUT:
+        lz, srcs = stack[-1]
+        for s in srcs:
+            if id(s) in pos:
+                continue
+            if s.op is _INPUT:
+                pos[id(s)] = len(order)
+                order.append(s)
+                continue
+            push((s, iter(s.srcs)))
+            break
+        else:
+            pop()
             pos[id(lz)] = len(order)
             order.append(lz)
-            continue
-        push((lz, True))
-        for s in reversed(lz.srcs):
-            if id(s) not in pos:
-                push((s, False))
