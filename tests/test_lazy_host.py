@@ -228,3 +228,19 @@ def test_rope_tables_broadcast(rng: np.random.Generator) -> None:
     a, b = x[..., :4], x[..., 4:]
     want = np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
     assert_close(tr.nn.rope(tr.tensor(x), tr.tensor(cos), tr.tensor(sin)).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_operands_broadcast_as_before(rng: np.random.Generator) -> None:
+    """q (2, 4, 3, 8) over grouped k, v (1, 2, 5, 8) broadcast along the batch, with a float mask (3, 5)."""
+    q = rng.standard_normal((2, 4, 3, 8), dtype=np.float32)
+    k = rng.standard_normal((1, 2, 5, 8), dtype=np.float32)
+    v = rng.standard_normal((1, 2, 5, 8), dtype=np.float32)
+    mask = rng.standard_normal((3, 5), dtype=np.float32)
+    kk, vv = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)  # kv head h // 2 for query head h
+    s = q @ kk.swapaxes(-1, -2) / np.sqrt(8) + mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ vv
+    got = tr.nn.scaled_dot_product_attention(tr.tensor(q), tr.tensor(k), tr.tensor(v), mask=tr.tensor(mask))
+    assert_close(got.numpy(), want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ShapeError, match="mask shape"):
+        tr.nn.scaled_dot_product_attention(tr.tensor(q), tr.tensor(k), tr.tensor(v), mask=tr.ones((4, 5)))

@@ -402,7 +402,7 @@ def _fused_attention(
 
     def as4(t: Tensor, heads: int) -> Tensor:  # (..., heads, rows, dim) -> (B, heads, rows, dim)
         lead = batch[:-1] + (heads,) if batch else (heads,)
-        return t.astype(dt, copy=False).broadcast_to(lead + t.shape[-2:]).reshape(b, heads, *t.shape[-2:])
+        return _as_shape(t.astype(dt, copy=False), lead + t.shape[-2:], (b, heads, *t.shape[-2:]))
 
     kv_heads = k.shape[-3] if grouped else h
     srcs = [as4(q, h), as4(k, kv_heads), as4(v, kv_heads)]
@@ -417,10 +417,18 @@ def _fused_attention(
         kind = "bool" if m.dtype is DType.bool else "add"
         if kind == "add" and not m.dtype.is_float:
             m = m.astype(dt, copy=False)
-        srcs.append(m.broadcast_to(target).reshape(b, h, q_len, kv_len))
+        srcs.append(_as_shape(m, target, (b, h, q_len, kv_len)))
     arg = AttentionArg(scale, causal, kind, h // kv_heads, length=length)
     # the result keeps the caller's batch dims: (B, H, L, Ev) in memory either way, and no copy
     return make(Op.ATTENTION, tuple(srcs), batch + (q_len, ev), dt, arg)
+
+
+def _as_shape(t: Tensor, full: tuple[int, ...], shape: tuple[int, ...]) -> Tensor:
+    """t broadcast to `full`, then reshaped to `shape`: attention's own operands, not views (tracer.tensor.moved)."""
+    if t.shape != full:
+        full = shapes.check_expand("expand", t.shape, full)
+        t = moved(t, Op.EXPAND, full, full)
+    return t if t.shape == shape else moved(t, Op.RESHAPE, shape, shape)
 
 
 def _composed_attention(
