@@ -244,3 +244,19 @@ def test_attention_operands_broadcast_as_before(rng: np.random.Generator) -> Non
     assert_close(got.numpy(), want, rtol=1e-4, atol=1e-5)
     with pytest.raises(ShapeError, match="mask shape"):
         tr.nn.scaled_dot_product_attention(tr.tensor(q), tr.tensor(k), tr.tensor(v), mask=tr.ones((4, 5)))
+
+
+def test_map_syms_reaches_every_sym() -> None:
+    from ir.ops import AttentionArg
+    from ir.symbolic import Sym, map_syms, syms_in
+
+    a, b = Sym("v", 1, 0, 0, 9, "a"), Sym("v", 2, 1, 1, 19, "b")
+    value = ((0, (a, 3), [b, 1.5, None, "x", True]), AttentionArg(0.5, False, "none", 1, length=a + 1), DType.float32)
+    assert syms_in(value) == [a, b, a + 1]
+    numbered = map_syms(value, lambda s: Sym(0, s.scale, s.const, s.lo, s.hi, s.what))
+    assert numbered[0] == (0, (Sym(0, 1, 0, 0, 9), 3), [Sym(0, 2, 1, 1, 19), 1.5, None, "x", True])
+    assert numbered[1].length == Sym(0, 1, 1, 1, 10) and numbered[1].scale == 0.5
+    assert numbered[2] is DType.float32
+    plain = ((1, 2), [3, "y"], AttentionArg(0.5, True, "none", 2))
+    assert map_syms(plain, lambda s: 0) is plain  # nothing to replace: the same object
+    assert map_syms(a, lambda s: s.scale * 4 + s.const) == 4

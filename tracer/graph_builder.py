@@ -8,7 +8,7 @@ builds its Graph. `graph_of` builds it when a program must be compiled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ir.graph import Graph
@@ -87,7 +87,7 @@ def walk(targets: list[Lazy]) -> Walk:
         if slot is None:
             slot = slots[id(s.slot)] = len(variables)
             variables.append(s.slot)
-        return replace(s, slot=slot)
+        return Sym(slot, s.scale, s.const, s.lo, s.hi, s.what)  # replace(s, slot=slot), without its field walk
 
     append = nodes.append
     for lz in order:
