@@ -57,7 +57,7 @@ class Tensor:
         self._lazy = lazy
         self._viewof: ViewInfo | None = None  # set when this tensor is a view of another (tracer.views)
         self._cell: RootCell | None = None  # on a root with views: its value and views (tracer.views)
-        refs = lazy.handles  # lazy.add_handle(self), inlined: every op makes a Tensor
+        refs = lazy.refs  # lazy.add_handle(self), inlined: every op makes a Tensor
         refs.append(weakref.ref(self))
         n = len(refs)
         if n >= 64 and n & (n - 1) == 0:
