@@ -16,17 +16,9 @@ def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
         a, b = shapes
         if a == b:  # the common case, traced for most ops
             return tuple(a)
-        if len(a) == len(b):  # one pass, no sets; a mismatch falls through to the full rule (and its error)
-            out2 = []
-            for x, y in zip(a, b):
-                if x == y or y == 1:
-                    out2.append(x)
-                elif x == 1:
-                    out2.append(y)
-                else:
-                    break
-            else:
-                return tuple(out2)
+        out = _broadcast_pair(a, b)
+        if out is not None:
+            return out  # else a mismatch: the full rule below raises naming it
     ndim = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(ndim):
@@ -39,6 +31,21 @@ def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
                 "sizes must match or be 1 from the right: reshape or unsqueeze an operand"
             )
         out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _broadcast_pair(a: Shape, b: Shape) -> Shape | None:
+    """Two shapes broadcast in one pass without sets (the shorter taking leading 1s), or None when they do not."""
+    if len(a) != len(b):
+        a, b = (1,) * (len(b) - len(a)) + tuple(a), (1,) * (len(a) - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
     return tuple(out)
 
 

@@ -260,3 +260,30 @@ def test_map_syms_reaches_every_sym() -> None:
     plain = ((1, 2), [3, "y"], AttentionArg(0.5, True, "none", 2))
     assert map_syms(plain, lambda s: 0) is plain  # nothing to replace: the same object
     assert map_syms(a, lambda s: s.scale * 4 + s.const) == 4
+
+
+@pytest.mark.parametrize("value", [2.0, -0.0, 1e30, 3.4028234663852886e38, float("inf"), float("nan"), 10**30, 7])
+def test_scalar_operands_enter_as_numpy(value: float) -> None:
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    with np.errstate(all="ignore"):
+        want = x * np.float32(value)
+    assert_close((tr.tensor(x) * value).numpy(), want)
+
+
+def test_scalar_operands_out_of_range_are_refused() -> None:
+    with pytest.raises(DTypeError, match="out of float32 range"):
+        tr.ones(3) * 1e39
+    with pytest.raises(DTypeError, match="out of float32 range"):
+        tr.ones(3) + 10**39
+    if float16_supported():
+        assert_close((tr.ones(2, dtype=tr.float16) * 65504.0).numpy(), np.full(2, 65504, np.float16))
+        with pytest.raises(DTypeError, match="out of float16 range"):
+            tr.ones(2, dtype=tr.float16) * 70000.0
+
+
+@pytest.mark.parametrize(("sa", "sb"), [((5,), (2, 1, 1)), ((), (2, 3)), ((3, 1, 4), (2, 1))])
+def test_broadcast_of_different_ranks(rng: np.random.Generator, sa: tuple, sb: tuple) -> None:
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    assert_close((tr.tensor(a) - tr.tensor(b)).numpy(), a - b)
+    with pytest.raises(ShapeError, match=r"sub: shapes \(3,\), \(2, 4\) do not broadcast \(axis -1: sizes \[3, 4\]\)"):
+        tr.ones(3) - tr.ones((2, 4))

@@ -155,7 +155,7 @@ class Tensor:
     def _movement(self, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
         """A movement op's result: a view of this tensor's root where numpy makes a view, else a copy."""
         src = self._lazy
-        if src.ragged or src.dtype in _QUANTIZED or (op is Op.EXPAND and math.prod(shape) > _SMALL):
+        if src.ragged or src.dtype.is_quantized or (op is Op.EXPAND and math.prod(shape) > _SMALL):
             out = make(op, (self,), shape, src.dtype, arg)  # make's checks (the others add no bytes, keep the dtype)
         else:
             out = Tensor(Lazy(op, (src,), shape, src.dtype, arg))
@@ -387,10 +387,11 @@ class Tensor:
         return self._movement(Op.RESHAPE, new, new)
 
     def permute(self, *order: Any) -> Tensor:
-        perm = shapes.check_permutation("permute", _shape_arg(order), self.shape)
-        if perm == tuple(range(self.ndim)):
+        shape = self.shape
+        perm = shapes.check_permutation("permute", _shape_arg(order), shape)
+        if perm == tuple(range(len(shape))):
             return self._alias()
-        return self._movement(Op.PERMUTE, tuple(self.shape[i] for i in perm), perm)
+        return self._movement(Op.PERMUTE, tuple([shape[i] for i in perm]), perm)
 
     def transpose(self, *axes: Any) -> Tensor:
         """numpy's transpose: no axes reverses them all, all axes (or one tuple of them) reorder
@@ -588,7 +589,6 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 
 MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
 _F16 = DType.float16
-_QUANTIZED = frozenset(d for d in DType if d.is_quantized)
 _SMALL = LARGEST_SAFE_BINDING // 16  # elements: at most 16 bytes each (a lone quantized block's padding)
 
 
@@ -596,7 +596,7 @@ def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType,
     """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
     lazies = tuple([s._lazy for s in srcs])
     for lz in lazies:  # the rare operands (one loop: this runs for every op)
-        if lz.ragged or lz.dtype in _QUANTIZED:
+        if lz.ragged or lz.dtype.is_quantized:
             refuse_runtime_length(op.value, srcs)
             check_quantized_operands(op, lazies, dtype, arg)
             break
@@ -624,7 +624,7 @@ def moved(x: Tensor, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
     than the op. The caller has checked `shape` and `arg`.
     """
     src = x._lazy
-    if src.ragged or src.dtype in _QUANTIZED or (op is Op.EXPAND and math.prod(shape) > _SMALL):
+    if src.ragged or src.dtype.is_quantized or (op is Op.EXPAND and math.prod(shape) > _SMALL):
         return make(op, (x,), shape, src.dtype, arg)  # make's checks
     return Tensor(Lazy(op, (src,), shape, src.dtype, arg))
 
