@@ -287,3 +287,17 @@ def test_broadcast_of_different_ranks(rng: np.random.Generator, sa: tuple, sb: t
     assert_close((tr.tensor(a) - tr.tensor(b)).numpy(), a - b)
     with pytest.raises(ShapeError, match=r"sub: shapes \(3,\), \(2, 4\) do not broadcast \(axis -1: sizes \[3, 4\]\)"):
         tr.ones(3) - tr.ones((2, 4))
+
+
+def test_matmul_of_two_matrices(rng: np.random.Generator) -> None:
+    a, b = rng.standard_normal((3, 5), dtype=np.float32), rng.standard_normal((5, 2), dtype=np.float32)
+    assert_close((tr.tensor(a) @ tr.tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-5)
+    assert_close((tr.tensor(a) @ b).numpy(), a @ b, rtol=1e-4, atol=1e-5)  # an array operand
+    with pytest.raises(ShapeError, match=r"matmul: \(3, 5\) @ \(3, 5\): inner dimensions 5 and 3 differ"):
+        tr.tensor(a) @ tr.tensor(a)
+    with pytest.raises(DTypeError, match="only float matmul"):
+        tr.ones((2, 2), dtype=tr.int32) @ tr.ones((2, 2), dtype=tr.int32)
+    if float16_supported():
+        got = (tr.tensor(a).astype(tr.float16) @ tr.tensor(b)).numpy()
+        assert got.dtype == np.float32
+        assert_close(got, a.astype(np.float16).astype(np.float32) @ b, rtol=2e-3, atol=2e-3)

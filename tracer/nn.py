@@ -47,6 +47,7 @@ from tracer.tensor import (
     from_data,
     make,
     masked_fill,
+    matmul,
     moved,
     where,
 )
@@ -235,7 +236,9 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     if not plain:
         y = x.reshape(rows) @ weight.T
     else:
-        y = (x if x.shape == rows else moved(x, Op.RESHAPE, rows, rows)) @ moved(weight, Op.PERMUTE, (k, out), (1, 0))
+        y = matmul(
+            x if x.shape == rows else moved(x, Op.RESHAPE, rows, rows), moved(weight, Op.PERMUTE, (k, out), (1, 0))
+        )
     if bias is not None:
         bias = as_tensor(bias, "linear", "bias")
         if bias.shape != (out,):

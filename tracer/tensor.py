@@ -826,6 +826,11 @@ def row_op(op: Op, x: Tensor, axis: int) -> Tensor:
 
 
 def matmul(a: Any, b: Any) -> Tensor:
+    if type(a) is Tensor and type(b) is Tensor:  # two matrices of one float dtype (linear's product): nothing to adapt
+        la, lb = a._lazy, b._lazy
+        sa, sb, dt = la.shape, lb.shape, la.dtype
+        if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and lb.dtype is dt and dt.is_float and not dt.is_quantized:
+            return make(Op.MATMUL, (a, b), (sa[0], sb[1]), dt)
     a = a if isinstance(a, Tensor) else from_data(a)
     b = b if isinstance(b, Tensor) else from_data(b)
     if a.dtype.is_quantized or b.dtype.is_quantized:
