@@ -71,7 +71,7 @@ class DType(enum.Enum):
     @property
     def family(self) -> str:
         """ "float", "int" or "bool": the kinds of operand an op's WGSL is written for (ir/optable)."""
-        return "float" if self.is_float else "int" if self.is_int else "bool"
+        return self._facts[5]
 
     @property
     def wgsl(self) -> str:
@@ -103,7 +103,7 @@ class DType(enum.Enum):
         return not self.__eq__(other)
 
     def __hash__(self) -> int:
-        return hash(self.value)
+        return hash(self._value_)  # the same as hash(self.value), without the enum property
 
     def __repr__(self) -> str:
         return f"tr.{self.value}"
@@ -123,15 +123,17 @@ _WGSL = {
 # quantized formats: (elements per block, bytes per block), as GGML defines them
 _BLOCKS = {DType.q8_0: (32, 34), DType.q4_0: (32, 18)}
 
-for _dt in DType:  # (numpy dtype, bytes per element in a buffer (0: quantized), is float, is int, is quantized)
+_INTS = (DType.int32, DType.uint32)
+for _dt in DType:  # (numpy dtype, bytes per element in a buffer (0: quantized), is float, is int, is quantized, family)
     _quantized = _dt in _BLOCKS
     _np = np.dtype(np.float32) if _quantized else np.dtype(_dt.value)
     _dt._facts = (
         _np,
         0 if _quantized else 4 if _dt is DType.bool else _np.itemsize,
         _quantized or _dt in (DType.float32, DType.float16),
-        _dt in (DType.int32, DType.uint32),
+        _dt in _INTS,
         _quantized,
+        "float" if _quantized or _dt in (DType.float32, DType.float16) else "int" if _dt in _INTS else "bool",
     )
 
 float32 = DType.float32

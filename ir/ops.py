@@ -117,7 +117,7 @@ class Op(enum.Enum):
     @property
     def opdef(self) -> OpDef:
         """Everything known about this op: its record in the op table (ir/optable)."""
-        return OPDEFS[self.value]
+        return self._opdef  # set below the class: OPDEFS[self.value], read for every traced op
 
 
 def _check_table() -> None:
@@ -131,6 +131,8 @@ def _check_table() -> None:
 
 
 _check_table()
+for _op in Op:
+    _op._opdef = OPDEFS[_op.value]
 
 
 def _ops(kind: Kind, arity: int | None = None) -> frozenset[Op]:

@@ -12,8 +12,13 @@ Shape = tuple[int, ...]
 
 
 def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
-    if len(shapes) == 2 and shapes[0] == shapes[1]:  # the common case, traced for most ops
-        return tuple(shapes[0])
+    if len(shapes) == 2:
+        a, b = shapes
+        if a == b:  # the common case, traced for most ops
+            return tuple(a)
+        out = _broadcast_pair(a, b)
+        if out is not None:
+            return out  # else a mismatch: the full rule below raises naming it
     ndim = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(ndim):
@@ -26,6 +31,21 @@ def broadcast_shapes(op: str, *shapes: Shape) -> Shape:
                 "sizes must match or be 1 from the right: reshape or unsqueeze an operand"
             )
         out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _broadcast_pair(a: Shape, b: Shape) -> Shape | None:
+    """Two shapes broadcast in one pass without sets (the shorter taking leading 1s), or None when they do not."""
+    if len(a) != len(b):
+        a, b = (1,) * (len(b) - len(a)) + tuple(a), (1,) * (len(a) - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
     return tuple(out)
 
 
@@ -67,6 +87,8 @@ def normalize_axes(op: str, axis: int | Sequence[int] | None, shape: Shape) -> t
 
 
 def resolve_reshape(op: str, old: Shape, new: Sequence[int]) -> Shape:
+    if type(new) is tuple and all(type(d) is int and d >= 0 for d in new) and math.prod(new) == math.prod(old):
+        return new  # sizes given in full (the common case)
     new = tuple(int(d) for d in new)
     if sum(d == -1 for d in new) > 1:
         raise ShapeError(f"{op}: only one -1 allowed in {new} (reshaping {old}); give the other sizes")
@@ -90,6 +112,8 @@ def resolve_reshape(op: str, old: Shape, new: Sequence[int]) -> Shape:
 
 def check_permutation(op: str, order: Sequence[int], shape: Shape) -> tuple[int, ...]:
     ndim = len(shape)
+    if len(order) == ndim and all(type(a) is int for a in order) and sorted(order) == list(range(ndim)):
+        return tuple(order)  # already normalized (the common case)
     norm = tuple(normalize_axis(op, a, ndim, shape) for a in order)
     if sorted(norm) != list(range(ndim)):
         raise ShapeError(

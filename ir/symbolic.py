@@ -122,22 +122,40 @@ def lower(x: int | Sym) -> int:
     return x.lo if isinstance(x, Sym) else x
 
 
+_ATOMS = (int, float, str, bool, type(None))  # never hold a Sym: returned as they are, without a call per item
+_FIELDS: dict[type, tuple[str, ...] | None] = {}  # per type: a dataclass's field names, None for other types
+
+
+def _fields_of(cls: type) -> tuple[str, ...] | None:
+    names = _FIELDS.get(cls, ())
+    if names == ():
+        names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+        _FIELDS[cls] = names
+    return names
+
+
 def map_syms(value: Any, fn: Callable[[Sym], Any]) -> Any:
     """`value` with every Sym inside it (tuples, lists, frozen dataclasses) replaced by fn(sym)."""
-    if isinstance(value, Sym):
+    cls = type(value)
+    if cls in _ATOMS:
+        return value
+    if cls is Sym:
         return fn(value)
     if isinstance(value, tuple | list):
-        items = [map_syms(v, fn) for v in value]
+        items = [v if type(v) in _ATOMS else map_syms(v, fn) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return tuple(items) if isinstance(value, tuple) else items
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, Sym):  # a subclass
+        return fn(value)
+    names = _fields_of(cls)
+    if names:
         changes = {}
-        for f in dataclasses.fields(value):
-            old = getattr(value, f.name)
+        for name in names:
+            old = getattr(value, name)
             new = map_syms(old, fn)
             if new is not old:
-                changes[f.name] = new
+                changes[name] = new
         return dataclasses.replace(value, **changes) if changes else value
     return value
 

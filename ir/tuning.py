@@ -9,6 +9,7 @@ wgpu; backend_wgpu/autotune.py measures the entries and keeps them in a per-user
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,10 @@ class TuningTable:
 
     def digest(self) -> str:
         """A short hash of the winners: programs compiled under different tables differ in it."""
+        return self._digest
+
+    @functools.cached_property
+    def _digest(self) -> str:  # once per table (entries never change): the program cache asks on every realization
         text = ";".join(f"{k}={e.config}" for k, e in self.entries)
         return hashlib.sha1(text.encode()).hexdigest()[:12] if text else ""
 

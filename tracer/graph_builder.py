@@ -8,16 +8,17 @@ builds its Graph. `graph_of` builds it when a program must be compiled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ir.graph import Graph, input_key, node_key
+from ir.graph import Graph
 from ir.node import Node
 from ir.ops import MOVEMENT, InputArg, Op
 from ir.symbolic import Sym, map_syms
 from tracer.lazy import Lazy
 
 _INPUT = Op.INPUT  # a leaf: realized, or host data waiting for upload (Lazy.is_leaf, read fast)
+_ARANGE = Op.ARANGE  # its arg is keyed by repr (ir.graph.node_key)
 
 
 @dataclass
@@ -55,15 +56,15 @@ def walk(targets: list[Lazy]) -> Walk:
     never donated to an in-place kernel.
     """
     order: list[Lazy] = []
-    members: set[int] = set()
+    pos: dict[int, int] = {}  # id(Lazy) -> its position in order: the graph's members
     for t in targets:
-        postorder(t, order, members)
+        postorder(t, order, pos)
     target_ids = {id(t) for t in targets}
     outputs: list[Lazy] = list(dict.fromkeys(targets))
     output_ids = {id(lz) for lz in outputs}
     kept_leaves: set[int] = set()
     for lz in order:
-        if lz.op is _INPUT or id(lz) in target_ids or not lz.seen_outside(members):
+        if lz.op is _INPUT or id(lz) in target_ids or not lz.seen_outside(pos):
             continue
         base = lz
         while base.op in MOVEMENT and not base.is_leaf:
@@ -74,7 +75,6 @@ def walk(targets: list[Lazy]) -> Walk:
             outputs.append(base)
             output_ids.add(id(base))
 
-    pos: dict[int, int] = {}
     nodes: list[tuple] = []
     inputs: list[Lazy] = []
     donatable: list[bool] = []
@@ -87,20 +87,23 @@ def walk(targets: list[Lazy]) -> Walk:
         if slot is None:
             slot = slots[id(s.slot)] = len(variables)
             variables.append(s.slot)
-        return replace(s, slot=slot)
+        return Sym(slot, s.scale, s.const, s.lo, s.hi, s.what)  # replace(s, slot=slot), without its field walk
 
+    append = nodes.append
     for lz in order:
-        pos[id(lz)] = len(nodes)
-        if lz.op is _INPUT:
-            free = not lz.pinned and id(lz) not in kept_leaves and not lz.seen_outside(members)
-            nodes.append(input_key(len(inputs), free, lz.shape, lz.dtype))
+        op = lz.op
+        if op is _INPUT:
+            free = not lz.pinned and id(lz) not in kept_leaves and not lz.seen_outside(pos)
+            append(("input", len(inputs), free, lz.shape, lz.dtype._value_))  # ir.graph.input_key, inlined
             inputs.append(lz)
             donatable.append(free)
         else:
             arg = lz.arg
             if lz.dyn:
                 arg = args[id(lz)] = map_syms(arg, number)
-            nodes.append(node_key(lz.op, tuple([pos[id(s)] for s in lz.srcs]), lz.shape, lz.dtype, arg))
+            # ir.graph.node_key, inlined (one call less per node); tests/test_lazy_host.py checks they agree
+            srcs = tuple([pos[id(s)] for s in lz.srcs])
+            append((op._value_, srcs, lz.shape, lz.dtype._value_, repr(arg) if op is _ARANGE else arg))
     structure = (tuple(nodes), tuple([pos[id(lz)] for lz in outputs]))
     ints = tuple(v.value for v in variables)
     return Walk(order, inputs, donatable, outputs, structure, args, variables, ints)
@@ -128,19 +131,30 @@ def build_graph(targets: list[Lazy]) -> BuiltGraph:
     return BuiltGraph(graph_of(w), w.inputs, w.outputs, w.variables, w.ints)
 
 
-def postorder(root: Lazy, order: list[Lazy], seen: set[int]) -> None:
-    """Append every Lazy `root` needs that is not in `seen` to `order`, sources first (leaves are not entered)."""
-    # iterative DFS: user graphs can be deeper than Python's recursion limit
-    stack: list[tuple[Lazy, bool]] = [(root, False)]
+def postorder(root: Lazy, order: list[Lazy], pos: dict[int, int]) -> None:
+    """Append every Lazy `root` needs that is not in `pos` to `order`, sources first (leaves are not entered),
+    and its position there to `pos` (by id())."""
+    if id(root) in pos:
+        return
+    if root.op is _INPUT:
+        pos[id(root)] = len(order)
+        order.append(root)
+        return
+    # iterative DFS, sources left to right: user graphs can be deeper than Python's recursion limit
+    stack = [(root, iter(root.srcs))]
+    push, pop = stack.append, stack.pop
     while stack:
-        lz, expanded = stack.pop()
-        if id(lz) in seen:
-            continue
-        if expanded or lz.op is _INPUT:
-            seen.add(id(lz))
+        lz, srcs = stack[-1]
+        for s in srcs:
+            if id(s) in pos:
+                continue
+            if s.op is _INPUT:
+                pos[id(s)] = len(order)
+                order.append(s)
+                continue
+            push((s, iter(s.srcs)))
+            break
+        else:
+            pop()
+            pos[id(lz)] = len(order)
             order.append(lz)
-            continue
-        stack.append((lz, True))
-        for s in reversed(lz.srcs):
-            if id(s) not in seen:
-                stack.append((s, False))

@@ -105,6 +105,9 @@ def fitted(arr: np.ndarray, target: DType, op: str) -> np.ndarray:
     return out
 
 
+_LARGEST = {DType.float32: float(np.finfo(np.float32).max), DType.float16: float(np.finfo(np.float16).max)}
+
+
 def host_scalar(value: Any, dtype: DType, op: str) -> bool | int | float:
     """A python (or numpy) scalar as it enters a tensor of `dtype`, under `fitted`'s rule."""
     if isinstance(value, np.generic):
@@ -132,6 +135,9 @@ def host_scalar(value: Any, dtype: DType, op: str) -> bool | int | float:
         as_float = float(value)
     except OverflowError:
         as_float = math.inf
+    largest = _LARGEST.get(dtype)
+    if largest is not None and -largest <= as_float <= largest:  # fits: no numpy round trip (the common case)
+        return as_float
     with np.errstate(over="ignore"):
         stored = dtype.np.type(as_float)
     if math.isfinite(as_float) and not np.isfinite(stored) or (isinstance(value, int) and math.isinf(as_float)):

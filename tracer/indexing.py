@@ -52,6 +52,8 @@ def resolve_index(shape: tuple[int, ...], index: Any) -> IndexView:
     ndim = len(shape)
     items = index if isinstance(index, tuple) else (index,)
     for it in items:
+        if it is None or it is Ellipsis or type(it) is slice or type(it) is int:  # the common items: valid
+            continue
         if is_array_index(it):
             raise DTypeError(f"index: array index {type(it).__name__} in a basic index (shape {shape})")
         if isinstance(it, float | bool | np.bool_ | np.floating):

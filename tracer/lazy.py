@@ -4,17 +4,19 @@ A Lazy becomes realized when a program computes it: it then holds a device buffe
 forgets its sources, so the graph above it can be freed and is never recomputed.
 
 Who can still see a value decides what a realization keeps (graph_builder): the Tensors
-that show it and the pending Lazies that read it. Both are kept as plain lists of weak
-references, appended to when a Tensor or a consumer is made and filtered when read (a
-dead reference, a Tensor rebound to another value, or a consumer realized since, no
-longer counts). Tracing pays one weak reference per node and one list append per
-operand, not a WeakSet per node.
+that show it and the pending Lazies that read it. Both are kept in one plain list of weak
+references (`refs`; a reader's is a `ReaderRef`), appended to when a Tensor or a consumer
+is made and filtered when read (a dead reference, a Tensor rebound to another value, or a
+consumer realized since, no longer counts). Tracing pays one weak reference per node and
+one list append per operand, not a WeakSet per node; one list per node, not two, since
+every object a trace keeps alive until its realization is walked by the garbage collector.
 """
 
 from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Container
 from typing import Any
 
 import numpy as np
@@ -28,9 +30,20 @@ def _append(refs: list[weakref.ref], ref: weakref.ref) -> None:
     refs.append(ref)
     n = len(refs)
     if n >= 64 and n & (n - 1) == 0:
-        kept = [r for r in refs if r() is not None]
-        if len(kept) <= n // 2:
-            refs[:] = kept
+        compact_refs(refs)
+
+
+def compact_refs(refs: list[weakref.ref]) -> None:
+    """Drop the dead references if that halves the list (callers do so at 64, 128, 256... entries)."""
+    kept = [r for r in refs if r() is not None]
+    if len(kept) <= len(refs) // 2:
+        refs[:] = kept
+
+
+class ReaderRef(weakref.ref):
+    """A weak reference to a pending Lazy that reads the value holding it (the others in Lazy.refs are Tensors)."""
+
+    __slots__ = ()
 
 
 class Lazy:
@@ -42,8 +55,7 @@ class Lazy:
         "arg",
         "buffer",
         "host",
-        "handles",
-        "consumers",
+        "refs",
         "pinned",
         "dyn",
         "ragged",
@@ -58,15 +70,19 @@ class Lazy:
         self.arg = arg
         self.buffer: Any = None  # backend_wgpu.DeviceBuffer once realized
         self.host: np.ndarray | None = None  # data waiting to be uploaded
-        self.handles: list[weakref.ref] = []  # Tensors made to show this value (see live_handles)
-        self.consumers: list[weakref.ref] = []  # Lazies made to read it (see live_consumers)
+        # Tensors made to show this value (see live_handles) and, as ReaderRefs, Lazies made to read it
+        self.refs: list[weakref.ref] = []
         self.pinned = False  # never donated to an in-place kernel (cached constants)
         self.dyn = False  # arg holds runtime integers (ir.symbolic.Sym of tracer.runtime_ints variables)
         self.ragged = False  # a runtime-length slice (tracer.tensor.RuntimeLengthTensor): only attention reads it
         if srcs:
-            me = weakref.ref(self)
-            for s in srcs:
-                _append(s.consumers, me)
+            me = ReaderRef(self)
+            for s in srcs:  # _append, inlined: this runs for every operand of every op
+                refs = s.refs
+                refs.append(me)
+                n = len(refs)
+                if n >= 64 and n & (n - 1) == 0:
+                    compact_refs(refs)
 
     @staticmethod
     def from_host(data: np.ndarray, dtype: DType) -> Lazy:
@@ -83,31 +99,42 @@ class Lazy:
     def size(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def handles(self) -> list[weakref.ref]:
+        """The references to Tensors made to show this value (some dead or rebound since)."""
+        return [r for r in list(self.refs) if type(r) is not ReaderRef]
+
+    @property
+    def consumers(self) -> list[weakref.ref]:
+        """The references to Lazies made to read this value (some dead or realized since)."""
+        return [r for r in list(self.refs) if type(r) is ReaderRef]
+
     def add_handle(self, tensor: Any) -> None:
         """`tensor` shows this value from now on (until it is rebound: Tensor._lazy is checked when read)."""
-        _append(self.handles, weakref.ref(tensor))
+        _append(self.refs, weakref.ref(tensor))
 
     def live_handles(self) -> list[Any]:
         """The Tensors that show this value now."""
         # list(): one snapshot (C call, kept whole by the GIL) while other threads may trace and append
-        return [t for r in list(self.handles) if (t := r()) is not None and t._lazy is self]
+        return [t for r in list(self.refs) if type(r) is not ReaderRef and (t := r()) is not None and t._lazy is self]
 
-    def seen_outside(self, members: set[int]) -> bool:
+    def seen_outside(self, members: Container[int]) -> bool:
         """A Tensor shows this value, or a pending Lazy whose id() is not in `members` reads it."""
         # iterating a list that another thread appends to is safe (it may or may not see the new entry)
-        for r in self.handles:
-            t = r()
-            if t is not None and t._lazy is self:
-                return True
-        for r in self.consumers:
-            c = r()
-            if c is not None and id(c) not in members and self in c.srcs:
+        for r in self.refs:
+            o = r()
+            if o is None:
+                continue
+            if type(r) is ReaderRef:
+                if id(o) not in members and self in o.srcs:
+                    return True
+            elif o._lazy is self:
                 return True
         return False
 
     def live_consumers(self) -> list[Lazy]:
         """The pending Lazies that read this value now."""
-        return [c for r in list(self.consumers) if (c := r()) is not None and self in c.srcs]
+        return [c for r in list(self.refs) if type(r) is ReaderRef and (c := r()) is not None and self in c.srcs]
 
     def mark_realized(self, buffer: Any) -> None:
         self.buffer = buffer

@@ -41,11 +41,14 @@ from tracer.tensor import (
     Tensor,
     as_tensor,
     binary,
+    broadcast_to,
     broadcasts_to,
     clamp,
     from_data,
     make,
     masked_fill,
+    matmul,
+    moved,
     where,
 )
 
@@ -225,14 +228,25 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     if weight.ndim != 2 or x.ndim == 0 or x.shape[-1] != weight.shape[1]:
         raise ShapeError(f"linear: x shape {x.shape} does not fit weight shape {weight.shape} (out, in)")
     lead = x.shape[:-1]
-    # one GEMM over every row, not a batch of small ones (rows counted: reshape(-1, 0) is ambiguous)
-    y = x.reshape(math.prod(lead), x.shape[-1]) @ weight.T
+    out, k = weight.shape
+    plain = type(x) is Tensor and type(weight) is Tensor
+    # one GEMM over every row, not a batch of small ones (rows counted: reshape(-1, 0) is ambiguous);
+    # the reshapes and the transpose are this function's own steps, not views (tracer.tensor.moved)
+    rows = (math.prod(lead), k)
+    if not plain:
+        y = x.reshape(rows) @ weight.T
+    else:
+        y = matmul(
+            x if x.shape == rows else moved(x, Op.RESHAPE, rows, rows), moved(weight, Op.PERMUTE, (k, out), (1, 0))
+        )
     if bias is not None:
         bias = as_tensor(bias, "linear", "bias")
-        if bias.shape != (weight.shape[0],):
-            raise ShapeError(f"linear: bias shape {bias.shape} does not match {weight.shape[0]} outputs")
+        if bias.shape != (out,):
+            raise ShapeError(f"linear: bias shape {bias.shape} does not match {out} outputs")
         y = y + bias
-    return y.reshape(lead + (weight.shape[0],))
+    if not plain:
+        return y.reshape(lead + (out,))
+    return y if y.shape == lead + (out,) else moved(y, Op.RESHAPE, lead + (out,), lead + (out,))
 
 
 # --- rotary embeddings and attention -------------------------------------------------
@@ -262,7 +276,7 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
         target = x.shape[:-1] + (half,)
         if not broadcasts_to(t.shape, target):
             raise ShapeError(f"rope: {what} shape {t.shape} does not broadcast to {target} for x shape {x.shape}")
-        pairs.append(t.broadcast_to(target))
+        pairs.append(broadcast_to(t, target))  # not a view: read by this rope only
     xf = _float(x)
     return make(Op.ROPE, (xf, *pairs), x.shape, xf.dtype, RopeArg(interleaved)).astype(x.dtype, copy=False)
 
@@ -391,7 +405,7 @@ def _fused_attention(
 
     def as4(t: Tensor, heads: int) -> Tensor:  # (..., heads, rows, dim) -> (B, heads, rows, dim)
         lead = batch[:-1] + (heads,) if batch else (heads,)
-        return t.astype(dt, copy=False).broadcast_to(lead + t.shape[-2:]).reshape(b, heads, *t.shape[-2:])
+        return _as_shape(t.astype(dt, copy=False), lead + t.shape[-2:], (b, heads, *t.shape[-2:]))
 
     kv_heads = k.shape[-3] if grouped else h
     srcs = [as4(q, h), as4(k, kv_heads), as4(v, kv_heads)]
@@ -406,10 +420,18 @@ def _fused_attention(
         kind = "bool" if m.dtype is DType.bool else "add"
         if kind == "add" and not m.dtype.is_float:
             m = m.astype(dt, copy=False)
-        srcs.append(m.broadcast_to(target).reshape(b, h, q_len, kv_len))
+        srcs.append(_as_shape(m, target, (b, h, q_len, kv_len)))
     arg = AttentionArg(scale, causal, kind, h // kv_heads, length=length)
     # the result keeps the caller's batch dims: (B, H, L, Ev) in memory either way, and no copy
     return make(Op.ATTENTION, tuple(srcs), batch + (q_len, ev), dt, arg)
+
+
+def _as_shape(t: Tensor, full: tuple[int, ...], shape: tuple[int, ...]) -> Tensor:
+    """t broadcast to `full`, then reshaped to `shape`: attention's own operands, not views (tracer.tensor.moved)."""
+    if t.shape != full:
+        full = shapes.check_expand("expand", t.shape, full)
+        t = moved(t, Op.EXPAND, full, full)
+    return t if t.shape == shape else moved(t, Op.RESHAPE, shape, shape)
 
 
 def _composed_attention(

@@ -196,7 +196,9 @@ def realize_lazies(lazies: Sequence[Lazy]) -> None:
             return
         w = walk(targets)
         program = _program(w.structure, lambda: graph_of(w))
-        inputs = [device_buffer(lz) for lz in w.inputs]
+        dev = get_device()
+        # device_buffer(lz), without the call for the usual leaf: already on this device (weights, caches)
+        inputs = [b if (b := lz.buffer) is not None and b.device is dev else device_buffer(lz) for lz in w.inputs]
         outputs = program.run(inputs, ints=w.ints)
         note_run(program)
         for lz, buf in zip(w.outputs, outputs, strict=True):

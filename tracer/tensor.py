@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import operator
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,7 +31,7 @@ from ir.ops import MOVEMENT, Op
 from tracer.graph_builder import build_graph
 from tracer.host import CONSTANTS, host_scalar, lazy_from_data
 from tracer.indexing import resolve_index
-from tracer.lazy import Lazy
+from tracer.lazy import Lazy, compact_refs
 from tracer.limits import LARGEST_SAFE_BINDING, check_binding_size, check_float16, max_storage_buffers
 from tracer.quantized import check_quantized_operands, refuse, refuse_read, transposed_leaf
 from tracer.realize import compile_lazies, read_lazy, realize_lazies
@@ -56,7 +57,11 @@ class Tensor:
         self._lazy = lazy
         self._viewof: ViewInfo | None = None  # set when this tensor is a view of another (tracer.views)
         self._cell: RootCell | None = None  # on a root with views: its value and views (tracer.views)
-        lazy.add_handle(self)
+        refs = lazy.refs  # lazy.add_handle(self), inlined: every op makes a Tensor
+        refs.append(weakref.ref(self))
+        n = len(refs)
+        if n >= 64 and n & (n - 1) == 0:
+            compact_refs(refs)
 
     # --- properties ---------------------------------------------------------------
     @property
@@ -149,8 +154,15 @@ class Tensor:
 
     def _movement(self, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
         """A movement op's result: a view of this tensor's root where numpy makes a view, else a copy."""
-        out = make(op, (self,), shape, self.dtype, arg)
-        _register_view(out, child_view(self._viewof, self._root_cell(), op, shape, arg))
+        src = self._lazy
+        if src.ragged or src.dtype.is_quantized or (op is Op.EXPAND and math.prod(shape) > _SMALL):
+            out = make(op, (self,), shape, src.dtype, arg)  # make's checks (the others add no bytes, keep the dtype)
+        else:
+            out = Tensor(Lazy(op, (src,), shape, src.dtype, arg))
+        info = child_view(self._viewof, self._root_cell(), op, shape, arg)
+        if info is not None:
+            out._viewof = info
+            info.cell.add(out)
         return out
 
     def _alias(self) -> Tensor:
@@ -375,10 +387,11 @@ class Tensor:
         return self._movement(Op.RESHAPE, new, new)
 
     def permute(self, *order: Any) -> Tensor:
-        perm = shapes.check_permutation("permute", _shape_arg(order), self.shape)
-        if perm == tuple(range(self.ndim)):
+        shape = self.shape
+        perm = shapes.check_permutation("permute", _shape_arg(order), shape)
+        if perm == tuple(range(len(shape))):
             return self._alias()
-        return self._movement(Op.PERMUTE, tuple(self.shape[i] for i in perm), perm)
+        return self._movement(Op.PERMUTE, tuple([shape[i] for i in perm]), perm)
 
     def transpose(self, *axes: Any) -> Tensor:
         """numpy's transpose: no axes reverses them all, all axes (or one tuple of them) reorder
@@ -576,30 +589,44 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 
 MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
 _F16 = DType.float16
-_QUANTIZED = frozenset(d for d in DType if d.is_quantized)
+_SMALL = LARGEST_SAFE_BINDING // 16  # elements: at most 16 bytes each (a lone quantized block's padding)
 
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
     """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
     lazies = tuple([s._lazy for s in srcs])
     for lz in lazies:  # the rare operands (one loop: this runs for every op)
-        if lz.ragged or lz.dtype in _QUANTIZED:
+        if lz.ragged or lz.dtype.is_quantized:
             refuse_runtime_length(op.value, srcs)
             check_quantized_operands(op, lazies, dtype, arg)
             break
     n = math.prod(shape)
-    nbytes = dtype.nbytes(n) if dtype.is_quantized else n * dtype.itemsize
-    if nbytes > LARGEST_SAFE_BINDING or n > MAX_ELEMENTS:
-        if n > MAX_ELEMENTS:
-            raise ShapeError(
-                f"{op.value}: shape {shape} has {n} elements, over the {MAX_ELEMENTS} (2**32 - 1) that wgjit's "
-                "kernels count with 32-bit integers; split the work into smaller tensors"
-            )
-        if op not in MOVEMENT:  # views add no bytes
-            check_binding_size(op.value, shape, dtype, nbytes)
+    if n > _SMALL:  # below, no dtype's bytes reach a binding limit (quantized blocks pad to 16 bytes)
+        nbytes = dtype.nbytes(n) if dtype.is_quantized else n * dtype.itemsize
+        if nbytes > LARGEST_SAFE_BINDING or n > MAX_ELEMENTS:
+            if n > MAX_ELEMENTS:
+                raise ShapeError(
+                    f"{op.value}: shape {shape} has {n} elements, over the {MAX_ELEMENTS} (2**32 - 1) that wgjit's "
+                    "kernels count with 32-bit integers; split the work into smaller tensors"
+                )
+            if op not in MOVEMENT:  # views add no bytes
+                check_binding_size(op.value, shape, dtype, nbytes)
     if dtype is _F16 and not any(lz.dtype is _F16 for lz in lazies):
         check_float16(op.value, shape)  # where float16 enters a graph, not later at realize
     return Tensor(Lazy(op, lazies, shape, dtype, arg))
+
+
+def moved(x: Tensor, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
+    """x moved by a movement op as a new value, not a view of x: for a composition's own intermediate steps.
+
+    numpy's view semantics are for what users hold; nobody writes through a composition's
+    inner steps (tr.nn.linear's reshapes and weight.T), and a view's bookkeeping costs more
+    than the op. The caller has checked `shape` and `arg`.
+    """
+    src = x._lazy
+    if src.ragged or src.dtype.is_quantized or (op is Op.EXPAND and math.prod(shape) > _SMALL):
+        return make(op, (x,), shape, src.dtype, arg)  # make's checks
+    return Tensor(Lazy(op, (src,), shape, src.dtype, arg))
 
 
 def from_data(data: Any, dtype: DType | str | None = None, op: str = "tensor") -> Tensor:
@@ -627,6 +654,11 @@ def as_tensor(x: Any, op: str, what: str = "x") -> Tensor:
 def _shape_arg(args: tuple[Any, ...]) -> tuple[int, ...]:
     if len(args) == 1 and isinstance(args[0], list | tuple):
         args = tuple(args[0])
+    for a in args:
+        if type(a) is not int:
+            break
+    else:
+        return args  # plain ints (the common case) need no conversion
     out = []
     for a in args:
         try:
@@ -669,20 +701,32 @@ def unary(op: Op, x: Tensor) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op.value}: expected a Tensor, got {type(x).__name__}")
     rule = op.opdef.dtypes
-    x = x.astype(rule.compute_dtype(op.value, x.dtype, f"{x.dtype.value} {x.shape}"), copy=False)
-    return make(op, (x,), x.shape, rule.result_dtype(x.dtype))
+    dt = x.dtype
+    cd = rule.compute_dtype(op._value_, dt, lambda: f"{dt.value} {x.shape}")
+    if cd is not dt:
+        x = x.astype(cd, copy=False)
+    return make(op, (x,), x.shape, rule.result_dtype(cd))
 
 
 def binary(op: Op, a: Any, b: Any) -> Tensor:
     """`op` of a and b: promoted as numpy does, then to the dtype its record's rule says, and broadcast."""
-    name = op.value
+    name = op._value_
     a, b = as_tensors(name, a, b)
     rule = op.opdef.dtypes
-    operands = f"{a.dtype.value} {a.shape} and {b.dtype.value} {b.shape}"
-    dt = rule.compute_dtype(name, promote(a.dtype, b.dtype, name), operands)
-    shape = shapes.broadcast_shapes(name, a.shape, b.shape)
-    a = broadcast_to(a.astype(dt, copy=False), shape)
-    b = broadcast_to(b.astype(dt, copy=False), shape)
+    da, db = a.dtype, b.dtype
+    sa, sb = a.shape, b.shape
+    dt = rule.compute_dtype(
+        name, da if da is db else promote(da, db, name), lambda: f"{da.value} {sa} and {db.value} {sb}"
+    )
+    shape = sa if sa == sb else shapes.broadcast_shapes(name, sa, sb)
+    if da is not dt:
+        a = a.astype(dt, copy=False)
+    if db is not dt:
+        b = b.astype(dt, copy=False)
+    if sa != shape:
+        a = make(Op.EXPAND, (a,), shape, dt, shape)
+    if sb != shape:
+        b = make(Op.EXPAND, (b,), shape, dt, shape)
     return make(op, (a, b), shape, rule.result_dtype(dt))
 
 
@@ -782,6 +826,11 @@ def row_op(op: Op, x: Tensor, axis: int) -> Tensor:
 
 
 def matmul(a: Any, b: Any) -> Tensor:
+    if type(a) is Tensor and type(b) is Tensor:  # two matrices of one float dtype (linear's product): nothing to adapt
+        la, lb = a._lazy, b._lazy
+        sa, sb, dt = la.shape, lb.shape, la.dtype
+        if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and lb.dtype is dt and dt.is_float and not dt.is_quantized:
+            return make(Op.MATMUL, (a, b), (sa[0], sb[1]), dt)
     a = a if isinstance(a, Tensor) else from_data(a)
     b = b if isinstance(b, Tensor) else from_data(b)
     if a.dtype.is_quantized or b.dtype.is_quantized:

@@ -12,8 +12,8 @@ root is derived again from the root's new value; all of this only builds Lazies.
 
 from __future__ import annotations
 
+import functools
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,10 +35,11 @@ class RootCell:
     base's memory alive.
     """
 
-    __slots__ = ("lazy", "owner", "refs")
+    __slots__ = ("lazy", "owner", "refs", "shape")
 
     def __init__(self, owner: Any) -> None:
         self.lazy: Lazy = owner._lazy
+        self.shape: tuple[int, ...] = self.lazy.shape  # the root's shape: writes never change it
         self.owner = weakref.ref(owner)  # the root Tensor, while it lives
         self.refs: list[weakref.ref] = []  # the views, while they live
 
@@ -54,41 +55,85 @@ class RootCell:
         return out
 
 
-@dataclass(frozen=True, eq=False)
 class ViewInfo:
-    """Where a view's elements are in its root, and how its value is derived from the root's."""
+    """Where a view's elements are in its root, and how its value is derived from the root's.
 
-    cell: RootCell  # the root's value and its other views
-    view: View  # the view's elements as a strided view of the root's row-major elements
-    steps: tuple[Step, ...]  # movement ops that make the view's value from the root's
-    readonly: bool  # made through expand: elements alias each other, numpy refuses writes
+    A view is its parent's view (None: the root's) with one movement step applied. Its
+    `ir.view.View` is computed when first asked (writes through views ask; tracing a slice,
+    permute or expand, which always make a view, does not), and its steps are read along
+    the parents. A plain class with slots, never changed but for that cache: one is made
+    for every traced view.
+    """
+
+    __slots__ = ("cell", "parent", "step", "readonly", "_view")
+
+    def __init__(
+        self, cell: RootCell, parent: ViewInfo | None, step: Step | None, readonly: bool, view: View | None = None
+    ) -> None:
+        self.cell = cell  # the root's value and its other views
+        self.parent = parent  # the view this one applies `step` to (None: the root)
+        self.step = step  # the movement op that makes this view from the parent's (None: the root itself)
+        self.readonly = readonly  # made through expand: elements alias each other, numpy refuses writes
+        self._view = view
+
+    @property
+    def view(self) -> View:
+        """The view's elements as a strided view of the root's row-major elements."""
+        if self._view is None:
+            chain: list[ViewInfo] = []
+            info: ViewInfo | None = self
+            while info is not None and info._view is None:  # iterative: chains of views can be long
+                chain.append(info)
+                info = info.parent
+            view = info._view if info is not None else contiguous_view(self.cell.shape)
+            for link in reversed(chain):
+                assert link.step is not None and view is not None
+                op, shape, arg = link.step
+                view = (
+                    view.slice(arg) if op is Op.SLICE else view.permute(arg) if op is Op.PERMUTE else view.expand(shape)
+                )
+                link._view = view
+        return self._view
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """Movement ops that make the view's value from the root's."""
+        out = []
+        info: ViewInfo | None = self
+        while info is not None:
+            if info.step is not None:
+                out.append(info.step)
+            info = info.parent
+        return tuple(reversed(out))
 
 
 def child_view(parent: ViewInfo | None, cell: RootCell, op: Op, shape: tuple[int, ...], arg: Any) -> ViewInfo | None:
     """The ViewInfo of `op` applied to a view `parent` of the cell's root (None: to the root), or None for a copy."""
-    base = parent.view if parent is not None else View.contiguous(cell.lazy.shape)
-    if op is Op.SLICE:
-        view: View | None = base.slice(arg)
-    elif op is Op.RESHAPE:
-        view = base.reshape(shape)
-    elif op is Op.PERMUTE:
-        view = base.permute(arg)
-    elif op is Op.EXPAND:
-        view = base.expand(shape)
-    else:
-        raise AssertionError(f"not a movement op: {op}")
-    if view is None:  # a reshape that strides cannot express: numpy copies, so the result is not a view
-        return None
-    steps = (parent.steps if parent is not None else ()) + ((op, shape, arg),)
-    readonly = (parent is not None and parent.readonly) or op is Op.EXPAND
-    return ViewInfo(cell, view, steps, readonly)
+    step = (op, shape, arg)
+    readonly = op is Op.EXPAND or (parent is not None and parent.readonly)
+    if op is Op.RESHAPE:
+        if parent is None:  # of the root: always a view, contiguous
+            return ViewInfo(cell, None, step, False, contiguous_view(shape))
+        view = parent.view.reshape(shape)
+        if view is None:  # a reshape that strides cannot express: numpy copies, so the result is not a view
+            return None
+        return ViewInfo(cell, parent, step, readonly, view)
+    if op is Op.SLICE or op is Op.PERMUTE or op is Op.EXPAND:  # always a view: its View when asked
+        return ViewInfo(cell, parent, step, readonly)
+    raise AssertionError(f"not a movement op: {op}")
+
+
+@functools.lru_cache(maxsize=1024)
+def contiguous_view(shape: tuple[int, ...]) -> View:
+    """View.contiguous(shape), made once per shape (a View never changes)."""
+    return View.contiguous(shape)
 
 
 def same_view(parent: ViewInfo | None, cell: RootCell) -> ViewInfo:
     """A new view object showing exactly what its parent shows (numpy's `x.reshape(x.shape)`)."""
     if parent is not None:
         return parent
-    return ViewInfo(cell, View.contiguous(cell.lazy.shape), (), False)
+    return ViewInfo(cell, None, None, False, contiguous_view(cell.shape))
 
 
 def derive(root_lazy: Lazy, steps: tuple[Step, ...]) -> Lazy:

@@ -50,19 +50,21 @@ class Dtypes:
     result: str = "same"
     hint: str = "cast with astype() first"
 
-    def compute_dtype(self, op: str, dtype: DType, operands: str) -> DType:
+    def compute_dtype(self, op: str, dtype: DType, operands: str | Callable[[], str]) -> DType:
         """The dtype `op` computes in when its operands promote to `dtype` (`operands` says what
-        they are, for the error)."""
+        they are, for the error: a function making the text is called only then)."""
         if dtype.family in self.families:
             return dtype
         if self.float_only:
             return DType.float32
         takes = " or ".join(f for f in FAMILIES if f in self.families)
-        raise DTypeError(f"{op}: takes {takes} tensors, got {operands}; {self.hint}")
+        said = operands() if callable(operands) else operands
+        raise DTypeError(f"{op}: takes {takes} tensors, got {said}; {self.hint}")
 
     def result_dtype(self, dtype: DType) -> DType:
         """The result's dtype when the op computes in `dtype` ("given" results are the caller's)."""
-        return {"bool": DType.bool, "int32": DType.int32}.get(self.result, dtype)
+        result = self.result
+        return DType.bool if result == "bool" else DType.int32 if result == "int32" else dtype
 
 
 ANY = Dtypes(frozenset(FAMILIES))

@@ -56,6 +56,7 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
 
 from __future__ import annotations
 
+import functools
 import math
 
 from backend_wgpu.kernel import LOOP_BUDGET, Kernel, Meta, Workload
@@ -77,6 +78,7 @@ def walk_iterations(keys: int, dk: int, bc: int, threads: int, unroll: bool, key
     return scan + (-(-keys // bc) + 1) * per_block
 
 
+@functools.cache  # asked by every traced attention (tracer.nn); the search walks thousands of sizes
 def max_fused_keys(dk: int) -> int:
     """The most keys a flash tile of 16-key blocks (the smallest for head dims up to 128 on adapters
     with 32 KiB of workgroup memory) walks within LOOP_BUDGET, with the key range scan of 32 threads."""
