@@ -767,7 +767,7 @@ BIG_EXACT_GEMM = 1024
 
 
 def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
-    """The built-in rule: b64x128u for large exact f32 problems (b64x128k8u where k is short); 128x128 tiles when there are enough of them
+    """The built-in rule: b64x128u for large exact f32 problems, 64x128 tiles for wide ones (_wide_exact_gemm); 128x128 tiles when there are enough of them
     and few are padding, else 64x64."""
     c = GEMM_CONFIGS["b64x128u"]
     f32 = all(d is DType.float32 for d in p.dtypes)
@@ -775,11 +775,9 @@ def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
     trusted = os.environ.get("WGJIT_TRUSTED_SHADERS", "1").strip() != "0"
     if f32 and trusted and min(p.m, p.n, p.k) >= BIG_EXACT_GEMM and _config_runs(p, c, caps):  # exact tiles
         return "b64x128u"
-    # wide and shallow (MiniLM's 4096x1536x384 up projection): the same tiles with k steps of 8 (H200 run H,
-    # benchmarks/runs/2026-12-01-H/gemm_minilm.txt: 0.1295 ms against b128k16's 0.1390)
-    shallow = GEMM_CONFIGS["b64x128k8u"]
-    if f32 and trusted and min(p.m, p.n) >= BIG_EXACT_GEMM and p.k < BIG_EXACT_GEMM and _config_runs(p, shallow, caps):
-        return "b64x128k8u"
+    wide = _wide_exact_gemm(p, caps) if f32 and trusted else None
+    if wide is not None:
+        return wide
     for config in ("b128k16", "b128", "b64"):
         c = GEMM_CONFIGS[config]
         tiles = p.batch * -(-p.m // c.tile_m) * -(-p.n // c.tile_n)
@@ -790,6 +788,25 @@ def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
         if c.fits(caps):
             return config
     return None
+
+
+WIDE_GEMM_MIN_M, WIDE_GEMM_MIN_N = 512, 1024  # from these rows and columns the 64x128 exact tiles below win
+
+
+def _wide_exact_gemm(p: GemmProblem, caps: DeviceCaps) -> str | None:
+    """64x128 unchecked tiles for f32 problems of 512+ rows and 1024+ columns they tile exactly, where 128x128
+    tiles are few (under 256) or k is short (under 1024): k steps of 8 up to k 2048, else 16.
+
+    H200 run H (benchmarks/runs/2026-12-01-H/gemm_minilm.txt, gemm_prefill512.txt), ms against the older rule:
+    4096x1536x384 0.1295 (b128k16 0.1390), 512x2048x2048 0.1345 (b64 0.1777), 512x2048x8192 b64x128u
+    0.5952 (b64 0.6970); 512x8192x2048 keeps b128k16 (0.4455, the fastest there).
+    """
+    if p.m < WIDE_GEMM_MIN_M or p.n < WIDE_GEMM_MIN_N:
+        return None
+    big_tiles = p.batch * -(-p.m // 128) * -(-p.n // 128)
+    few = big_tiles < 256
+    name = "b64x128k8u" if p.k < 1024 or (few and p.k <= 2048) else "b64x128u" if few else None
+    return name if name is not None and _config_runs(p, GEMM_CONFIGS[name], caps) else None
 
 
 # thin GEMMs (prefill: few rows, long k) leave a large GPU idle: split k when 64x64 tiles make fewer

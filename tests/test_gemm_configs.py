@@ -8,6 +8,7 @@ Each test also asserts the dispatch ran the configuration it forced.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -168,27 +169,68 @@ def test_split_k_configs(split: int) -> None:
     close(got, a.astype(np.float64) @ b, tol=1e-4)
 
 
-def test_builtin_thin_split_rule() -> None:
-    """A prefill-shaped product (128 rows, long k) is split by the built-in rule; a square one is not."""
+def problem(m: int, n: int, k: int, dtype: str = "float32") -> object:
+    """The GemmProblem of an (m, k) @ (k, n) product of inputs, for the rules alone."""
     from ir.dtypes import DType
     from ir.graph import Graph
     from ir.node import Node
     from ir.ops import InputArg, Op
-    from passes.select_kernels import builtin_gemm_split, gemm_problem
+    from passes.select_kernels import gemm_problem
 
-    def problem(m: int, n: int, k: int) -> object:
-        nodes = [
-            Node(0, Op.INPUT, (), (m, k), DType.float32, InputArg(0)),
-            Node(1, Op.INPUT, (), (k, n), DType.float32, InputArg(1)),
-            Node(2, Op.MATMUL, (0, 1), (m, n), DType.float32),
-        ]
-        g = Graph({x.id: x for x in nodes}, (2,))
-        return gemm_problem(g, g[2])
+    dt = DType(dtype)
+    nodes = [
+        Node(0, Op.INPUT, (), (m, k), dt, InputArg(0)),
+        Node(1, Op.INPUT, (), (k, n), dt, InputArg(1)),
+        Node(2, Op.MATMUL, (0, 1), (m, n), dt),
+    ]
+    g = Graph({x.id: x for x in nodes}, (2,))
+    return gemm_problem(g, g[2])
+
+
+def test_builtin_thin_split_rule() -> None:
+    """A prefill-shaped product (128 rows, long k) is split by the built-in rule; a square one is not."""
+    from passes.select_kernels import builtin_gemm_split
 
     assert builtin_gemm_split(problem(128, 2048, 2048)) == 4
     assert builtin_gemm_split(problem(128, 8192, 2048)) == 1  # 256 tiles already
     assert builtin_gemm_split(problem(1024, 1024, 1024)) == 1
     assert builtin_gemm_split(problem(64, 64, 64)) == 1  # too small to pay for a sum
+
+
+@pytest.mark.parametrize(
+    "m,n,k,want",
+    [
+        (4096, 4096, 4096, "b64x128u"),  # large and exact
+        (1024, 1024, 1024, "b64x128u"),
+        (4096, 1536, 384, "b64x128k8u"),  # wide, short k (MiniLM's up projection)
+        (4096, 1152, 384, "b64x128k8u"),  # MiniLM's q, k and v as one
+        (512, 2048, 2048, "b64x128k8u"),  # 512-token prefill: few 128x128 tiles, k up to 2048
+        (512, 2048, 8192, "b64x128u"),  # ... longer k
+        (512, 8192, 2048, "b128k16"),  # 256 128x128 tiles: the fastest there
+        (4096, 384, 1536, "b128k16"),  # narrow (MiniLM's down projection)
+        (256, 2048, 2048, "b64"),  # fewer rows than WIDE_GEMM_MIN_M
+        (512, 2040, 2048, "b64"),  # not exact
+    ],
+)
+def test_builtin_rule_by_shape(m: int, n: int, k: int, want: str) -> None:
+    """The built-in f32 rule on the shapes H200 run H measured (passes.select_kernels._wide_exact_gemm)."""
+    from passes.select_kernels import builtin_gemm_config
+
+    caps = dataclasses.replace(get_device().caps, max_workgroup_storage=49152, max_invocations=1024)
+    assert builtin_gemm_config(problem(m, n, k), caps) == want
+
+
+@pytest.mark.parametrize("k,want", [(64, "b64x128k8u"), (2112, "b64x128u")])
+def test_wide_rule_products_against_numpy(k: int, want: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wide rule's two configurations run (thresholds lowered to a small exact shape) and are right."""
+    monkeypatch.setattr(sk, "WIDE_GEMM_MIN_M", 128)
+    monkeypatch.setattr(sk, "WIDE_GEMM_MIN_N", 256)
+    monkeypatch.setattr(sk, "BIG_EXACT_GEMM", 1 << 20)  # not the large-and-exact rule
+    a, b = randn(128, k), randn(k, 256)
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
+    d = gemm_dispatch(program)
+    assert tile_text(want) in d.variant and ":u" in d.variant, d.variant
+    close(got, a.astype(np.float64) @ b.astype(np.float64), tol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -198,7 +240,6 @@ def test_builtin_thin_split_rule() -> None:
         (128, 192, 128, "float32", None),  # n not a multiple of 128: the older rule
         (128, 256, 128, "float16", None),  # f16 operands: not measured, the older rule
         (64, 256, 128, "float32", None),  # below the threshold
-        (128, 256, 64, "float32", "b64x128k8u"),  # k below the threshold: the same tiles, k steps of 8
     ],
 )
 def test_builtin_rule_for_large_exact_f32(
@@ -210,8 +251,8 @@ def test_builtin_rule_for_large_exact_f32(
     a, b = randn(m, k, dtype=dtype), randn(k, n, dtype=dtype)
     got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
     d = gemm_dispatch(program)
-    assert (tile_text(want or "b64x128u") in d.variant and ":u" in d.variant) == (want is not None), d.variant
+    assert (tile_text("b64x128u") in d.variant and ":u" in d.variant) == (want is not None), d.variant
     close(got, a.astype(np.float64) @ b.astype(np.float64), tol=1e-5 if dtype == "float32" else 4e-3)
     monkeypatch.setenv("WGJIT_TRUSTED_SHADERS", "0")  # compiled with clamps it lost: the older rule
     _, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
-    assert tile_text(want or "b64x128u") not in gemm_dispatch(program).variant
+    assert tile_text("b64x128u") not in gemm_dispatch(program).variant

@@ -6,7 +6,8 @@
 Cases (M x N x K): 4096^3 and 1024^3, MiniLM's linear layers over 4096 tokens (x @ W.T with
 W stored (out, in) as torch.nn.Linear does: 4096x384x384, 4096x1536x384, 4096x384x1536), its
 batched attention products (384 heads of q @ k.T: 128x128x64, and p @ v: 128x64x128), and
-thin prefill GEMMs (128x2048x2048, 128x8192x2048); each in float32 and float16 (f32
+thin prefill GEMMs (128x2048x2048, 128x8192x2048) and the ~1B decoder's 512-token prefill
+products (512x2048x2048, 512x8192x2048, 512x2048x8192); each in float32 and float16 (f32
 accumulation). For each case every candidate `wgjit tune` would time (passes.select_kernels:
 gemm_candidates, each configuration forced through a tuning table, so the normal passes build
 it; for f16 also the f16-products configurations, names ending in "h", which `wgjit tune` tries
@@ -73,6 +74,9 @@ SHAPES = [
     Case("minilm p@v 384x128x64x128", (32, 12), 128, 64, 128, False),
     Case("prefill 128x2048x2048", (), 128, 2048, 2048, True),
     Case("prefill 128x8192x2048", (), 128, 8192, 2048, True),
+    Case("prefill 512x2048x2048", (), 512, 2048, 2048, True),
+    Case("prefill 512x8192x2048", (), 512, 8192, 2048, True),
+    Case("prefill 512x2048x8192", (), 512, 2048, 8192, True),
 ]
 QUICK = [
     Case("odd 70x50x90", (), 70, 50, 90, False),
