@@ -70,14 +70,7 @@ class MiniLM:
         weights = tr.load_safetensors(path / "model.safetensors")
         # float weights in the compute dtype (cast once, on the GPU, at the first forward)
         self.w = {k: v.astype(dtype) if v.dtype.is_float else v for k, v in weights.items()}
-        # each layer's query, key and value projections as one (3 * hidden, hidden) linear: one GEMM
-        # of 3x the width reads x once and fills the GPU better than three (H200 run H: three
-        # 4096x384x384 GEMMs took 3 x 84 us of a 4.1 ms forward)
-        for i in range(self.layers):
-            p = f"encoder.layer.{i}.attention.self."
-            for part in ("weight", "bias"):
-                names = [f"{p}{proj}.{part}" for proj in ("query", "key", "value")]
-                self.w[f"{p}qkv.{part}"] = tr.concat([self.w.pop(name) for name in names])
+        self.fuse_qkv(self.w, self.layers)
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         max_len = json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"]
         self.max_tokens = int(self.w["embeddings.position_embeddings.weight"].shape[0])
@@ -86,6 +79,19 @@ class MiniLM:
         tr.realize(*self.w.values())  # uploaded (and cast) once, so a trace captures them as GPU buffers
         self.forward_jit = tr.jit(self.forward)  # one trace per (batch, length)
         self._embed_jit = tr.jit(self._embed)
+
+    @staticmethod
+    def fuse_qkv(w: dict[str, tr.Tensor], layers: int) -> None:
+        """Each layer's query, key and value projections as one (3 * hidden, hidden) linear `qkv` (in place).
+
+        One GEMM of 3x the width reads x once and fills the GPU better than three (H200 run H: three
+        4096x384x384 GEMMs took 3 x 84 us of a 4.1 ms forward).
+        """
+        for i in range(layers):
+            p = f"encoder.layer.{i}.attention.self."
+            for part in ("weight", "bias"):
+                names = [f"{p}{proj}.{part}" for proj in ("query", "key", "value")]
+                w[f"{p}qkv.{part}"] = tr.concat([w.pop(name) for name in names])
 
     def tokenize(self, sentences: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Token ids, token type ids and the attention mask, each (n, longest) int32."""

@@ -93,6 +93,7 @@ def minilm_call(size: str) -> Callable[[], Any]:
     model = MiniLM.__new__(MiniLM)  # the forward's code without a model folder: random weights
     model.layers, model.hidden, model.heads, model.eps = layers, hidden, heads, 1e-12
     model.w = _random_bert_weights(layers, hidden, ff, vocab)
+    MiniLM.fuse_qkv(model.w, layers)
     ids = np.random.default_rng(0).integers(1, vocab, (n, t)).astype(np.int32)
     mask = np.ones_like(ids)
     mask[1::2, t * 3 // 4 :] = 0
