@@ -54,7 +54,7 @@ def tiny_model(real: Path, folder: Path, seed: int = 0) -> Path:
             if ".layer." in name and int(name.split(".layer.")[1].split(".")[0]) >= 2:
                 continue
             s = f.get_slice(name)
-            if s.get_dtype() != "F32":
+            if s.get_dtype() not in ("F32", "F16", "BF16"):  # a float16 copy of the model (the device's) too
                 out[name] = f.get_tensor(name)  # position ids
                 continue
             shape = [sizes.get(d, d) for d in s.get_shape()]
