@@ -553,3 +553,14 @@ def test_long_key_lengths_stay_within_the_loop_budget(causal: bool, monkeypatch)
             scores = np.where(np.arange(keys)[None, :] <= np.arange(4)[:, None] + keys - 4, scores, -np.inf)
         p = np.exp(scores - scores.max(-1, keepdims=True))
         np.testing.assert_allclose(y.numpy(), (p / p.sum(-1, keepdims=True)) @ v, rtol=2e-4, atol=2e-5)
+
+
+def test_a_head_dim_of_zero_needs_a_scale() -> None:
+    """E = 0: no default scale (1 / sqrt(0)) is a clear error; with one, every score is 0 and each row
+    is the mean of the values (numpy)."""
+    q, k = tr.tensor(np.zeros((1, 2, 3, 0), np.float32)), tr.tensor(np.zeros((1, 2, 4, 0), np.float32))
+    v = np.arange(40, dtype=np.float32).reshape(1, 2, 4, 5)
+    with pytest.raises(tr.ShapeError, match=r"q \(1, 2, 3, 0\), k \(1, 2, 4, 0\): a head dim of 0 has no default"):
+        tr.nn.scaled_dot_product_attention(q, k, tr.tensor(v))
+    got = tr.nn.scaled_dot_product_attention(q, k, tr.tensor(v), scale=1.0).numpy()
+    np.testing.assert_allclose(got, np.broadcast_to(v.mean(2, keepdims=True), (1, 2, 3, 5)), rtol=1e-6)

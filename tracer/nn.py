@@ -327,6 +327,11 @@ def scaled_dot_product_attention(
     for t, what in ((q, "q"), (k, "k"), (v, "v")):
         if not t.dtype.is_float:
             raise DTypeError(f"scaled_dot_product_attention: {what} must be float, got {t.dtype.value}")
+    if scale is None and q.shape[-1] == 0:
+        raise ShapeError(
+            f"scaled_dot_product_attention: q {q.shape}, k {k.shape}: a head dim of 0 has no default scale "
+            "(1 / sqrt(0)); pass scale="
+        )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     heads = q.shape[-3] if q.ndim >= 3 else 1
     grouped = q.ndim >= 3 and k.ndim >= 3 and k.shape[-3] != heads
