@@ -30,7 +30,8 @@ def eval_node(node: Node, args: list[np.ndarray]) -> np.ndarray:
             result = values[node.arg.root.id]
         else:
             result = node.op.opdef.reference(node, args)
-    return np.array(np.asarray(result).astype(node.dtype.np).reshape(node.shape), order="C")
+        # rounding to the node's dtype may overflow (float16 past 65504): inf, as the GPU stores it
+        return np.array(np.asarray(result).astype(node.dtype.np).reshape(node.shape), order="C")
 
 
 def interpret(graph: Graph, inputs: Sequence[np.ndarray], ints: Sequence[int] | None = None) -> list[np.ndarray]:
