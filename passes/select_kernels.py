@@ -189,6 +189,7 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
 # dot products per thread in a GEMV group's plain parts: lanes // matmuls columns per workgroup (H200 run H,
 # ~1B step f32: 8 -> 4 took 1.649 -> 1.555 ms, q4_0 unchanged; 16 was slower in both)
 GEMV_LANES = 4
+GEMV_MAX_THREADS = 256  # float groups' threads per workgroup at most
 GEMV_BLOCK_THREADS: int | None = None  # quantized groups' threads per workgroup (None: as many as the row has blocks)
 
 
@@ -204,8 +205,8 @@ def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread:
         threads = _row_workgroup(k // 32, caps) if GEMV_BLOCK_THREADS is None else GEMV_BLOCK_THREADS
         wg = max(least, min(threads, caps.max_invocations))
         return KernelChoice(GemvMultiKernel.name, "blocks", workgroup=(wg, 1, 1), params=params)
-    # two vec4 steps of the row per thread at least (loads in flight, fewer threads to sum), 32..256 threads
-    wg = max(least, min(max(32, 1 << max(0, (k // 8).bit_length() - 1)), 256, caps.max_invocations))
+    # two vec4 steps of the row per thread at least (loads in flight, fewer threads to sum), 32..GEMV_MAX_THREADS
+    wg = max(least, min(max(32, 1 << max(0, (k // 8).bit_length() - 1)), GEMV_MAX_THREADS, caps.max_invocations))
     return KernelChoice(GemvMultiKernel.name, "", workgroup=(wg, 1, 1), params=params)
 
 
