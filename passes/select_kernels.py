@@ -189,7 +189,9 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
 # dot products per thread in a GEMV group's plain parts: lanes // matmuls columns per workgroup (H200 run H,
 # ~1B step f32: 8 -> 4 took 1.649 -> 1.555 ms, q4_0 unchanged; 16 was slower in both)
 GEMV_LANES = 4
-GEMV_MAX_THREADS = 256  # float groups' threads per workgroup at most
+# float groups' threads per workgroup at most (H200 run H, ~1B step: 256 -> 128 took f32 1.60 -> 1.52 ms,
+# f16 1.33 -> 1.26; benchmarks/runs/2026-12-01-H/decode_knobs_threads.txt)
+GEMV_MAX_THREADS = 128
 GEMV_BLOCK_THREADS: int | None = None  # quantized groups' threads per workgroup (None: as many as the row has blocks)
 
 

@@ -102,9 +102,10 @@ def main() -> None:
         while time.perf_counter() < end:
             for _, program, buffers, _ in entries:
                 time_program(program, buffers, timer, 0, 2)
-        samples: dict[str, list[float]] = {setting: [] for setting in settings}
-        for _ in range(args.blocks):  # interleaved: every setting sees the same clocks
-            for setting, program, buffers, _ in entries:
+        samples: dict[str, list[float]] = {setting: [] for setting in settings}  # a repeated setting: one list
+        for block in range(args.blocks):  # interleaved, each block from another start: the same clocks, no
+            turn = block % len(entries)  # setting always first after the host's pause between blocks
+            for setting, program, buffers, _ in entries[turn:] + entries[:turn]:
                 t = time_program(program, buffers, timer, 2, 8)
                 samples[setting].append(statistics.median(t.gpu_ms) if t.gpu_ms else float("nan"))
         reference = entries[0][3]
