@@ -22,14 +22,18 @@ A long run is submitted in chunks of SUBMIT_CHUNK dispatches, each its own comma
 the GPU starts on the first while the host records the next, so a replay's host cost and
 its GPU time overlap instead of adding up (on a fast GPU the host is the larger part).
 
-Encoding calls wgpu-native's C functions straight through wgpu-py's cffi library for the
-per-dispatch commands (set pipeline, set bind group, dispatch): wgpu-py wraps each such
-call in Python error capture, which costs more than the call itself when a replay has
-hundreds of dispatches. Encoder errors still surface, at `encoder.finish()`.
+Encoding and submitting call wgpu-native's C functions straight through wgpu-py's cffi
+library: wgpu-py wraps each call in Python error capture and each object in a Python class
+(made, tracked and released per chunk), which costs more than the calls themselves on a
+fast GPU. Creating the encoder, beginning, recording and ending the pass are plain C calls
+(WebGPU reports their errors at finish); finishing and submitting go through wgpu-py's
+error-capturing wrappers of the same C functions, so an encoder's errors still raise there.
+A timed run (timestamp_writes) uses wgpu-py's objects.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import time
@@ -64,12 +68,29 @@ try:  # wgpu-native's C functions, for the per-dispatch commands (see the module
     from wgpu.backends.wgpu_native import ffi as _ffi
     from wgpu.backends.wgpu_native import lib as _lib
 
+    from wgpu.backends.wgpu_native._api import libf as _libf
+
     _SET_PIPELINE = _lib.wgpuComputePassEncoderSetPipeline
     _SET_BIND_GROUP = _lib.wgpuComputePassEncoderSetBindGroup
     _DISPATCH = _lib.wgpuComputePassEncoderDispatchWorkgroups
     _NULL = _ffi.NULL
+    _CREATE_ENCODER = _lib.wgpuDeviceCreateCommandEncoder
+    _BEGIN_PASS = _lib.wgpuCommandEncoderBeginComputePass
+    _END_PASS = _lib.wgpuComputePassEncoderEnd
+    _RELEASE_PASS = _lib.wgpuComputePassEncoderRelease
+    _RELEASE_ENCODER = _lib.wgpuCommandEncoderRelease
+    _RELEASE_COMMANDS = _lib.wgpuCommandBufferRelease
+    _FINISH = _libf.wgpuCommandEncoderFinish  # wgpu-py's error capture: an encoder's errors raise here
+    _SUBMIT = _libf.wgpuQueueSubmit
+    # empty descriptors (no label, no timestamps), made once: C reads them during each call only
+    _ENCODER_DESC = _ffi.new("WGPUCommandEncoderDescriptor *")
+    _PASS_DESC = _ffi.new("WGPUComputePassDescriptor *")
+    _COMMANDS_DESC = _ffi.new("WGPUCommandBufferDescriptor *")
 except (ImportError, AttributeError):  # another backend: wgpu-py's own methods
     _SET_PIPELINE = None
+
+_BUFFER_AT = operator.attrgetter("buffer", "offset")  # a plan key's entry per input buffer
+_RAW = operator.attrgetter("buffer")
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,21 @@ class OutputPool:
             self.free_bytes -= raw.size
             return raw
 
+    def take_all(self, program_ref: weakref.ref, slots: list[int]) -> list[Any | None]:
+        """`take` for each slot, under one acquisition of the lock."""
+        with self._lock:
+            out: list[Any | None] = []
+            for slot in slots:
+                stack = self._stacks.get((program_ref, slot))
+                if stack:
+                    raw = stack.pop()
+                    del self._order[id(raw)]
+                    self.free_bytes -= raw.size
+                    out.append(raw)
+                else:
+                    out.append(None)
+            return out
+
     def give_back(self, program_ref: weakref.ref, slot: int, raw: Any) -> None:
         """`raw` is free again; past SPARE_OUTPUTS per slot or the byte budget, the oldest free ones are dropped."""
         if program_ref() is None or getattr(raw, "_wgjit_destroyed", False):
@@ -174,6 +210,25 @@ class OutputPool:
 
 
 OUTPUT_POOL = OutputPool(SPARE_OUTPUT_BYTES)
+
+
+class PooledOutput(DeviceBuffer):
+    """An output buffer a program handed out: its GPU buffer goes back to OUTPUT_POOL when this object dies.
+
+    `__del__` rather than a weakref.finalize per output: the same moment (the last reference
+    goes, or the garbage collector frees a cycle), without making a finalizer per output per run.
+    """
+
+    pool_key: tuple[weakref.ref, int] | None = None  # (program, output slot), set by the program
+
+    def __del__(self) -> None:
+        raw, key = self.buffer, self.pool_key
+        if raw is None or key is None:  # released (destroyed) by its owner, or never handed out
+            return
+        try:
+            OUTPUT_POOL.give_back(key[0], key[1], raw)
+        except Exception:  # noqa: BLE001  interpreter shutdown: the pool may be gone already
+            pass
 
 
 class Program:
@@ -261,6 +316,9 @@ class Program:
             if not launch.io_slots:
                 launch.static_group = self._bind_group(launch, self._temps)
         self._input_slots = [(i, s.index) for i, s in enumerate(self.slots) if s.kind == "input"]
+        picks = [index for _, index in self._input_slots]
+        # the run's inputs that a plan binds, in slot order, as a tuple (itemgetter of one index gives the item)
+        self._pick_inputs = operator.itemgetter(*picks) if len(picks) > 1 else (lambda inputs: (inputs[picks[0]],))
         self._output_slots = [i for i, s in enumerate(self.slots) if s.kind == "output"]
         self._plans: OrderedDict[tuple, _Plan] = OrderedDict()  # by the run's input and output buffers
         self._ref = weakref.ref(self)
@@ -362,45 +420,52 @@ class Program:
             if buf.device is not dev:  # a tensor realized before tr.reset_device()
                 buf.device.check_alive()
                 raise DeviceError("an input tensor lives on another GPU device than this program; recreate it")
-        outs = {slot: self._output_buffer(slot) for slot in self._output_slots}
+        outs = self._output_buffers()
         if self._launches:
             plan = self._plan(inputs, outs)
             commands = plan.commands
             # timestamps bracket one pass: a timed run is one submission
             chunk = len(commands) if timestamp_writes is not None or SUBMIT_CHUNK <= 0 else SUBMIT_CHUNK
-            for start in range(0, len(commands), chunk):
-                encoder = dev.device.create_command_encoder()
-                cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
-                _encode(cpass, commands[start : start + chunk])
-                cpass.end()
-                dev.queue.submit([encoder.finish()])
-                dev.stats["submits"] += 1
+            if timestamp_writes is None and _SET_PIPELINE is not None:
+                dev.stats["submits"] += _submit(dev, commands, chunk)
+            else:
+                for start in range(0, len(commands), chunk):
+                    encoder = dev.device.create_command_encoder()
+                    cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
+                    _encode_py(cpass, commands[start : start + chunk])
+                    cpass.end()
+                    dev.queue.submit([encoder.finish()])
+                    dev.stats["submits"] += 1
             dev.stats["dispatches"] += len(self._launches)
         self.runs += 1
         # an output in an input slot (an in-place chain over a donated input) keeps that input's DeviceBuffer
         return [outs[s] if s in outs else inputs[self.slots[s].index] for s in self.outputs]
 
-    def _output_buffer(self, slot: int) -> DeviceBuffer:
-        """The buffer for an output slot: one of this slot's that nothing holds any more, else a new one.
+    def _output_buffers(self) -> dict[int, DeviceBuffer]:
+        """A buffer per output slot: one of this slot's that nothing holds any more, else a new one.
 
         The slot may be larger than the tensor (it hosted temporaries first): the DeviceBuffer
-        says the tensor's bytes, the GPU buffer has the slot's.
+        says the tensor's bytes, the GPU buffer has the slot's. Each comes back to the pool when
+        its PooledOutput dies.
         """
-        raw = OUTPUT_POOL.take(self._ref, slot)
-        if raw is not None:
-            buf = DeviceBuffer(raw, self._output_bytes[slot], self.device)
-            self.device.stats["outputs_reused"] += 1
-        else:
-            buf = self.device.alloc(self.slots[slot].nbytes)
-            buf.nbytes = self._output_bytes[slot]
-        weakref.finalize(buf, OUTPUT_POOL.give_back, self._ref, slot, buf.buffer)
-        return buf
+        ref, device, sizes = self._ref, self.device, self._output_bytes
+        outs: dict[int, DeviceBuffer] = {}
+        reused = 0
+        for slot, raw in zip(self._output_slots, OUTPUT_POOL.take_all(ref, self._output_slots), strict=True):
+            if raw is None:
+                raw = device.alloc(self.slots[slot].nbytes).buffer
+            else:
+                reused += 1
+            buf = outs[slot] = PooledOutput(raw, sizes[slot], device)
+            buf.pool_key = (ref, slot)
+        if reused:
+            device.stats["outputs_reused"] += reused
+        return outs
 
     def _plan(self, inputs: list[DeviceBuffer], outs: dict[int, DeviceBuffer]) -> _Plan:
         """The plan for these buffers: from the cache, else built (bind groups only where missing)."""
-        key = tuple((inputs[i].buffer, inputs[i].offset) for _, i in self._input_slots) + tuple(
-            b.buffer for b in outs.values()
-        )
+        picked = self._pick_inputs(inputs) if self._input_slots else ()
+        key = (*map(_BUFFER_AT, picked), *map(_RAW, outs.values()))
         plan = self._plans.get(key)
         if plan is not None:
             self._plans.move_to_end(key)
@@ -504,18 +569,49 @@ def _commands(launches: list[_Launch], groups: list[Any]) -> list[tuple[Any, Any
     ]
 
 
-def _encode(cpass: Any, commands: list[tuple[Any, Any, int, int, int]]) -> None:
-    """Record dispatches into a compute pass (a pipeline is set only where it changes)."""
-    last = None
-    if _SET_PIPELINE is None:
-        for pipeline, group, x, y, z in commands:
-            if pipeline is not last:
-                cpass.set_pipeline(pipeline)
-                last = pipeline
-            cpass.set_bind_group(0, group)
-            cpass.dispatch_workgroups(x, y, z)
+def _submit(dev: Device, commands: list[tuple[Any, Any, int, int, int]], chunk: int) -> int:
+    """Encode and submit `commands` in command buffers of `chunk` dispatches, through C; how many were submitted."""
+    device, queue = dev.device._internal, dev.queue._internal
+    held = _ffi.new("WGPUCommandBuffer[1]")
+    submitted = 0
+    for start in range(0, len(commands), chunk):
+        encoder = _CREATE_ENCODER(device, _ENCODER_DESC)
+        try:
+            cpass = _BEGIN_PASS(encoder, _PASS_DESC)
+            try:
+                _encode(cpass, commands[start : start + chunk])
+                _END_PASS(cpass)
+            finally:
+                _RELEASE_PASS(cpass)
+            held[0] = _FINISH(encoder, _COMMANDS_DESC)
+        finally:
+            _RELEASE_ENCODER(encoder)
+        try:
+            _SUBMIT(queue, 1, held)
+        finally:
+            _RELEASE_COMMANDS(held[0])
+        submitted += 1
+    return submitted
+
+
+def _encode_py(cpass: Any, commands: list[tuple[Any, Any, int, int, int]]) -> None:
+    """Record dispatches into a wgpu-py compute pass: C calls where the library is there, else its methods."""
+    if _SET_PIPELINE is not None:
+        _encode(cpass._internal, commands)
         return
-    handle, set_pipeline, set_group, dispatch, null = cpass._internal, _SET_PIPELINE, _SET_BIND_GROUP, _DISPATCH, _NULL
+    last = None
+    for pipeline, group, x, y, z in commands:
+        if pipeline is not last:
+            cpass.set_pipeline(pipeline)
+            last = pipeline
+        cpass.set_bind_group(0, group)
+        cpass.dispatch_workgroups(x, y, z)
+
+
+def _encode(handle: Any, commands: list[tuple[Any, Any, int, int, int]]) -> None:
+    """Record dispatches into a compute pass (its C handle); a pipeline is set only where it changes."""
+    last = None
+    set_pipeline, set_group, dispatch, null = _SET_PIPELINE, _SET_BIND_GROUP, _DISPATCH, _NULL
     for pipeline, group, x, y, z in commands:
         if pipeline is not last:
             set_pipeline(handle, pipeline)
