@@ -67,7 +67,6 @@ SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 2
 try:  # wgpu-native's C functions, for the per-dispatch commands (see the module docstring)
     from wgpu.backends.wgpu_native import ffi as _ffi
     from wgpu.backends.wgpu_native import lib as _lib
-
     from wgpu.backends.wgpu_native._api import libf as _libf
 
     _SET_PIPELINE = _lib.wgpuComputePassEncoderSetPipeline

@@ -111,28 +111,34 @@ def minilm_step(name: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[Any]
 
 
 class _SubmitClock:
-    """Times wgpu's queue.submit: a CPU adapter runs the kernels inside it, so it is GPU time there."""
+    """Times queue submissions (wgpu-py's and program._SUBMIT's C call): a CPU adapter runs the kernels there."""
 
     def __init__(self) -> None:
         from wgpu.backends.wgpu_native import _api
 
-        self.cls, self.original, self.seconds = _api.GPUQueue, _api.GPUQueue.submit, 0.0
+        import backend_wgpu.program as program
+
+        self.targets = [(_api.GPUQueue, "submit", _api.GPUQueue.submit)]
+        if getattr(program, "_SUBMIT", None) is not None:  # submissions straight through C
+            self.targets.append((program, "_SUBMIT", program._SUBMIT))
+        self.seconds = 0.0
 
     def __enter__(self) -> _SubmitClock:
-        original = self.original
+        for owner, name, original in self.targets:
 
-        def submit(queue: Any, buffers: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return original(queue, buffers)
-            finally:
-                self.seconds += time.perf_counter() - t0
+            def timed(*a: Any, _f: Any = original) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return _f(*a)
+                finally:
+                    self.seconds += time.perf_counter() - t0
 
-        self.cls.submit = submit
+            setattr(owner, name, timed)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.cls.submit = self.original
+        for owner, name, original in self.targets:
+            setattr(owner, name, original)
 
 
 def host_times(run: Callable[[], Any], read: Callable[[Any], Any], calls: int) -> tuple[list[float], float]:
@@ -172,6 +178,7 @@ STAGES = [
     ("submit (encoders, passes, submit)", "backend_wgpu.program", None, "_submit"),
     ("read-back", "backend_wgpu.device", "Device", "read_into"),
     (QUEUE_SUBMIT, "wgpu.backends.wgpu_native._api", "GPUQueue", "submit"),
+    (QUEUE_SUBMIT, "backend_wgpu.program", None, "_SUBMIT"),
 ]
 
 
