@@ -211,23 +211,17 @@ class OutputPool:
 OUTPUT_POOL = OutputPool(SPARE_OUTPUT_BYTES)
 
 
-class PooledOutput(DeviceBuffer):
-    """An output buffer a program handed out: its GPU buffer goes back to OUTPUT_POOL when this object dies.
+# The output buffers handed out, until their DeviceBuffer dies: id(weak reference to it) -> (that weak
+# reference, program, slot, GPU buffer) (by id: a weak reference hashes its referent, which has no hash).
+# A plain weakref callback per output, as weakref.finalize would make but without its bookkeeping; the
+# GPU buffer is held here (not only by the dying DeviceBuffer), so a garbage cycle never finalizes it first.
+_HANDED: dict[int, tuple[weakref.ref, weakref.ref, int, Any]] = {}
 
-    `__del__` rather than a weakref.finalize per output: the same moment (the last reference
-    goes, or the garbage collector frees a cycle), without making a finalizer per output per run.
-    """
 
-    pool_key: tuple[weakref.ref, int] | None = None  # (program, output slot), set by the program
-
-    def __del__(self) -> None:
-        raw, key = self.buffer, self.pool_key
-        if raw is None or key is None:  # released (destroyed) by its owner, or never handed out
-            return
-        try:
-            OUTPUT_POOL.give_back(key[0], key[1], raw)
-        except Exception:  # noqa: BLE001  interpreter shutdown: the pool may be gone already
-            pass
+def _handed_back(ref: weakref.ref) -> None:
+    entry = _HANDED.pop(id(ref), None)
+    if entry is not None:
+        OUTPUT_POOL.give_back(entry[1], entry[2], entry[3])
 
 
 class Program:
@@ -445,7 +439,7 @@ class Program:
 
         The slot may be larger than the tensor (it hosted temporaries first): the DeviceBuffer
         says the tensor's bytes, the GPU buffer has the slot's. Each comes back to the pool when
-        its PooledOutput dies.
+        its DeviceBuffer dies (_handed_back).
         """
         ref, device, sizes = self._ref, self.device, self._output_bytes
         outs: dict[int, DeviceBuffer] = {}
@@ -455,8 +449,9 @@ class Program:
                 raw = device.alloc(self.slots[slot].nbytes).buffer
             else:
                 reused += 1
-            buf = outs[slot] = PooledOutput(raw, sizes[slot], device)
-            buf.pool_key = (ref, slot)
+            buf = outs[slot] = DeviceBuffer(raw, sizes[slot], device)
+            back = weakref.ref(buf, _handed_back)
+            _HANDED[id(back)] = (back, ref, slot, raw)
         if reused:
             device.stats["outputs_reused"] += reused
         return outs

@@ -231,7 +231,7 @@ def staged(run: Callable[[], Any], read: Callable[[Any], Any], calls: int) -> tu
 
 
 def profile(run: Callable[[], Any], read: Callable[[Any], Any], calls: int, top: int) -> str:
-    prof = cProfile.Profile()
+    prof = cProfile.Profile(_clock)
     for _ in range(calls):
         prof.enable()
         y = run()
