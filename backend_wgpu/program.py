@@ -39,7 +39,9 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -90,6 +92,7 @@ except (ImportError, AttributeError):  # another backend: wgpu-py's own methods
 
 _BUFFER_AT = operator.attrgetter("buffer", "offset")  # a plan key's entry per input buffer
 _RAW = operator.attrgetter("buffer")
+_DEVICE_OF = operator.attrgetter("device")
 
 
 @dataclass(frozen=True)
@@ -364,7 +367,11 @@ class Program:
         return arena + sum(s.nbytes for s in self.slots if s.kind != "input" and s.offset is None)
 
     def run(
-        self, inputs: list[DeviceBuffer], timestamp_writes: dict | None = None, ints: tuple[int, ...] | None = None
+        self,
+        inputs: list[DeviceBuffer],
+        timestamp_writes: dict | None = None,
+        ints: tuple[int, ...] | None = None,
+        varying: tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]] | None = None,
     ) -> list[DeviceBuffer]:
         """Run on these input buffers (by input index); returns one buffer per output.
 
@@ -375,22 +382,32 @@ class Program:
 
         `timestamp_writes` (a wgpu ComputePassTimestampWrites dict) brackets the one compute
         pass with GPU timestamps: the benchmark harness times programs with it.
+
+        `varying` (token, pick): the caller promises that whenever it passes this token, every
+        input that `pick(inputs)` leaves out is the same buffer at the same offset as before;
+        the plan is then found by the token and the picked inputs alone (tracer.jit passes one
+        while a trace's captured inputs are unchanged: its arguments vary, its weights do not).
         """
         ints = self.ints if ints is None else tuple(ints)
         words = self._runtime_words(ints) if self._runtime else None
         dev = self.device
         with dev.guard("running a program"):
-            return self._run(inputs, timestamp_writes, words, ints)
+            return self._run(inputs, timestamp_writes, words, ints, varying)
 
     def _run(
-        self, inputs: list[DeviceBuffer], timestamp_writes: dict | None, words: np.ndarray | None, ints: tuple[int, ...]
+        self,
+        inputs: list[DeviceBuffer],
+        timestamp_writes: dict | None,
+        words: np.ndarray | None,
+        ints: tuple[int, ...],
+        varying: tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]] | None = None,
     ) -> list[DeviceBuffer]:
         with self._lock:
             self._forget_released()
             if words is not None and ints != self._written_ints:  # into the uniform before the dispatches read it
                 self.device.queue.write_buffer(self._uniform, 0, words)
                 self._written_ints = ints
-            return self._run_locked(inputs, timestamp_writes)
+            return self._run_locked(inputs, timestamp_writes, varying)
 
     def _runtime_words(self, ints: tuple[int, ...]) -> np.ndarray | None:
         """The uniform with these runtime integers written in (None: it holds none); checks their ranges."""
@@ -407,15 +424,21 @@ class Program:
         self._last_words = (ints, words)
         return words
 
-    def _run_locked(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None) -> list[DeviceBuffer]:
+    def _run_locked(
+        self,
+        inputs: list[DeviceBuffer],
+        timestamp_writes: dict | None,
+        varying: tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]] | None = None,
+    ) -> list[DeviceBuffer]:
         dev = self.device
-        for buf in inputs:
-            if buf.device is not dev:  # a tensor realized before tr.reset_device()
-                buf.device.check_alive()
-                raise DeviceError("an input tensor lives on another GPU device than this program; recreate it")
+        if any(map(operator.is_not, map(_DEVICE_OF, inputs), repeat(dev))):
+            for buf in inputs:
+                if buf.device is not dev:  # a tensor realized before tr.reset_device()
+                    buf.device.check_alive()
+                    raise DeviceError("an input tensor lives on another GPU device than this program; recreate it")
         outs = self._output_buffers()
         if self._launches:
-            plan = self._plan(inputs, outs)
+            plan = self._plan(inputs, outs, varying)
             commands = plan.commands
             # timestamps bracket one pass: a timed run is one submission
             chunk = len(commands) if timestamp_writes is not None or SUBMIT_CHUNK <= 0 else SUBMIT_CHUNK
@@ -456,10 +479,18 @@ class Program:
             device.stats["outputs_reused"] += reused
         return outs
 
-    def _plan(self, inputs: list[DeviceBuffer], outs: dict[int, DeviceBuffer]) -> _Plan:
+    def _plan(
+        self,
+        inputs: list[DeviceBuffer],
+        outs: dict[int, DeviceBuffer],
+        varying: tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]] | None = None,
+    ) -> _Plan:
         """The plan for these buffers: from the cache, else built (bind groups only where missing)."""
-        picked = self._pick_inputs(inputs) if self._input_slots else ()
-        key = (*map(_BUFFER_AT, picked), *map(_RAW, outs.values()))
+        if varying is not None:  # see run(): the token stands for the inputs pick leaves out
+            key = (varying[0], *map(_BUFFER_AT, varying[1](inputs)), *map(_RAW, outs.values()))
+        else:
+            picked = self._pick_inputs(inputs) if self._input_slots else ()
+            key = (*map(_BUFFER_AT, picked), *map(_RAW, outs.values()))
         plan = self._plans.get(key)
         if plan is not None:
             self._plans.move_to_end(key)

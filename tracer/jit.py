@@ -148,8 +148,6 @@ class BucketGuard:
 
 ProgramInput = ArgTensor | CapturedBuffer | CapturedState
 
-_CALL = weakref.ref.__call__  # map(_CALL, refs): what each weakref holds, in C
-_LAZY_OF = operator.attrgetter("_lazy")  # raises AttributeError on None (a Tensor that is gone)
 _BUFFER_OF = operator.attrgetter("buffer")
 
 
@@ -171,6 +169,11 @@ class _Bound:
     args: list[int]  # the leaf of each ArgTensor input, in order
     arg_flags: list[bool]  # [True] per ArgTensor input (for _leaf_buffers)
     order: Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]  # constants + captured + arguments -> inputs
+    pick_args: Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]  # the inputs -> the argument inputs
+
+    def varying(self) -> tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]]:
+        """Program.run's plan-key hint: under this token (self) only the argument inputs change."""
+        return (self, self.pick_args)
 
 
 Returned = ProgramOutput | ArgTensor | CapturedTensor | PythonValue
@@ -192,9 +195,11 @@ class Trace:
     staging: ArgumentStaging = field(default_factory=ArgumentStaging)  # host-data arguments of a replay
     bound: _Bound | None = field(default=None, repr=False)  # the captured inputs of the last full bind
     out_meta: list[tuple[tuple[int, ...], Any]] | None = field(default=None, repr=False)  # per output: shape, dtype
+    fast_bound: _Bound | None = field(default=None, repr=False)  # set by a bind that reused `bound`, for the run
 
     def bind(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
         """The program's input buffers for this call, or why the trace no longer holds."""
+        self.fast_bound = None
         failure = self.names.failure() or (self._bucket_failure(leaves) if self.buckets else None)
         if failure is not None:
             return failure
@@ -207,15 +212,16 @@ class Trace:
 
     def _bind_fast(self, leaves: list[Any], bound: _Bound) -> list[DeviceBuffer] | None:
         """The buffers when the captured inputs are those of the last full bind (None: they are not)."""
-        try:
-            now = list(map(_LAZY_OF, map(_CALL, bound.tensors)))
-        except AttributeError:  # a Tensor that showed a captured value is gone
+        try:  # (list comprehensions: faster here than map over weakref.ref.__call__)
+            now = [r()._lazy for r in bound.tensors]
+        except AttributeError:  # a Tensor that showed a captured value is gone (r() is None)
             return None
-        if now != list(map(_CALL, bound.shown)):  # identity: Lazy has no __eq__; a dead value is None
+        if now != [r() for r in bound.shown]:  # identity: Lazy has no __eq__; a dead value is None
             return None
         captured = list(map(_BUFFER_OF, bound.first(now))) if now else []
         args = [leaves[leaf]._lazy for leaf in bound.args]
         arg_buffers = self._leaf_buffers(args, bound.arg_flags, bound.device) if args else []
+        self.fast_bound = bound  # the run may key its plan by it (Program.run's varying)
         return list(bound.order([*bound.constants, *captured, *arg_buffers]))
 
     def _bind_all(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
@@ -299,7 +305,8 @@ class Trace:
                     shown.append(weakref.ref(lz))
         base = {0: 0, 1: len(constants), 2: len(constants) + len(firsts)}
         order = _picker([base[k] + p for k, p in kinds])
-        return _Bound(device, tensors, shown, _picker(firsts), constants, args, [True] * len(args), order)
+        pick_args = _picker([n for n, (k, _) in enumerate(kinds) if k == 2])
+        return _Bound(device, tensors, shown, _picker(firsts), constants, args, [True] * len(args), order, pick_args)
 
     def _bucket_failure(self, leaves: list[Any]) -> str | None:
         for g in self.buckets:
@@ -324,7 +331,8 @@ class Trace:
     def _run(self, buffers: list[DeviceBuffer], ints: tuple[int, ...]) -> Callable[[int], Lazy]:
         """Run the program; returns output index -> the one realized Lazy that shows it."""
         assert self.program is not None
-        results = self.program.run(buffers, ints=ints)
+        fast, self.fast_bound = self.fast_bound, None
+        results = self.program.run(buffers, ints=ints, varying=fast.varying() if fast is not None else None)
         note_run(self.program)
         if self.out_meta is None:
             graph = self.program.graph
