@@ -196,6 +196,7 @@ class Trace:
     bound: _Bound | None = field(default=None, repr=False)  # the captured inputs of the last full bind
     out_meta: list[tuple[tuple[int, ...], Any]] | None = field(default=None, repr=False)  # per output: shape, dtype
     fast_bound: _Bound | None = field(default=None, repr=False)  # set by a bind that reused `bound`, for the run
+    plain: bool | None = field(default=None, repr=False)  # see replay (None: not known yet)
 
     def bind(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
         """The program's input buffers for this call, or why the trace no longer holds."""
@@ -325,7 +326,16 @@ class Trace:
             target = leaves[r.leaf] if isinstance(r, RebindArg) else r.tensor()
             if target is not None:
                 rebind(target, outputs(r.output))
-        values = [self._value(r, leaves, outputs) for r in self.returned]
+        if self.plain is None:  # no rebinding and no output returned twice: each output's Lazy is new and unseen
+            indices = [r.index for r in self.returned if type(r) is ProgramOutput]
+            self.plain = not self.rebinds and len(indices) == len(set(indices))
+        if self.plain:
+            values = [
+                Tensor(outputs(r.index)) if type(r) is ProgramOutput else self._value(r, leaves, outputs)
+                for r in self.returned
+            ]
+        else:
+            values = [self._value(r, leaves, outputs) for r in self.returned]
         return unflatten(self.out_structure, values, [0])
 
     def _run(self, buffers: list[DeviceBuffer], ints: tuple[int, ...]) -> Callable[[int], Lazy]:
@@ -565,6 +575,7 @@ class JitFunction:
         self._others: dict[Hashable, list[Trace]] = {}  # per signature, its traces for other buckets (runtime_ints)
         # positional tensors and scalars only: their key, straight to (trace, where each leaf comes from)
         self._fast: dict[Hashable, tuple[Trace, list[tuple[bool, Any]]]] = {}
+        self._device: Device | None = None  # the device the kept traces' programs run on (None: no program yet)
         self.trace_count = 0  # how many times fn ran to be traced
         self.replay_count = 0
         functools.update_wrapper(self, fn)
@@ -574,7 +585,7 @@ class JitFunction:
         if scope is not None:  # called while another jitted function is traced: part of that trace
             scope.inlined.append(self.fn)
             return self.fn(*args, **kwargs)
-        if self.traces and not self._same_device():
+        if self._device is not None and self._device is not device_if_created():
             self.cache_clear()  # compiled for a device tr.reset_device() replaced: trace again
         fast = None if kwargs else fast_key(args)
         hit = self._fast.get(fast) if fast is not None else None
@@ -619,6 +630,8 @@ class JitFunction:
         elif old is None or not trace.buckets:
             self._others.pop(signature, None)
         self.traces[signature] = trace
+        if trace.program is not None:
+            self._device = trace.program.device
 
     def _replay(self, trace: Trace, leaves: list[Any]) -> tuple[bool, Any]:
         """(True, the result) after a replay; (False, why) when the trace's guards fail."""
@@ -676,14 +689,11 @@ class JitFunction:
         ]
         return "retracing: " + "; ".join(diffs)
 
-    def _same_device(self) -> bool:
-        program = next(reversed(self.traces.values())).program
-        return program is None or program.device is device_if_created()
-
     def cache_clear(self) -> None:
         self.traces.clear()
         self._others.clear()
         self._fast.clear()
+        self._device = None
 
 
 def jit(fn: Callable[..., Any]) -> JitFunction:

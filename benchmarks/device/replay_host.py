@@ -250,7 +250,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="12L-narrow,minilm-narrow")
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--top", type=int, default=25, help="cProfile's top functions (0: no profile)")
     parser.add_argument("--wall", action="store_true", help="wall time instead of this thread's CPU time")
     parser.add_argument("--out", type=Path, default=None, help="also write the output here")
     args = parser.parse_args()
@@ -273,8 +273,9 @@ def main() -> None:
         per_call = (dev.stats["dispatches"] - dispatches) / args.calls
         stages, counts = staged(run, read, args.calls)
         table.append((name, ms, per_call, stages, counts))
-        lines.append(f"\n== {name}: cProfile of {args.calls} calls (GPU waits excluded), top by own time")
-        lines.append(profile(run, read, args.calls, args.top))
+        if args.top > 0:
+            lines.append(f"\n== {name}: cProfile of {args.calls} calls (GPU waits excluded), top by own time")
+            lines.append(profile(run, read, args.calls, args.top))
         del run, read
     tmp.cleanup()
     for name, ms, per_call, stages, counts in table:
