@@ -38,7 +38,10 @@ never on a replay (its side effects happen once per trace). Hence:
 A replay binds the new arguments' buffers and runs the program: pipelines, bind groups
 (cached by buffer identity), temporaries and the metadata uniform are reused; only the
 input and output buffers change, and an output buffer is reused only once nothing holds
-the tensor an earlier call returned in it.
+the tensor an earlier call returned in it. The captured tensors' buffers are looked up in
+full only when one of the Tensors that showed them shows another value (or is gone):
+otherwise those of the last full bind are reused (`_Bound`), and the program's plan is
+found by the argument buffers alone.
 """
 
 from __future__ import annotations
