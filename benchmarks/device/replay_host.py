@@ -250,6 +250,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="12L-narrow,minilm-narrow")
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=10, help="untimed calls first (traced, compiled)")
     parser.add_argument("--top", type=int, default=25, help="cProfile's top functions (0: no profile)")
     parser.add_argument("--wall", action="store_true", help="wall time instead of this thread's CPU time")
     parser.add_argument("--out", type=Path, default=None, help="also write the output here")
@@ -266,7 +267,7 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory()
     for name in args.workloads.split(","):
         run, read = minilm_step(name, Path(tmp.name)) if name.startswith("minilm") else decoder_step(name)
-        host_times(run, read, 10)  # traced, compiled, plans built
+        host_times(run, read, args.warmup)  # traced, compiled, plans built
         dispatches = dev.stats["dispatches"]
         times, submit = host_times(run, read, args.calls)
         ms = statistics.median(times)
