@@ -21,6 +21,10 @@ program's plans and free buffers.
 A long run is submitted in chunks of SUBMIT_CHUNK dispatches, each its own command buffer:
 the GPU starts on the first while the host records the next, so a replay's host cost and
 its GPU time overlap instead of adding up (on a fast GPU the host is the larger part).
+Each submission has a fixed host cost of its own (wgpu-native and the driver: ~190 us per
+extra chunk on lavapipe); with SUBMIT_GROWTH g > 1 each chunk is g times the one before
+(16, 32, 64... dispatches), so the GPU still starts early but a run of n dispatches takes
+about log_g(n) submissions instead of n / SUBMIT_CHUNK.
 
 Encoding and submitting call wgpu-native's C functions straight through wgpu-py's cffi
 library: wgpu-py wraps each call in Python error capture and each object in a Python class
@@ -64,6 +68,7 @@ PLANS_KEPT = 4  # per program, how many sets of input/output buffers keep their 
 # Dispatches per submitted command buffer (0: the whole run in one). Each submission costs the
 # host tens of microseconds; a chunk lets the GPU run while the host records the next one.
 SUBMIT_CHUNK = int(os.environ.get("WGJIT_SUBMIT_CHUNK", "16"))
+SUBMIT_GROWTH = float(os.environ.get("WGJIT_SUBMIT_GROWTH", "1"))  # each chunk this many times the last one
 SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 20)))  # free outputs, all programs
 
 try:  # wgpu-native's C functions, for the per-dispatch commands (see the module docstring)
@@ -441,14 +446,15 @@ class Program:
             plan = self._plan(inputs, outs, varying)
             commands = plan.commands
             # timestamps bracket one pass: a timed run is one submission
-            chunk = len(commands) if timestamp_writes is not None or SUBMIT_CHUNK <= 0 else SUBMIT_CHUNK
-            if timestamp_writes is None and _SET_PIPELINE is not None:
-                dev.stats["submits"] += _submit(dev, commands, chunk)
+            timed = timestamp_writes is not None
+            bounds = _chunks(len(commands), len(commands) if timed else SUBMIT_CHUNK, SUBMIT_GROWTH)
+            if not timed and _SET_PIPELINE is not None:
+                dev.stats["submits"] += _submit(dev, commands, bounds)
             else:
-                for start in range(0, len(commands), chunk):
+                for start, end in bounds:
                     encoder = dev.device.create_command_encoder()
                     cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
-                    _encode_py(cpass, commands[start : start + chunk])
+                    _encode_py(cpass, commands[start:end])
                     cpass.end()
                     dev.queue.submit([encoder.finish()])
                     dev.stats["submits"] += 1
@@ -594,17 +600,29 @@ def _commands(launches: list[_Launch], groups: list[Any]) -> list[tuple[Any, Any
     ]
 
 
-def _submit(dev: Device, commands: list[tuple[Any, Any, int, int, int]], chunk: int) -> int:
-    """Encode and submit `commands` in command buffers of `chunk` dispatches, through C; how many were submitted."""
+def _chunks(n: int, first: int, growth: float) -> list[tuple[int, int]]:
+    """(start, end) of each submitted chunk of n dispatches: `first` (<= 0: all), then growing by `growth`."""
+    if first <= 0 or first >= n:
+        return [(0, n)] if n else []
+    bounds, start, size = [], 0, float(first)
+    while start < n:
+        end = min(n, start + max(1, int(size)))
+        bounds.append((start, end))
+        start, size = end, size * max(growth, 1.0)
+    return bounds
+
+
+def _submit(dev: Device, commands: list[tuple[Any, Any, int, int, int]], bounds: list[tuple[int, int]]) -> int:
+    """Encode and submit `commands` in one command buffer per (start, end) of `bounds`, through C; how many."""
     device, queue = dev.device._internal, dev.queue._internal
     held = _ffi.new("WGPUCommandBuffer[1]")
     submitted = 0
-    for start in range(0, len(commands), chunk):
+    for start, end in bounds:
         encoder = _CREATE_ENCODER(device, _ENCODER_DESC)
         try:
             cpass = _BEGIN_PASS(encoder, _PASS_DESC)
             try:
-                _encode(cpass, commands[start : start + chunk])
+                _encode(cpass, commands[start:end])
                 _END_PASS(cpass)
             finally:
                 _RELEASE_PASS(cpass)

@@ -164,7 +164,7 @@ def test_an_encoder_error_submitted_through_c_still_raises():
         program = next(iter(f.traces.values())).program
         pipeline, group, *_ = next(iter(program._plans.values())).commands[0]
         try:  # past the 65,535 workgroups a dimension allows
-            P._submit(program.device, [(pipeline, group, 70000, 1, 1)], 16)
+            P._submit(program.device, [(pipeline, group, 70000, 1, 1)], [(0, 1)])
         except Exception as e:
             print("raised:", type(e).__name__)
         else:
@@ -175,6 +175,41 @@ def test_an_encoder_error_submitted_through_c_still_raises():
     )
     done = _run_script(code)
     assert "raised: GPUValidationError" in done.stdout and "ok" in done.stdout, done.stdout + done.stderr
+
+
+def test_growing_submission_chunks_give_the_same_values(device, monkeypatch):
+    """SUBMIT_GROWTH: chunks of 1, 2, 4... dispatches: fewer submissions, the same answer."""
+    import backend_wgpu.program as program_module
+
+    assert program_module._chunks(10, 1, 2.0) == [(0, 1), (1, 3), (3, 7), (7, 10)]
+    assert program_module._chunks(10, 4, 1.0) == [(0, 4), (4, 8), (8, 10)]
+    assert program_module._chunks(10, 0, 2.0) == [(0, 10)] and program_module._chunks(0, 16, 2.0) == []
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((8, 8), dtype=np.float32) / 3
+    w = tr.tensor(a)
+
+    @tr.jit
+    def chain(x):
+        for _ in range(9):
+            x = (x @ w).tanh()
+        return x
+
+    x0 = rng.standard_normal((4, 8), dtype=np.float32)
+    want = x0
+    for _ in range(9):
+        want = np.tanh(want @ a)
+    x = tr.tensor(x0)
+    chain(x).numpy()
+    before = device.stats["dispatches"]
+    chain(x).numpy()
+    n = device.stats["dispatches"] - before
+    assert n >= 9
+    monkeypatch.setattr(program_module, "SUBMIT_CHUNK", 1)
+    monkeypatch.setattr(program_module, "SUBMIT_GROWTH", 2.0)
+    submits = device.stats["submits"]
+    got = chain(x).numpy()
+    assert device.stats["submits"] - submits == len(program_module._chunks(n, 1, 2.0)) < n
+    assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_reset_device_between_replays():
