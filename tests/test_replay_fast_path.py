@@ -56,6 +56,28 @@ def test_a_captured_weight_written_or_replaced_between_calls_is_seen():
     assert f.trace_count == 1
 
 
+def test_the_bound_cache_does_not_keep_a_replaced_weight_alive():
+    """The fast bind remembers captured values by weak reference: a weight replaced in place can be freed."""
+    import weakref
+
+    w = tr.tensor(np.full((4, 4), 2.0, np.float32)).realize()
+
+    @tr.jit
+    def f(x):
+        return x @ w
+
+    x = tr.tensor(np.ones((1, 4), np.float32))
+    for _ in range(3):
+        assert_close(f(x).numpy(), np.full((1, 4), 8.0, np.float32))
+    old = weakref.ref(w._lazy)
+    w *= 0.5  # the Tensor shows a new value; nothing else holds the old one
+    w.realize()
+    gc.collect()
+    assert old() is None
+    assert_close(f(x).numpy(), np.full((1, 4), 4.0, np.float32))
+    assert_close(f(x).numpy(), np.full((1, 4), 4.0, np.float32))
+
+
 def test_a_captured_weight_shown_by_two_tensors_follows_either():
     """Two Tensors show one captured value (an argument rebinding does this): a write through either is seen."""
     base = tr.tensor(np.ones(4, np.float32)).realize()
