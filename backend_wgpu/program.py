@@ -153,7 +153,9 @@ class OutputPool:
         self.free_bytes = 0
         self._stacks: dict[tuple[weakref.ref, int], list[Any]] = {}  # (program, slot) -> free buffers
         self._order: OrderedDict[int, tuple[tuple[weakref.ref, int], Any]] = OrderedDict()  # id(raw), oldest first
-        self._lock = threading.Lock()  # buffers are freed from any thread (by the garbage collector)
+        # buffers are freed from any thread, by the garbage collector, and that may run inside a locked
+        # section of this very thread (an allocation there starts a collection): reentrant
+        self._lock = threading.RLock()
 
     def take(self, program_ref: weakref.ref, slot: int) -> Any | None:
         """A free buffer for this program's output slot, the one freed last; None when there is none."""

@@ -173,6 +173,43 @@ def test_a_dropped_output_is_reused_and_a_held_one_is_not():
     assert_close(y3.numpy(), np.full((9, 5), 2.5, np.float32))
 
 
+def test_an_output_freed_while_this_thread_holds_the_pool_lock_comes_back():
+    """The garbage collector may free an output inside the pool's locked section: no deadlock, and it is reused."""
+    code = textwrap.dedent(
+        """
+        import gc, os, threading
+        import numpy as np, tracer as tr
+        from backend_wgpu.program import OUTPUT_POOL
+        w = tr.tensor(np.full((3, 3), 1.0, np.float32))
+        f = tr.jit(lambda x: x @ w)
+        x = tr.tensor(np.ones((11, 3), np.float32))
+        f(x)
+        held = [f(x)]
+        raw = held[0]._lazy.buffer.buffer
+        finished = []
+
+        def drop_while_locked():
+            with OUTPUT_POOL._lock:  # as if a collection started inside take_all or give_back
+                held.clear()  # the output dies here, in this thread, while it holds the lock
+                gc.collect()
+            finished.append(True)
+
+        t = threading.Thread(target=drop_while_locked, daemon=True)
+        t.start()
+        t.join(timeout=60)
+        if not finished:
+            print("deadlock", flush=True)
+            os._exit(1)
+        y = f(x)
+        assert y._lazy.buffer.buffer is raw
+        np.testing.assert_allclose(y.numpy(), np.full((11, 3), 3.0, np.float32))
+        print("ok")
+        """
+    )
+    done = _run_script(code)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
+
+
 def test_an_encoder_error_submitted_through_c_still_raises():
     """Encoding goes through plain C calls; an invalid dispatch must raise at finish, as wgpu-py's would."""
     code = textwrap.dedent(
