@@ -199,12 +199,15 @@ class OutputPool:
             while self.free_bytes > self.budget and self._order:
                 dropped.append(self._forget(next(iter(self._order.values()))[1]))
         for ref, old in dropped:  # outside the lock: the program takes its own
-            program = ref()
+            program = ref() if ref is not None else None
             if program is not None:
                 program.released(old)  # its bind groups let go of the buffer too; wgpu frees it when idle
 
-    def _forget(self, raw: Any) -> tuple[weakref.ref, Any]:
-        key, _ = self._order.pop(id(raw))
+    def _forget(self, raw: Any) -> tuple[weakref.ref | None, Any]:
+        entry = self._order.pop(id(raw), None)
+        if entry is None:  # forgotten already by a give_back the garbage collector ran inside this one
+            return None, raw
+        key = entry[0]
         self._stacks[key].remove(raw)
         self.free_bytes -= raw.size
         return key[0], raw
