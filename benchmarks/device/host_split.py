@@ -8,7 +8,10 @@ with backend_wgpu.program.SUBMIT_CHUNK set to each value in turn (and SUBMIT_GRO
 --growths: a setting "16x2" is chunks of 16, 32, 64... dispatches), interleaved in blocks after
 a warm-up (so every setting sees the same clocks), and prints the median wall time per call.
 Then cProfile's top functions of the default setting's calls (CPU attribution: wgpu-native's
-C calls count in the Python function that makes them). The summary table comes last.
+C calls count in the Python function that makes them). The wgpu-py split lists only what still
+goes through wgpu-py's methods: a run's encoders, passes and submissions, and a read-back's copy,
+call wgpu-native directly (backend_wgpu.program; replay_host.py times them by stage). The summary
+table comes last.
 """
 
 from __future__ import annotations
