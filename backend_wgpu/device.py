@@ -30,9 +30,20 @@ READBACK_KEPT_BYTES = 64 << 20  # read-back staging buffers up to this size are 
 try:  # wgpu-native's device poll, to wait for a read-back on the calling thread (see Device.read_into)
     from wgpu.backends.wgpu_native import ffi as _ffi
     from wgpu.backends.wgpu_native import lib as _lib
+    from wgpu.backends.wgpu_native._api import libf as _libf
 
     _DEVICE_POLL = _lib.wgpuDevicePoll
     _NULL = _ffi.NULL
+    # a read-back's copy, recorded and submitted as backend_wgpu.program submits a run: plain C calls, and
+    # wgpu-py's error-capturing wrappers for finish and submit (an invalid copy raises at finish)
+    _CREATE_ENCODER = _lib.wgpuDeviceCreateCommandEncoder
+    _COPY = _lib.wgpuCommandEncoderCopyBufferToBuffer
+    _RELEASE_ENCODER = _lib.wgpuCommandEncoderRelease
+    _RELEASE_COMMANDS = _lib.wgpuCommandBufferRelease
+    _FINISH = _libf.wgpuCommandEncoderFinish
+    _SUBMIT = _libf.wgpuQueueSubmit
+    _ENCODER_DESC = _ffi.new("WGPUCommandEncoderDescriptor *")
+    _COMMANDS_DESC = _ffi.new("WGPUCommandBufferDescriptor *")
 except (ImportError, AttributeError):  # another backend: its own waiting
     _DEVICE_POLL = None
     _NULL = None
@@ -257,9 +268,7 @@ class Device:
         size = (n + 3) & ~3
         with self.lock, self.guard("reading a tensor back"):
             staging = self._staging_for(size)
-            encoder = self.device.create_command_encoder()
-            encoder.copy_buffer_to_buffer(buf.buffer, buf.offset, staging, 0, size)
-            self.queue.submit([encoder.finish()])
+            self._copy(buf.buffer, buf.offset, staging, size)
             promise = self._map_for_read(staging, size)
             if self._spin_wait:
                 # On a GPU, poll without blocking until the map is done: a blocking wait (ours or
@@ -279,6 +288,25 @@ class Device:
             if staging.size > READBACK_KEPT_BYTES:
                 staging.destroy()
             self.stats["reads"] += 1
+
+    def _copy(self, source: Any, offset: int, target: Any, size: int) -> None:
+        """Submit a copy of `size` bytes from `source` at `offset` to the start of `target` (GPU buffers)."""
+        if _DEVICE_POLL is None:
+            encoder = self.device.create_command_encoder()
+            encoder.copy_buffer_to_buffer(source, offset, target, 0, size)
+            self.queue.submit([encoder.finish()])
+            return
+        held = _ffi.new("WGPUCommandBuffer[1]")
+        encoder = _CREATE_ENCODER(self.device._internal, _ENCODER_DESC)
+        try:
+            _COPY(encoder, source._internal, offset, target._internal, 0, size)
+            held[0] = _FINISH(encoder, _COMMANDS_DESC)
+        finally:
+            _RELEASE_ENCODER(encoder)
+        try:
+            _SUBMIT(self.queue._internal, 1, held)
+        finally:
+            _RELEASE_COMMANDS(held[0])
 
     @staticmethod
     def _map_for_read(staging: Any, size: int) -> Any:

@@ -21,21 +21,31 @@ program's plans and free buffers.
 A long run is submitted in chunks of SUBMIT_CHUNK dispatches, each its own command buffer:
 the GPU starts on the first while the host records the next, so a replay's host cost and
 its GPU time overlap instead of adding up (on a fast GPU the host is the larger part).
+Each submission has a fixed host cost of its own (wgpu-native and the driver: ~190 us per
+extra chunk on lavapipe); with SUBMIT_GROWTH g > 1 each chunk is g times the one before
+(16, 32, 64... dispatches), so the GPU still starts early but a run of n dispatches takes
+about log_g(n) submissions instead of n / SUBMIT_CHUNK.
 
-Encoding calls wgpu-native's C functions straight through wgpu-py's cffi library for the
-per-dispatch commands (set pipeline, set bind group, dispatch): wgpu-py wraps each such
-call in Python error capture, which costs more than the call itself when a replay has
-hundreds of dispatches. Encoder errors still surface, at `encoder.finish()`.
+Encoding and submitting call wgpu-native's C functions straight through wgpu-py's cffi
+library: wgpu-py wraps each call in Python error capture and each object in a Python class
+(made, tracked and released per chunk), which costs more than the calls themselves on a
+fast GPU. Creating the encoder, beginning, recording and ending the pass are plain C calls
+(WebGPU reports their errors at finish); finishing and submitting go through wgpu-py's
+error-capturing wrappers of the same C functions, so an encoder's errors still raise there.
+A timed run (timestamp_writes) uses wgpu-py's objects.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,18 +68,36 @@ PLANS_KEPT = 4  # per program, how many sets of input/output buffers keep their 
 # Dispatches per submitted command buffer (0: the whole run in one). Each submission costs the
 # host tens of microseconds; a chunk lets the GPU run while the host records the next one.
 SUBMIT_CHUNK = int(os.environ.get("WGJIT_SUBMIT_CHUNK", "16"))
+SUBMIT_GROWTH = float(os.environ.get("WGJIT_SUBMIT_GROWTH", "1"))  # each chunk this many times the last one
 SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 20)))  # free outputs, all programs
 
 try:  # wgpu-native's C functions, for the per-dispatch commands (see the module docstring)
     from wgpu.backends.wgpu_native import ffi as _ffi
     from wgpu.backends.wgpu_native import lib as _lib
+    from wgpu.backends.wgpu_native._api import libf as _libf
 
     _SET_PIPELINE = _lib.wgpuComputePassEncoderSetPipeline
     _SET_BIND_GROUP = _lib.wgpuComputePassEncoderSetBindGroup
     _DISPATCH = _lib.wgpuComputePassEncoderDispatchWorkgroups
     _NULL = _ffi.NULL
+    _CREATE_ENCODER = _lib.wgpuDeviceCreateCommandEncoder
+    _BEGIN_PASS = _lib.wgpuCommandEncoderBeginComputePass
+    _END_PASS = _lib.wgpuComputePassEncoderEnd
+    _RELEASE_PASS = _lib.wgpuComputePassEncoderRelease
+    _RELEASE_ENCODER = _lib.wgpuCommandEncoderRelease
+    _RELEASE_COMMANDS = _lib.wgpuCommandBufferRelease
+    _FINISH = _libf.wgpuCommandEncoderFinish  # wgpu-py's error capture: an encoder's errors raise here
+    _SUBMIT = _libf.wgpuQueueSubmit
+    # empty descriptors (no label, no timestamps), made once: C reads them during each call only
+    _ENCODER_DESC = _ffi.new("WGPUCommandEncoderDescriptor *")
+    _PASS_DESC = _ffi.new("WGPUComputePassDescriptor *")
+    _COMMANDS_DESC = _ffi.new("WGPUCommandBufferDescriptor *")
 except (ImportError, AttributeError):  # another backend: wgpu-py's own methods
     _SET_PIPELINE = None
+
+_BUFFER_AT = operator.attrgetter("buffer", "offset")  # a plan key's entry per input buffer
+_RAW = operator.attrgetter("buffer")
+_DEVICE_OF = operator.attrgetter("device")
 
 
 @dataclass(frozen=True)
@@ -125,7 +153,9 @@ class OutputPool:
         self.free_bytes = 0
         self._stacks: dict[tuple[weakref.ref, int], list[Any]] = {}  # (program, slot) -> free buffers
         self._order: OrderedDict[int, tuple[tuple[weakref.ref, int], Any]] = OrderedDict()  # id(raw), oldest first
-        self._lock = threading.Lock()  # buffers are freed from any thread (by the garbage collector)
+        # buffers are freed from any thread, by the garbage collector, and that may run inside a locked
+        # section of this very thread (an allocation there starts a collection): reentrant
+        self._lock = threading.RLock()
 
     def take(self, program_ref: weakref.ref, slot: int) -> Any | None:
         """A free buffer for this program's output slot, the one freed last; None when there is none."""
@@ -137,6 +167,21 @@ class OutputPool:
             del self._order[id(raw)]
             self.free_bytes -= raw.size
             return raw
+
+    def take_all(self, program_ref: weakref.ref, slots: list[int]) -> list[Any | None]:
+        """`take` for each slot, under one acquisition of the lock."""
+        with self._lock:
+            out: list[Any | None] = []
+            for slot in slots:
+                stack = self._stacks.get((program_ref, slot))
+                if stack:
+                    raw = stack.pop()
+                    del self._order[id(raw)]
+                    self.free_bytes -= raw.size
+                    out.append(raw)
+                else:
+                    out.append(None)
+            return out
 
     def give_back(self, program_ref: weakref.ref, slot: int, raw: Any) -> None:
         """`raw` is free again; past SPARE_OUTPUTS per slot or the byte budget, the oldest free ones are dropped."""
@@ -154,12 +199,15 @@ class OutputPool:
             while self.free_bytes > self.budget and self._order:
                 dropped.append(self._forget(next(iter(self._order.values()))[1]))
         for ref, old in dropped:  # outside the lock: the program takes its own
-            program = ref()
+            program = ref() if ref is not None else None
             if program is not None:
                 program.released(old)  # its bind groups let go of the buffer too; wgpu frees it when idle
 
-    def _forget(self, raw: Any) -> tuple[weakref.ref, Any]:
-        key, _ = self._order.pop(id(raw))
+    def _forget(self, raw: Any) -> tuple[weakref.ref | None, Any]:
+        entry = self._order.pop(id(raw), None)
+        if entry is None:  # forgotten already by a give_back the garbage collector ran inside this one
+            return None, raw
+        key = entry[0]
         self._stacks[key].remove(raw)
         self.free_bytes -= raw.size
         return key[0], raw
@@ -174,6 +222,19 @@ class OutputPool:
 
 
 OUTPUT_POOL = OutputPool(SPARE_OUTPUT_BYTES)
+
+
+# The output buffers handed out, until their DeviceBuffer dies: id(weak reference to it) -> (that weak
+# reference, program, slot, GPU buffer) (by id: a weak reference hashes its referent, which has no hash).
+# A plain weakref callback per output, as weakref.finalize would make but without its bookkeeping; the
+# GPU buffer is held here (not only by the dying DeviceBuffer), so a garbage cycle never finalizes it first.
+_HANDED: dict[int, tuple[weakref.ref, weakref.ref, int, Any]] = {}
+
+
+def _handed_back(ref: weakref.ref) -> None:
+    entry = _HANDED.pop(id(ref), None)
+    if entry is not None:
+        OUTPUT_POOL.give_back(entry[1], entry[2], entry[3])
 
 
 class Program:
@@ -261,6 +322,9 @@ class Program:
             if not launch.io_slots:
                 launch.static_group = self._bind_group(launch, self._temps)
         self._input_slots = [(i, s.index) for i, s in enumerate(self.slots) if s.kind == "input"]
+        picks = [index for _, index in self._input_slots]
+        # the run's inputs that a plan binds, in slot order, as a tuple (itemgetter of one index gives the item)
+        self._pick_inputs = operator.itemgetter(*picks) if len(picks) > 1 else (lambda inputs: (inputs[picks[0]],))
         self._output_slots = [i for i, s in enumerate(self.slots) if s.kind == "output"]
         self._plans: OrderedDict[tuple, _Plan] = OrderedDict()  # by the run's input and output buffers
         self._ref = weakref.ref(self)
@@ -313,7 +377,11 @@ class Program:
         return arena + sum(s.nbytes for s in self.slots if s.kind != "input" and s.offset is None)
 
     def run(
-        self, inputs: list[DeviceBuffer], timestamp_writes: dict | None = None, ints: tuple[int, ...] | None = None
+        self,
+        inputs: list[DeviceBuffer],
+        timestamp_writes: dict | None = None,
+        ints: tuple[int, ...] | None = None,
+        varying: tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]] | None = None,
     ) -> list[DeviceBuffer]:
         """Run on these input buffers (by input index); returns one buffer per output.
 
@@ -324,22 +392,32 @@ class Program:
 
         `timestamp_writes` (a wgpu ComputePassTimestampWrites dict) brackets the one compute
         pass with GPU timestamps: the benchmark harness times programs with it.
+
+        `varying` (token, pick): the caller promises that whenever it passes this token, every
+        input that `pick(inputs)` leaves out is the same buffer at the same offset as before;
+        the plan is then found by the token and the picked inputs alone (tracer.jit passes one
+        while a trace's captured inputs are unchanged: its arguments vary, its weights do not).
         """
         ints = self.ints if ints is None else tuple(ints)
         words = self._runtime_words(ints) if self._runtime else None
         dev = self.device
         with dev.guard("running a program"):
-            return self._run(inputs, timestamp_writes, words, ints)
+            return self._run(inputs, timestamp_writes, words, ints, varying)
 
     def _run(
-        self, inputs: list[DeviceBuffer], timestamp_writes: dict | None, words: np.ndarray | None, ints: tuple[int, ...]
+        self,
+        inputs: list[DeviceBuffer],
+        timestamp_writes: dict | None,
+        words: np.ndarray | None,
+        ints: tuple[int, ...],
+        varying: tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]] | None = None,
     ) -> list[DeviceBuffer]:
         with self._lock:
             self._forget_released()
             if words is not None and ints != self._written_ints:  # into the uniform before the dispatches read it
                 self.device.queue.write_buffer(self._uniform, 0, words)
                 self._written_ints = ints
-            return self._run_locked(inputs, timestamp_writes)
+            return self._run_locked(inputs, timestamp_writes, varying)
 
     def _runtime_words(self, ints: tuple[int, ...]) -> np.ndarray | None:
         """The uniform with these runtime integers written in (None: it holds none); checks their ranges."""
@@ -356,51 +434,74 @@ class Program:
         self._last_words = (ints, words)
         return words
 
-    def _run_locked(self, inputs: list[DeviceBuffer], timestamp_writes: dict | None) -> list[DeviceBuffer]:
+    def _run_locked(
+        self,
+        inputs: list[DeviceBuffer],
+        timestamp_writes: dict | None,
+        varying: tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]] | None = None,
+    ) -> list[DeviceBuffer]:
         dev = self.device
-        for buf in inputs:
-            if buf.device is not dev:  # a tensor realized before tr.reset_device()
-                buf.device.check_alive()
-                raise DeviceError("an input tensor lives on another GPU device than this program; recreate it")
-        outs = {slot: self._output_buffer(slot) for slot in self._output_slots}
+        if any(map(operator.is_not, map(_DEVICE_OF, inputs), repeat(dev))):
+            for buf in inputs:
+                if buf.device is not dev:  # a tensor realized before tr.reset_device()
+                    buf.device.check_alive()
+                    raise DeviceError("an input tensor lives on another GPU device than this program; recreate it")
+        outs = self._output_buffers()
         if self._launches:
-            plan = self._plan(inputs, outs)
+            plan = self._plan(inputs, outs, varying)
             commands = plan.commands
             # timestamps bracket one pass: a timed run is one submission
-            chunk = len(commands) if timestamp_writes is not None or SUBMIT_CHUNK <= 0 else SUBMIT_CHUNK
-            for start in range(0, len(commands), chunk):
-                encoder = dev.device.create_command_encoder()
-                cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
-                _encode(cpass, commands[start : start + chunk])
-                cpass.end()
-                dev.queue.submit([encoder.finish()])
-                dev.stats["submits"] += 1
+            timed = timestamp_writes is not None
+            bounds = _chunks(len(commands), len(commands) if timed else SUBMIT_CHUNK, SUBMIT_GROWTH)
+            if not timed and _SET_PIPELINE is not None:
+                dev.stats["submits"] += _submit(dev, commands, bounds)
+            else:
+                for start, end in bounds:
+                    encoder = dev.device.create_command_encoder()
+                    cpass = encoder.begin_compute_pass(timestamp_writes=timestamp_writes)
+                    _encode_py(cpass, commands[start:end])
+                    cpass.end()
+                    dev.queue.submit([encoder.finish()])
+                    dev.stats["submits"] += 1
             dev.stats["dispatches"] += len(self._launches)
         self.runs += 1
         # an output in an input slot (an in-place chain over a donated input) keeps that input's DeviceBuffer
         return [outs[s] if s in outs else inputs[self.slots[s].index] for s in self.outputs]
 
-    def _output_buffer(self, slot: int) -> DeviceBuffer:
-        """The buffer for an output slot: one of this slot's that nothing holds any more, else a new one.
+    def _output_buffers(self) -> dict[int, DeviceBuffer]:
+        """A buffer per output slot: one of this slot's that nothing holds any more, else a new one.
 
         The slot may be larger than the tensor (it hosted temporaries first): the DeviceBuffer
-        says the tensor's bytes, the GPU buffer has the slot's.
+        says the tensor's bytes, the GPU buffer has the slot's. Each comes back to the pool when
+        its DeviceBuffer dies (_handed_back).
         """
-        raw = OUTPUT_POOL.take(self._ref, slot)
-        if raw is not None:
-            buf = DeviceBuffer(raw, self._output_bytes[slot], self.device)
-            self.device.stats["outputs_reused"] += 1
-        else:
-            buf = self.device.alloc(self.slots[slot].nbytes)
-            buf.nbytes = self._output_bytes[slot]
-        weakref.finalize(buf, OUTPUT_POOL.give_back, self._ref, slot, buf.buffer)
-        return buf
+        ref, device, sizes = self._ref, self.device, self._output_bytes
+        outs: dict[int, DeviceBuffer] = {}
+        reused = 0
+        for slot, raw in zip(self._output_slots, OUTPUT_POOL.take_all(ref, self._output_slots), strict=True):
+            if raw is None:
+                raw = device.alloc(self.slots[slot].nbytes).buffer
+            else:
+                reused += 1
+            buf = outs[slot] = DeviceBuffer(raw, sizes[slot], device)
+            back = weakref.ref(buf, _handed_back)
+            _HANDED[id(back)] = (back, ref, slot, raw)
+        if reused:
+            device.stats["outputs_reused"] += reused
+        return outs
 
-    def _plan(self, inputs: list[DeviceBuffer], outs: dict[int, DeviceBuffer]) -> _Plan:
+    def _plan(
+        self,
+        inputs: list[DeviceBuffer],
+        outs: dict[int, DeviceBuffer],
+        varying: tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]] | None = None,
+    ) -> _Plan:
         """The plan for these buffers: from the cache, else built (bind groups only where missing)."""
-        key = tuple((inputs[i].buffer, inputs[i].offset) for _, i in self._input_slots) + tuple(
-            b.buffer for b in outs.values()
-        )
+        if varying is not None:  # see run(): the token stands for the inputs pick leaves out
+            key = (varying[0], *map(_BUFFER_AT, varying[1](inputs)), *map(_RAW, outs.values()))
+        else:
+            picked = self._pick_inputs(inputs) if self._input_slots else ()
+            key = (*map(_BUFFER_AT, picked), *map(_RAW, outs.values()))
         plan = self._plans.get(key)
         if plan is not None:
             self._plans.move_to_end(key)
@@ -504,18 +605,61 @@ def _commands(launches: list[_Launch], groups: list[Any]) -> list[tuple[Any, Any
     ]
 
 
-def _encode(cpass: Any, commands: list[tuple[Any, Any, int, int, int]]) -> None:
-    """Record dispatches into a compute pass (a pipeline is set only where it changes)."""
-    last = None
-    if _SET_PIPELINE is None:
-        for pipeline, group, x, y, z in commands:
-            if pipeline is not last:
-                cpass.set_pipeline(pipeline)
-                last = pipeline
-            cpass.set_bind_group(0, group)
-            cpass.dispatch_workgroups(x, y, z)
+def _chunks(n: int, first: int, growth: float) -> list[tuple[int, int]]:
+    """(start, end) of each submitted chunk of n dispatches: `first` (<= 0: all), then growing by `growth`."""
+    if first <= 0 or first >= n:
+        return [(0, n)] if n else []
+    bounds, start, size = [], 0, float(first)
+    while start < n:
+        end = min(n, start + max(1, int(size)))
+        bounds.append((start, end))
+        start, size = end, size * max(growth, 1.0)
+    return bounds
+
+
+def _submit(dev: Device, commands: list[tuple[Any, Any, int, int, int]], bounds: list[tuple[int, int]]) -> int:
+    """Encode and submit `commands` in one command buffer per (start, end) of `bounds`, through C; how many."""
+    device, queue = dev.device._internal, dev.queue._internal
+    held = _ffi.new("WGPUCommandBuffer[1]")
+    submitted = 0
+    for start, end in bounds:
+        encoder = _CREATE_ENCODER(device, _ENCODER_DESC)
+        try:
+            cpass = _BEGIN_PASS(encoder, _PASS_DESC)
+            try:
+                _encode(cpass, commands[start:end])
+                _END_PASS(cpass)
+            finally:
+                _RELEASE_PASS(cpass)
+            held[0] = _FINISH(encoder, _COMMANDS_DESC)
+        finally:
+            _RELEASE_ENCODER(encoder)
+        try:
+            _SUBMIT(queue, 1, held)
+        finally:
+            _RELEASE_COMMANDS(held[0])
+        submitted += 1
+    return submitted
+
+
+def _encode_py(cpass: Any, commands: list[tuple[Any, Any, int, int, int]]) -> None:
+    """Record dispatches into a wgpu-py compute pass: C calls where the library is there, else its methods."""
+    if _SET_PIPELINE is not None:
+        _encode(cpass._internal, commands)
         return
-    handle, set_pipeline, set_group, dispatch, null = cpass._internal, _SET_PIPELINE, _SET_BIND_GROUP, _DISPATCH, _NULL
+    last = None
+    for pipeline, group, x, y, z in commands:
+        if pipeline is not last:
+            cpass.set_pipeline(pipeline)
+            last = pipeline
+        cpass.set_bind_group(0, group)
+        cpass.dispatch_workgroups(x, y, z)
+
+
+def _encode(handle: Any, commands: list[tuple[Any, Any, int, int, int]]) -> None:
+    """Record dispatches into a compute pass (its C handle); a pipeline is set only where it changes."""
+    last = None
+    set_pipeline, set_group, dispatch, null = _SET_PIPELINE, _SET_BIND_GROUP, _DISPATCH, _NULL
     for pipeline, group, x, y, z in commands:
         if pipeline is not last:
             set_pipeline(handle, pipeline)

@@ -28,6 +28,7 @@ class ArgumentStaging:
         self._layout: tuple[int, ...] = ()  # bytes per staged argument
         self._offsets: list[int] = []
         self._buffer: DeviceBuffer | None = None
+        self._views: list[DeviceBuffer] = []  # a view of the buffer per argument (the same objects every call)
         self._blob = np.zeros(0, np.uint8)
 
     @staticmethod
@@ -42,14 +43,10 @@ class ArgumentStaging:
             self._allocate(device, layout)
         blob = self._blob
         for offset, d in zip(self._offsets, data, strict=True):
-            blob[offset : offset + len(d)] = np.frombuffer(d, np.uint8)
+            blob[offset : offset + len(d)] = memoryview(d)
         assert self._buffer is not None
         device.write(self._buffer, blob)
-        raw = self._buffer.buffer
-        return [
-            DeviceBuffer(raw, n, device, offset, max(4, (n + 3) & ~3))
-            for offset, n in zip(self._offsets, layout, strict=True)
-        ]
+        return list(self._views)
 
     def _allocate(self, device: Device, layout: tuple[int, ...]) -> None:
         align = device.caps.storage_align  # where a storage binding may start
@@ -60,3 +57,7 @@ class ArgumentStaging:
         self._layout, self._offsets = layout, offsets
         self._buffer = device.alloc(end)
         self._blob = np.zeros(end, np.uint8)
+        raw = self._buffer.buffer
+        self._views = [
+            DeviceBuffer(raw, n, device, o, max(4, (n + 3) & ~3)) for o, n in zip(offsets, layout, strict=True)
+        ]

@@ -38,13 +38,17 @@ never on a replay (its side effects happen once per trace). Hence:
 A replay binds the new arguments' buffers and runs the program: pipelines, bind groups
 (cached by buffer identity), temporaries and the metadata uniform are reused; only the
 input and output buffers change, and an output buffer is reused only once nothing holds
-the tensor an earlier call returned in it.
+the tensor an earlier call returned in it. The captured tensors' buffers are looked up in
+full only when one of the Tensors that showed them shows another value (or is gone):
+otherwise those of the last full bind are reused (`_Bound`), and the program's plan is
+found by the argument buffers alone.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import sys
 import weakref
 from collections import OrderedDict
@@ -55,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from backend_wgpu import Program, get_device
-from backend_wgpu.device import DeviceBuffer, device_if_created
+from backend_wgpu.device import Device, DeviceBuffer, device_if_created
 from ir.graph import Graph
 from ir.ops import InputArg, Op
 from tracer import tracing
@@ -146,6 +150,35 @@ class BucketGuard:
 
 
 ProgramInput = ArgTensor | CapturedBuffer | CapturedState
+
+_BUFFER_OF = operator.attrgetter("buffer")
+
+
+@dataclass(eq=False)
+class _Bound:
+    """What a trace's last full bind found for its captured inputs, checked and reused by the next calls.
+
+    A replay usually reads the same captured tensors (weights) in the same buffers as the call
+    before: while every Tensor that showed one still shows the value it showed then, their
+    buffers are those of then. Held by weak references (the values and the Tensors), so a
+    replaced weight's buffer is not kept alive by this cache.
+    """
+
+    device: Device
+    tensors: list[weakref.ref]  # each live Tensor that showed a captured value (CapturedState.tensors)
+    shown: list[weakref.ref]  # the value (Lazy) each of them showed
+    first: Callable[[list[Lazy]], tuple[Lazy, ...]]  # those values -> one per CapturedState input, in order
+    constants: list[DeviceBuffer]  # the CapturedBuffer inputs' buffers, in order
+    args: list[int]  # the leaf of each ArgTensor input, in order
+    arg_flags: list[bool]  # [True] per ArgTensor input (for _leaf_buffers)
+    order: Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]  # constants + captured + arguments -> inputs
+    pick_args: Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]  # the inputs -> the argument inputs
+
+    def varying(self) -> tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]]:
+        """Program.run's plan-key hint: under this token (self) only the argument inputs change."""
+        return (self, self.pick_args)
+
+
 Returned = ProgramOutput | ArgTensor | CapturedTensor | PythonValue
 Rebinding = RebindArg | RebindCaptured
 
@@ -163,12 +196,40 @@ class Trace:
     ints: list[RuntimeSource] = field(default_factory=list)  # per runtime integer of the program
     buckets: list[BucketGuard] = field(default_factory=list)  # the runtime lengths' buckets this trace holds
     staging: ArgumentStaging = field(default_factory=ArgumentStaging)  # host-data arguments of a replay
+    bound: _Bound | None = field(default=None, repr=False)  # the captured inputs of the last full bind
+    out_meta: list[tuple[tuple[int, ...], Any]] | None = field(default=None, repr=False)  # per output: shape, dtype
+    fast_bound: _Bound | None = field(default=None, repr=False)  # set by a bind that reused `bound`, for the run
+    plain: bool | None = field(default=None, repr=False)  # see replay (None: not known yet)
 
     def bind(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
         """The program's input buffers for this call, or why the trace no longer holds."""
-        failure = self.names.failure() or self._bucket_failure(leaves)
+        self.fast_bound = None
+        failure = self.names.failure() or (self._bucket_failure(leaves) if self.buckets else None)
         if failure is not None:
             return failure
+        bound = self.bound
+        if bound is not None and bound.device is device_if_created():
+            buffers = self._bind_fast(leaves, bound)
+            if buffers is not None:
+                return buffers
+        return self._bind_all(leaves)
+
+    def _bind_fast(self, leaves: list[Any], bound: _Bound) -> list[DeviceBuffer] | None:
+        """The buffers when the captured inputs are those of the last full bind (None: they are not)."""
+        try:  # (list comprehensions: faster here than map over weakref.ref.__call__)
+            now = [r()._lazy for r in bound.tensors]
+        except AttributeError:  # a Tensor that showed a captured value is gone (r() is None)
+            return None
+        if now != [r() for r in bound.shown]:  # identity: Lazy has no __eq__; a dead value is None
+            return None
+        captured = list(map(_BUFFER_OF, bound.first(now))) if now else []
+        args = [leaves[leaf]._lazy for leaf in bound.args]
+        arg_buffers = self._leaf_buffers(args, bound.arg_flags, bound.device) if args else []
+        self.fast_bound = bound  # the run may key its plan by it (Program.run's varying)
+        return list(bound.order([*bound.constants, *captured, *arg_buffers]))
+
+    def _bind_all(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
+        """Bind every input as it is now (and remember the captured ones for _bind_fast)."""
         lazies: list[Lazy] = []
         for i in self.inputs:
             if isinstance(i, ArgTensor):
@@ -182,18 +243,30 @@ class Trace:
         if pending:  # pending arguments or captured values: computed first, in one submission
             realize_lazies(pending)
         device = get_device()
-        found = iter(lazies)
+        is_arg = [type(i) is ArgTensor for i in self.inputs if type(i) is not CapturedBuffer]
+        found = iter(self._leaf_buffers(lazies, is_arg, device, realized=True))
+        buffers = [i.buffer if type(i) is CapturedBuffer else next(found) for i in self.inputs]
+        self.bound = self._remember(device)
+        return buffers
+
+    def _leaf_buffers(
+        self, lazies: list[Lazy], is_arg: list[bool], device: Device, realized: bool = False
+    ) -> list[DeviceBuffer]:
+        """Each value's buffer; argument host data never uploaded goes into the trace's staging buffer.
+
+        Pending values are computed first, in one submission (unless `realized`: done already).
+        """
+        if not realized:
+            pending = [lz for lz in lazies if lz.op is not Op.INPUT]  # not is_leaf: this runs per input per call
+            if pending:
+                realize_lazies(pending)
         buffers: list[DeviceBuffer | None] = []
-        fresh: list[tuple[int, np.ndarray]] = []  # (input, host data) of arguments never uploaded
-        for i in self.inputs:
-            if type(i) is CapturedBuffer:
-                buffers.append(i.buffer)
-                continue
-            lz = next(found)
+        fresh: list[tuple[int, np.ndarray]] = []  # (position, host data) of arguments never uploaded
+        for lz, arg in zip(lazies, is_arg, strict=True):
             buf = lz.buffer
             if buf is not None and buf.device is device:  # the common case, without a call
                 buffers.append(buf)
-            elif type(i) is ArgTensor and buf is None and lz.host is not None and ArgumentStaging.wanted(lz.host):
+            elif arg and buf is None and lz.host is not None and ArgumentStaging.wanted(lz.host):
                 fresh.append((len(buffers), lz.host))
                 buffers.append(None)
             else:
@@ -203,6 +276,41 @@ class Trace:
             for (index, _), buf in zip(fresh, staged, strict=True):
                 buffers[index] = buf
         return buffers  # type: ignore[return-value]  # every None was filled
+
+    def _remember(self, device: Device) -> _Bound | None:
+        """The captured inputs as they are now (after a full bind), for _bind_fast; None if one cannot be."""
+        tensors: list[weakref.ref] = []
+        shown: list[weakref.ref] = []
+        firsts: list[int] = []
+        constants: list[DeviceBuffer] = []
+        args: list[int] = []
+        kinds: list[tuple[int, int]] = []  # per input: (kind, position among its kind)
+        for i in self.inputs:
+            if type(i) is CapturedBuffer:
+                kinds.append((0, len(constants)))
+                constants.append(i.buffer)
+            elif type(i) is ArgTensor:
+                kinds.append((2, len(args)))
+                args.append(i.leaf)
+            else:
+                live = [(r, t._lazy) for r in i.tensors if (t := r()) is not None]
+                lz = live[0][1] if live else None
+                if (
+                    lz is None
+                    or lz.buffer is None
+                    or lz.buffer.device is not device
+                    or any(v is not lz for _, v in live)
+                ):
+                    return None  # changed since bound: the next call binds in full again
+                kinds.append((1, len(firsts)))
+                firsts.append(len(tensors))
+                for r, _ in live:
+                    tensors.append(r)
+                    shown.append(weakref.ref(lz))
+        base = {0: 0, 1: len(constants), 2: len(constants) + len(firsts)}
+        order = _picker([base[k] + p for k, p in kinds])
+        pick_args = _picker([n for n, (k, _) in enumerate(kinds) if k == 2])
+        return _Bound(device, tensors, shown, _picker(firsts), constants, args, [True] * len(args), order, pick_args)
 
     def _bucket_failure(self, leaves: list[Any]) -> str | None:
         for g in self.buckets:
@@ -221,22 +329,35 @@ class Trace:
             target = leaves[r.leaf] if isinstance(r, RebindArg) else r.tensor()
             if target is not None:
                 rebind(target, outputs(r.output))
-        values = [self._value(r, leaves, outputs) for r in self.returned]
+        if self.plain is None:  # no rebinding and no output returned twice: each output's Lazy is new and unseen
+            indices = [r.index for r in self.returned if type(r) is ProgramOutput]
+            self.plain = not self.rebinds and len(indices) == len(set(indices))
+        if self.plain:
+            values = [
+                Tensor(outputs(r.index)) if type(r) is ProgramOutput else self._value(r, leaves, outputs)
+                for r in self.returned
+            ]
+        else:
+            values = [self._value(r, leaves, outputs) for r in self.returned]
         return unflatten(self.out_structure, values, [0])
 
     def _run(self, buffers: list[DeviceBuffer], ints: tuple[int, ...]) -> Callable[[int], Lazy]:
         """Run the program; returns output index -> the one realized Lazy that shows it."""
         assert self.program is not None
-        results = self.program.run(buffers, ints=ints)
+        fast, self.fast_bound = self.fast_bound, None
+        results = self.program.run(buffers, ints=ints, varying=fast.varying() if fast is not None else None)
         note_run(self.program)
-        graph = self.program.graph
-        made: dict[int, Lazy] = {}
+        if self.out_meta is None:
+            graph = self.program.graph
+            self.out_meta = [(graph[o].shape, graph[o].dtype) for o in graph.outputs]
+        meta = self.out_meta
+        made: list[Lazy | None] = [None] * len(meta)
 
         def output(index: int) -> Lazy:
-            lz = made.get(index)
+            lz = made[index]
             if lz is None:
-                node = graph[graph.outputs[index]]
-                lz = made[index] = Lazy(Op.INPUT, (), node.shape, node.dtype)
+                shape, dtype = meta[index]
+                lz = made[index] = Lazy(Op.INPUT, (), shape, dtype)
                 lz.buffer = results[index]
             return lz
 
@@ -253,6 +374,16 @@ class Trace:
         if isinstance(r, CapturedTensor):
             return Tensor(r.lazy)
         return r.value
+
+
+def _picker(positions: list[int]) -> Callable[[list[Any]], tuple[Any, ...]]:
+    """items -> the items at `positions`, as a tuple (itemgetter, in C; it gives one item bare)."""
+    if len(positions) == 1:
+        p = positions[0]
+        return lambda items: (items[p],)
+    if not positions:
+        return lambda items: ()
+    return operator.itemgetter(*positions)
 
 
 def _no_outputs(index: int) -> Lazy:
@@ -447,6 +578,7 @@ class JitFunction:
         self._others: dict[Hashable, list[Trace]] = {}  # per signature, its traces for other buckets (runtime_ints)
         # positional tensors and scalars only: their key, straight to (trace, where each leaf comes from)
         self._fast: dict[Hashable, tuple[Trace, list[tuple[bool, Any]]]] = {}
+        self._device: Device | None = None  # the device the kept traces' programs run on (None: no program yet)
         self.trace_count = 0  # how many times fn ran to be traced
         self.replay_count = 0
         functools.update_wrapper(self, fn)
@@ -456,7 +588,7 @@ class JitFunction:
         if scope is not None:  # called while another jitted function is traced: part of that trace
             scope.inlined.append(self.fn)
             return self.fn(*args, **kwargs)
-        if self.traces and not self._same_device():
+        if self._device is not None and self._device is not device_if_created():
             self.cache_clear()  # compiled for a device tr.reset_device() replaced: trace again
         fast = None if kwargs else fast_key(args)
         hit = self._fast.get(fast) if fast is not None else None
@@ -501,6 +633,8 @@ class JitFunction:
         elif old is None or not trace.buckets:
             self._others.pop(signature, None)
         self.traces[signature] = trace
+        if trace.program is not None:
+            self._device = trace.program.device
 
     def _replay(self, trace: Trace, leaves: list[Any]) -> tuple[bool, Any]:
         """(True, the result) after a replay; (False, why) when the trace's guards fail."""
@@ -558,14 +692,11 @@ class JitFunction:
         ]
         return "retracing: " + "; ".join(diffs)
 
-    def _same_device(self) -> bool:
-        program = next(reversed(self.traces.values())).program
-        return program is None or program.device is device_if_created()
-
     def cache_clear(self) -> None:
         self.traces.clear()
         self._others.clear()
         self._fast.clear()
+        self._device = None
 
 
 def jit(fn: Callable[..., Any]) -> JitFunction:

@@ -1,13 +1,17 @@
 """How a replay's wall time splits on a real GPU, and what chunked submission buys (GPU machine, ~2 min).
 
-    python -m benchmarks.device.host_split [--workloads minilm,12L] [--chunks 0,8,16,32,64]
+    python -m benchmarks.device.host_split [--workloads minilm,12L] [--chunks 0,8,16,32,64] [--growths 1,2]
 
 For each workload (MiniLM 32x128 forward under @tr.jit with its read-back; one decode token of
 the 12-layer decoder of the e2e suite, read-back of the next id included) this runs the call
-with backend_wgpu.program.SUBMIT_CHUNK set to each value in turn, interleaved in blocks after
+with backend_wgpu.program.SUBMIT_CHUNK set to each value in turn (and SUBMIT_GROWTH to each of
+--growths: a setting "16x2" is chunks of 16, 32, 64... dispatches), interleaved in blocks after
 a warm-up (so every setting sees the same clocks), and prints the median wall time per call.
 Then cProfile's top functions of the default setting's calls (CPU attribution: wgpu-native's
-C calls count in the Python function that makes them). The summary table comes last.
+C calls count in the Python function that makes them). The wgpu-py split lists only what still
+goes through wgpu-py's methods: a run's encoders, passes and submissions, and a read-back's copy,
+call wgpu-native directly (backend_wgpu.program; replay_host.py times them by stage). The summary
+table comes last.
 """
 
 from __future__ import annotations
@@ -51,25 +55,28 @@ def decoder_call(name: str) -> Callable[[], Any]:
     return call
 
 
-def sweep(call: Callable[[], Any], chunks: list[int], blocks: int, per_block: int) -> dict[int, list[float]]:
+def sweep(
+    call: Callable[[], Any], chunks: list[tuple[int, float]], blocks: int, per_block: int
+) -> dict[tuple[int, float], list[float]]:
+    """Wall ms per call for each (SUBMIT_CHUNK, SUBMIT_GROWTH), interleaved in blocks."""
     import backend_wgpu.program as program
 
-    default = program.SUBMIT_CHUNK
+    default, default_growth = program.SUBMIT_CHUNK, getattr(program, "SUBMIT_GROWTH", 1.0)
     end = time.perf_counter() + 3.0
     while time.perf_counter() < end:  # warm: compiled, clocks up
         call()
-    samples: dict[int, list[float]] = {c: [] for c in chunks}
+    samples: dict[tuple[int, float], list[float]] = {c: [] for c in chunks}
     try:
         for _ in range(blocks):
             for c in chunks:
-                program.SUBMIT_CHUNK = c
+                program.SUBMIT_CHUNK, program.SUBMIT_GROWTH = c
                 call()
                 for _ in range(per_block):
                     t0 = time.perf_counter()
                     call()
                     samples[c].append((time.perf_counter() - t0) * 1e3)
     finally:
-        program.SUBMIT_CHUNK = default
+        program.SUBMIT_CHUNK, program.SUBMIT_GROWTH = default, default_growth
     return samples
 
 
@@ -131,17 +138,24 @@ def wgpu_split(call: Callable[[], Any], calls: int) -> str:
     return "\n".join([f"  {'whole call':<40} {total * 1e3 / calls:8.3f} ms/call", *rows])
 
 
+def _label(setting: tuple[int, float]) -> str:
+    chunk, growth = setting
+    return str(chunk) if growth == 1 else f"{chunk}x{growth:g}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="minilm,12L")
     parser.add_argument("--chunks", default="0,8,16,32,64")
+    parser.add_argument("--growths", default="1", help="SUBMIT_GROWTH values, each swept with every chunk")
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--per-block", type=int, default=15)
     parser.add_argument("--out", type=Path, default=None, help="also write the output here")
     args = parser.parse_args()
     from backend_wgpu import get_device
 
-    chunks = [int(c) for c in args.chunks.split(",")]
+    growths = [float(g) for g in args.growths.split(",")]
+    chunks = [(int(c), g) for g in growths for c in args.chunks.split(",") if g == 1 or int(c) > 0]
     caps = get_device().caps
     lines = [
         f"host_split on {caps.name} ({caps.backend}), SUBMIT_CHUNK default {os.environ.get('WGJIT_SUBMIT_CHUNK', '16')}"
@@ -157,8 +171,10 @@ def main() -> None:
         lines.append(f"\n== {name}: cProfile of 100 calls (default chunk), top by own time")
         lines.append(profile(call, 100, 22))
         del call
-    lines.append("\nmedian wall ms per call (read-back included) by SUBMIT_CHUNK (0: one submission)")
-    lines.append("| workload | " + " | ".join(str(c) for c in chunks) + " |")
+    lines.append(
+        "\nmedian wall ms per call (read-back included) by SUBMIT_CHUNK (0: one submission; CxG: chunks growing G times)"
+    )
+    lines.append("| workload | " + " | ".join(_label(c) for c in chunks) + " |")
     lines.append("|---|" + "---|" * len(chunks))
     for name, row in table:
         lines.append(f"| {name} | " + " | ".join(f"{row[c]:.3f}" for c in chunks) + " |")
