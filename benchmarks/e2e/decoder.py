@@ -1,10 +1,10 @@
 """The decoder workloads: a 128-token prefill, then decoding token by token (random seeded weights).
 
-wgjit runs examples/llama.py two ways: `jit`, the decode step under `@tr.jit` (fixed-size
-cache updated with `where`, additive mask, position as a tensor), and `lazy`, the natural
-loop (`index_write` at the position, attention over `cache[:, :, :pos + 1]`) with the
-position a runtime integer (`tr.dynamic`), which compiles one program per bucket of the
-attended length (powers of two), not per token. A decode call is one token: the step plus
+wgjit runs examples/llama.py two ways: `lazy`, the natural loop (`index_write` at the
+position, attention over `cache[:, :, :pos + 1]`) with the position a runtime integer
+(`tr.dynamic`), which compiles one program per bucket of the attended length (powers of
+two), not per token; and `jit`, the same step under `@tr.jit` (`Llama.step_into_jit`: the
+caches are arguments written in place, one trace per bucket, replayed per token). A decode call is one token: the step plus
 reading back the next id (greedy, argmax on the GPU), which the next call feeds in.
 WGJIT_E2E_WEIGHTS=q8_0 (or q4_0) runs wgjit with the matrices quantized (tr.quantize) and
 gives torch and the check their dequantized values; the default, f32, keeps them float32;
@@ -368,8 +368,8 @@ def _decode_case(
     rec = record(
         ctx, "decoder_token", f"{name}: per token", variants, comparators, outcome, check,
         [f"{describe(cfg)}, f32, random weights (seed 0){_weights_note()}; a call: one token, the next id read back (greedy)",
-         "jit: the @tr.jit step over a fixed-size cache (where + additive mask); lazy: index_write + "
-         "cache[:, :, :pos+1] at a runtime position (tr.dynamic), one program per bucket of the attended length "
+         "lazy: index_write + cache[:, :, :pos+1] at a runtime position (tr.dynamic), one program per bucket of "
+         "the attended length; jit: the same step under @tr.jit (Llama.step_into_jit, caches written in place) "
          f"({compiled} programs compiled in this case, warm-up included); torch: eager with slices, and one step "
          "captured as a CUDA graph over the static cache",
          f"lazy GPU time: one pass at position {lazy_pos}"],
