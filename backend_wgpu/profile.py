@@ -24,6 +24,7 @@ import numpy as np
 import wgpu
 
 from backend_wgpu.device import DeviceBuffer
+from ir.fusion import matmul_depths
 from ir.graph import Graph
 from ir.ops import ELEMENTWISE, NORM, REDUCE, ROW, Op
 
@@ -57,16 +58,8 @@ def dispatch_flops(graph: Graph, node_id: int) -> int:
     """Arithmetic a dispatch does: 2*M*N*K per matmul (also inside a fused kernel), one per element for elementwise ops and
     reductions (per input element), ROW_FLOPS_PER_ELEMENT for softmax rows, none for copies."""
     node = graph[node_id]
-    if node.op is Op.MATMUL:
-        k = graph[node.srcs[0]].shape[-1]
-        return 2 * node.size * k
-    if node.op is Op.FUSED:  # a fused kernel's matmuls (its elementwise epilogue is not counted)
-        arg = node.arg
-        return sum(
-            2 * t.size * (arg.term(t.srcs[0]) if arg.is_term(t.srcs[0]) else graph[t.srcs[0]]).shape[-1]
-            for t in arg.terms
-            if t.op is Op.MATMUL
-        )
+    if node.op in (Op.MATMUL, Op.FUSED):  # a fused kernel's matmuls (its elementwise epilogue is not counted)
+        return sum(2 * t.size * k for t, k in matmul_depths(graph, node))
     if node.op in MOVE_ONLY:
         return 0
     if node.op in ELEMENTWISE:

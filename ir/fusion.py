@@ -25,10 +25,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from ir.node import Node
 from ir.ops import ELEMENTWISE, REDUCE, ROW, Op
 from ir.view import View
+
+if TYPE_CHECKING:
+    from ir.graph import Graph
 
 CORE_OPS = REDUCE | ROW | frozenset({Op.MATMUL})
 
@@ -127,6 +131,20 @@ class FusedArg:
     def __str__(self) -> str:
         parts = [f"%{t.id}={t.op.value}({', '.join(f'%{s}' for s in t.srcs)})" for t in self.terms]
         return "; ".join(parts)
+
+
+def matmul_depths(graph: Graph, node: Node) -> list[tuple[Node, int]]:
+    """Each matmul a node computes (itself, or the terms of a fused group) with its k (A's last dim)."""
+    if node.op is Op.MATMUL:
+        return [(node, graph[node.srcs[0]].shape[-1])]
+    if node.op is not Op.FUSED:
+        return []
+    arg: FusedArg = node.arg
+    return [
+        (t, (arg.term(t.srcs[0]) if arg.is_term(t.srcs[0]) else graph[t.srcs[0]]).shape[-1])
+        for t in arg.terms
+        if t.op is Op.MATMUL
+    ]
 
 
 def check_fused(node: Node, source_shapes: dict[int, tuple[int, ...]]) -> str | None:

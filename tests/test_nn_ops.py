@@ -622,3 +622,18 @@ def test_profile_counts_the_matmuls_inside_a_fused_kernel() -> None:
     fused = [d for d in program.dispatches if d.op == "fused"]
     assert fused, program.summary()  # the epilogue folds into the matmul's kernel
     assert sum(dispatch_flops(program.graph, d.node) for d in program.dispatches) == 2 * 8 * 12 * 5
+
+
+def test_why_names_k_for_a_row_times_a_matrix() -> None:
+    """gemv reads the row and B along k four at a time: explain's width reason names k, not the output's
+    last dim (6 here, which no vec4 divides)."""
+    from tracer.graph_builder import build_graph
+    from tracer.inspect.why import why
+    from tracer.realize import program_for
+
+    x, w = np.arange(12, dtype=np.float32).reshape(1, 12), np.ones((6, 12), np.float32)
+    y = tr.nn.linear(tr.tensor(x), tr.tensor(w))
+    np.testing.assert_allclose(y.numpy(), x @ w.T)
+    graph = program_for(build_graph([tr.nn.linear(tr.tensor(x), tr.tensor(w))._lazy]).graph).graph
+    (node,) = [n for n in graph if n.kernel is not None and n.kernel.name in ("gemv", "gemv_multi")]
+    assert node.kernel.element == 4 and "vec4: k 12 divisible by 4" in why(graph, node)

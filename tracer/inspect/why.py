@@ -9,10 +9,13 @@ annotation says which buffer was reused.
 from __future__ import annotations
 
 from backend_wgpu.kernels import kernel_class
+from ir.fusion import matmul_depths
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
 from passes.fold_views import view_of_operand
+
+ROW_TIMES_MATRIX = frozenset({"gemv", "gemv_multi"})  # kernels whose vector width is along k, not the output
 
 
 def kernel_reason(graph: Graph, node: Node) -> str:
@@ -26,6 +29,9 @@ def width_reason(graph: Graph, node: Node) -> str:
     if k is None:
         return ""
     if k.element == 4:
+        depths = matmul_depths(graph, node)
+        if k.name in ROW_TIMES_MATRIX and depths:  # these read the row (and B) along k, 4 at a time
+            return f"vec4: k {depths[0][1]} divisible by 4"
         return f"vec4: last dim {node.shape[-1] if node.shape else 1} divisible by 4"
     views = [view_of_operand(graph, s)[1] for s in node.srcs]
     return kernel_class(k.name).width_reason(node, views)
