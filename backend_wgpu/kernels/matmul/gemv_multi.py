@@ -684,7 +684,11 @@ class GemvMultiKernel(Kernel):
     def _a_at(self, idx: str) -> str:
         """WGSL of the row's KernelElement at index idx (in KernelElements)."""
         w, ia = self.kernel_element(), self.lay.a_leaf
-        return f"in{ia}[params.a_off / {w}u + {idx}]" if w > 1 else f"in{ia}[u32(i32(params.a_off) + i32({idx}) * params.a_sk)]"
+        return (
+            f"in{ia}[params.a_off / {w}u + {idx}]"
+            if w > 1
+            else f"in{ia}[u32(i32(params.a_off) + i32({idx}) * params.a_sk)]"
+        )
 
     def _nw_at(self, idx: str) -> str:
         w, wl = self.kernel_element(), self.lay.w_leaf
@@ -705,7 +709,9 @@ class GemvMultiKernel(Kernel):
             b.line("  sq = fma(xa, xa, sq);")
             if folded and lay.w_leaf is not None:
                 value = f"xa * {self._vec4(self._nw_at, '4u * i')}"
-        b.line(f"  row[i] = {value};")
+        # vec4 t of block kb at kb * 8 + (t + kb) % 8: a group's threads (consecutive blocks, the same t) then
+        # read 8 different 16-byte bank groups at once, not one (the blocks are 128 bytes apart)
+        b.line(f"  row[(i & ~7u) | ((i + (i >> 3u)) & 7u)] = {value};")
         b.line("}")
         if lay.norm is None:
             b.line("workgroupBarrier();  // the row staged")
@@ -721,7 +727,8 @@ class GemvMultiKernel(Kernel):
         for name, code in expr.f16_round_helper("vec4<f32>").items():
             b.helper(name, code)
         b.line(f"for (var i = lidx; i < params.kb * 8u; i += {wgx}u) {{")  # each thread its own elements
-        b.line(f"  row[i] = {expr.f16_rounded(normed, 'vec4<f32>')};")
+        b.line("  let at = (i & ~7u) | ((i + (i >> 3u)) & 7u);")
+        b.line(f"  row[at] = {expr.f16_rounded(normed.replace('row[i]', 'row[at]'), 'vec4<f32>')};")
         b.line("}")
         b.line("workgroupBarrier();  // the normed row staged")
 
@@ -778,7 +785,8 @@ class GemvMultiKernel(Kernel):
             b.line(f"var acc{n} = 0.0;")
         b.line(f"for (var kb0 = sub; kb0 < params.kb; kb0 += {group * unroll}u) {{")
         for s in range(unroll):
-            b.line(f"  let kb{s} = {f'min(kb0 + {s * group}u, params.kb - 1u)' if s else 'kb0'};")
+            if s:
+                b.line(f"  let kb{s} = min(kb0 + {s * group}u, params.kb - 1u);")
             for n, i in enumerate(leaves):  # the quants and scales first: the loads in flight together
                 dtype = self.operands[i].dtype
                 if not dtype.is_quantized:
@@ -793,7 +801,7 @@ class GemvMultiKernel(Kernel):
                 b.line(f"  let sc{n}_{s} = in{i}_scale({blk});")
         for s in range(unroll):
             for t in range(8):
-                b.line(f"  let a{s}_{t} = row[kb{s} * 8u + {t}u];")
+                b.line(f"  let a{s}_{t} = row[kb{s} * 8u + (({t}u + kb{s}) & 7u)];  // swizzled (_stage_row)")
             for n, i in enumerate(leaves):
                 dtype = self.operands[i].dtype
                 if dtype.is_quantized:
