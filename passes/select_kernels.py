@@ -213,9 +213,9 @@ def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread:
     if quantized and GEMV_STAGED_ROW and spread == 0:
         wg = 1 << (min(GEMV_STAGED_THREADS, caps.max_invocations).bit_length() - 1)  # powers of two: whole
         group = 1 << (min(GEMV_STAGED_GROUP, wg).bit_length() - 1)  # groups a workgroup, shuffles by xor
-        # the row's k f32 and `red` (the norm's sum; the units' sums, up to 4 vec4 a thread, without shuffles)
-        if 4 * k + 64 * wg <= caps.max_workgroup_storage and k % 32 == 0:
-            shuffle = caps.subgroups and group <= caps.subgroup_size
+        shuffle = caps.subgroups and group <= caps.subgroup_size
+        # the row's k f32 and `red` (a vec4 a thread; the units' sums without shuffles: up to 4 a thread)
+        if 4 * k + 16 * wg * (1 if shuffle else 4) <= caps.max_workgroup_storage and k % 32 == 0:
             more = (("unit_threads", group), ("unroll", max(1, GEMV_STAGED_UNROLL)), ("shuffle", shuffle))
             return KernelChoice(GemvMultiKernel.name, "staged", workgroup=(wg, 1, 1), params=params + more)
     if quantized:

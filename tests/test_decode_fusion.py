@@ -7,6 +7,7 @@ and checks the values of both runs against the reference interpreter on the trac
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -447,8 +448,10 @@ def test_quantized_decoder_step_staged(monkeypatch, weights):
     from benchmarks.e2e.decoder import config
     from examples import llama as L
     from passes import select_kernels as sk
+    from tracer import realize
 
     pytest.importorskip("gguf", reason="quantizing needs the gguf package")
+    monkeypatch.setattr(realize, "_PROGRAMS", OrderedDict())  # programs are cached by structure, not by rules
     monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 1)
     monkeypatch.setattr(sk, "GEMV_STAGED_GROUP", 4)  # 4 lanes: shuffles on any adapter with subgroups
     cfg = config("tiny")

@@ -527,9 +527,15 @@ STAGED_IDS = [f"t{t}g{g}u{u}" for t, g, u in STAGED]
 
 
 def staged_on(monkeypatch: pytest.MonkeyPatch, threads: int = 256, group: int = 16, unroll: int = 4) -> int:
-    """GEMV_STAGED_ROW on with this sizing; returns the units a workgroup takes."""
-    from passes import select_kernels as sk
+    """GEMV_STAGED_ROW on with this sizing, and a program cache of the test's own (programs are cached by
+    graph structure, not by these rules: another test's program of the same shapes must not be found, nor
+    a staged one left for later tests); returns the units a workgroup takes."""
+    from collections import OrderedDict
 
+    from passes import select_kernels as sk
+    from tracer import realize
+
+    monkeypatch.setattr(realize, "_PROGRAMS", OrderedDict())
     monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 1)
     monkeypatch.setattr(sk, "GEMV_STAGED_THREADS", threads)
     monkeypatch.setattr(sk, "GEMV_STAGED_GROUP", group)

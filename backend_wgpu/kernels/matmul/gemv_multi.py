@@ -29,6 +29,14 @@ columns of every B (a block of quants is 16-18 bytes against the row's 128), and
 fewer workgroups, each with more loads in flight. Where each thread takes at most
 UNROLLED_STEPS KernelElements of the row, the loop is unrolled with every load issued first.
 
+The `staged` variant (quantized groups without spread writes, passes.select_kernels.GEMV_STAGED_ROW) instead
+has every workgroup read the row (times the norm weight, or normed and rounded for a float16 norm) once into
+workgroup memory, with the norm's sum of squares summed once; then `unit_threads` threads take each unit
+(a column, or a rope pair) of many per workgroup, each thread blocks sub, sub + unit_threads, ... of it,
+`unroll` blocks' loads issued together; the unit's sums by subgroup shuffles (or through workgroup memory)
+and its epilogue (the terms, the root, box side writes) by the unit's first thread. The blocks layout
+re-reads the row and norm weight in every workgroup of a few columns; this reads them once per many.
+
 Math in f32; each term's value is rounded to its dtype as the unfused graph would store it.
 """
 
@@ -194,6 +202,8 @@ class GemvMultiKernel(Kernel):
         if quantized:
             many = " (several columns a workgroup but in rope or side-write parts)"
             what.append(f"blocks of 32 along k{many}, {', '.join(quantized)} dequantized in registers")
+        if node.kernel.variant == "staged":
+            what.append("the row staged in workgroup memory, threads in groups per column")
         writes = [t for p in lay.parts for t in p.terms if _writes(node.arg, t)]
         if writes:
             what.append(f"{len(writes)} side writes")
