@@ -7,6 +7,7 @@ and checks the values of both runs against the reference interpreter on the trac
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -448,10 +449,11 @@ def test_quantized_decoder_step_staged(monkeypatch, weights):
     from benchmarks.e2e.decoder import config
     from examples import llama as L
     from passes import select_kernels as sk
-    from tracer import realize
+
+    realize_mod = sys.modules["tracer.realize"]  # the package exports a function of that name
 
     pytest.importorskip("gguf", reason="quantizing needs the gguf package")
-    monkeypatch.setattr(realize, "_PROGRAMS", OrderedDict())  # programs are cached by structure, not by rules
+    monkeypatch.setattr(realize_mod, "_PROGRAMS", OrderedDict())  # programs are cached by structure, not by rules
     monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 1)
     monkeypatch.setattr(sk, "GEMV_STAGED_GROUP", 4)  # 4 lanes: shuffles on any adapter with subgroups
     cfg = config("tiny")

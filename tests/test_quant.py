@@ -8,6 +8,8 @@ reroute a case silently.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -533,9 +535,10 @@ def staged_on(monkeypatch: pytest.MonkeyPatch, threads: int = 256, group: int = 
     from collections import OrderedDict
 
     from passes import select_kernels as sk
-    from tracer import realize
 
-    monkeypatch.setattr(realize, "_PROGRAMS", OrderedDict())
+    realize_mod = sys.modules["tracer.realize"]  # the package exports a function of that name
+
+    monkeypatch.setattr(realize_mod, "_PROGRAMS", OrderedDict())
     monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 1)
     monkeypatch.setattr(sk, "GEMV_STAGED_THREADS", threads)
     monkeypatch.setattr(sk, "GEMV_STAGED_GROUP", group)
