@@ -200,6 +200,7 @@ GEMV_STAGED_ROW = 0
 GEMV_STAGED_THREADS = 256
 GEMV_STAGED_GROUP = 16
 GEMV_STAGED_UNROLL = 4
+GEMV_STAGED_MIN_WORKGROUPS = 0  # a group of fewer workgroups widens its units' thread groups (x2) up to this many
 
 
 def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread: int = 0) -> KernelChoice:
@@ -213,10 +214,11 @@ def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread:
     if quantized and GEMV_STAGED_ROW and spread == 0:
         wg = 1 << (min(GEMV_STAGED_THREADS, caps.max_invocations).bit_length() - 1)  # powers of two: whole
         group = 1 << (min(GEMV_STAGED_GROUP, wg).bit_length() - 1)  # groups a workgroup, shuffles by xor
-        shuffle = caps.subgroups and group <= caps.subgroup_size
         # the row's k f32 and `red` (a vec4 a thread; the units' sums without shuffles: up to 4 a thread)
-        if 4 * k + 16 * wg * (1 if shuffle else 4) <= caps.max_workgroup_storage and k % 32 == 0:
-            more = (("unit_threads", group), ("unroll", max(1, GEMV_STAGED_UNROLL)), ("shuffle", shuffle))
+        if 4 * k + 64 * wg <= caps.max_workgroup_storage and k % 32 == 0:
+            more = (("unit_threads", group), ("unroll", max(1, GEMV_STAGED_UNROLL)))
+            more += (("shuffle_max", caps.subgroup_size if caps.subgroups else 0),)
+            more += (("min_workgroups", GEMV_STAGED_MIN_WORKGROUPS),)
             return KernelChoice(GemvMultiKernel.name, "staged", workgroup=(wg, 1, 1), params=params + more)
     if quantized:
         threads = _row_workgroup(k // 32, caps) if GEMV_BLOCK_THREADS is None else GEMV_BLOCK_THREADS

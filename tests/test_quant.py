@@ -729,6 +729,31 @@ def test_staged_head_with_its_norm_and_bias(dt: DType, rng: np.random.Generator,
     assert_close(y.numpy(), rms(x[0], norm, 1e-6) @ reference(w, dt).T + bias, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("least,group,count", [(2, 4, 2), (3, 8, 3), (6, 16, 6), (100, 64, 23)])
+def test_staged_groups_widen_to_fill_the_gpu(
+    least: int, group: int, count: int, rng: np.random.Generator, monkeypatch
+) -> None:
+    """GEMV_STAGED_MIN_WORKGROUPS: 23 units at 16 a workgroup (64 threads, groups of 4) make 2 workgroups;
+    asking for more doubles the groups (8 units a workgroup: 3, 4 units: 6, ... one unit of 64 threads)."""
+    from passes import select_kernels as sk
+
+    staged_on(monkeypatch, 64, 4, 2)
+    monkeypatch.setattr(sk, "GEMV_STAGED_MIN_WORKGROUPS", least)
+    k = 544
+    w1, w2, norm = weights(rng, 23, k), weights(rng, 23, k), rng.standard_normal(k).astype(np.float32)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+
+    def swiglu() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        return tr.nn.linear(h, tr.quantize(w1, tr.q8_0)).silu() * tr.nn.linear(h, tr.quantize(w2, tr.q4_0))
+
+    y = swiglu()
+    (d,) = tr.compile(y).dispatches
+    assert (f":staged{group}u2" in d.variant, d.workgroup_count) == (True, (count, 1, 1))
+    a, b = rms(x, norm) @ reference(w1, DType.q8_0).T, rms(x, norm) @ reference(w2, DType.q4_0).T
+    assert_close(y.numpy(), a / (1 + np.exp(-a)) * b, rtol=1e-4, atol=1e-4)
+
+
 def test_staged_falls_back_past_workgroup_memory(rng: np.random.Generator, monkeypatch) -> None:
     """A row longer than workgroup memory holds: today's blocks layout, same values."""
     from tests.test_kernels_perf_variants import run_with_caps

@@ -32,7 +32,8 @@ UNROLLED_STEPS KernelElements of the row, the loop is unrolled with every load i
 The `staged` variant (quantized groups without spread writes, passes.select_kernels.GEMV_STAGED_ROW) instead
 has every workgroup read the row (times the norm weight, or normed and rounded for a float16 norm) once into
 workgroup memory, with the norm's sum of squares summed once; then `unit_threads` threads take each unit
-(a column, or a rope pair) of many per workgroup, each thread blocks sub, sub + unit_threads, ... of it,
+(a column, or a rope pair) of many per workgroup (groups twice as wide while the dispatch would have fewer
+than `min_workgroups`), each thread blocks sub, sub + unit_threads, ... of it,
 `unroll` blocks' loads issued together; the unit's sums by subgroup shuffles (or through workgroup memory)
 and its epilogue (the terms, the root, box side writes) by the unit's first thread. The blocks layout
 re-reads the row and norm weight in every workgroup of a few columns; this reads them once per many.
@@ -231,7 +232,12 @@ class GemvMultiKernel(Kernel):
             for part in self.lay.parts
         ]
         if self.staged:  # a unit per group of threads, side writes or not
-            self.per_wg = [self.choice.workgroup[0] // self.choice.param("unit_threads", 1)] * len(self.lay.parts)
+            wgx, self.group = self.choice.workgroup[0], self.choice.param("unit_threads", 1)
+            least = self.choice.param("min_workgroups", 0)  # wider groups (fewer units each) up to this many
+            while self.group < wgx and sum(-(-p.units // (wgx // self.group)) for p in self.lay.parts) < least:
+                self.group *= 2
+            self.shuffle = self.group <= self.choice.param("shuffle_max", 0)  # a group within a subgroup
+            self.per_wg = [wgx // self.group] * len(self.lay.parts)
         self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
         self._pre: WgslBuilder | None = None  # where the epilogue's leaf loads go (see _part)
 
@@ -244,8 +250,8 @@ class GemvMultiKernel(Kernel):
         units = f"x{max(self.per_wg)}" if max(self.per_wg) > 1 else ""
         way = f":blocks{units}" if self.blocks else (f":{units}" if units else "")
         if self.staged:
-            group, unroll = self.choice.param("unit_threads", 1), self.choice.param("unroll", 1)
-            way = f":staged{group}u{unroll}{'s' if self.choice.param('shuffle', False) else ''}x{max(self.per_wg)}"
+            group, unroll = self.group, self.choice.param("unroll", 1)
+            way = f":staged{group}u{unroll}{'s' if self.shuffle else ''}x{max(self.per_wg)}"
         return f"{self.node.arg.short_key()}:{parts}:{norm}{way}"
 
     def operand_type(self, i: int) -> str:
@@ -341,7 +347,7 @@ class GemvMultiKernel(Kernel):
         wg = self.choice.workgroup[0]
         subgroups = self.choice.param("subgroups", False)
         red = max(wg, self._red_stride() * self._packs()) if subgroups else wg
-        if self.staged and not self.choice.param("shuffle", False):  # the units' sums: a vec4 a thread a pack
+        if self.staged and not self.shuffle:  # the units' sums: a vec4 a thread a pack
             red = max(red, wg * self._unit_packs())
         b.workgroup_var(f"red: array<vec4<f32>, {red}>")
         if self.staged:
@@ -749,7 +755,7 @@ class GemvMultiKernel(Kernel):
     def _staged_part(self, b: WgslBuilder, p: int, part: Part, first: str) -> None:
         """A part in the staged variant: `group` threads a unit (a column, or a rope pair), over its blocks;
         the unit's sums by shuffles (or through `red`); its epilogue by the group's first thread."""
-        group, wgx = self.choice.param("unit_threads", 1), self.choice.workgroup[0]
+        group, wgx = self.group, self.choice.workgroup[0]
         b.line(f"let u = (wg - {first}) * {wgx // group}u + lidx / {group}u;")
         b.line(f"let sub = lidx % {group}u;")
         unit = f"min(u, params.n{p} - 1u)"  # past the last unit: its column again, nothing stored
@@ -782,7 +788,7 @@ class GemvMultiKernel(Kernel):
         a step with every load first (the last step's blocks past the row clamped, their products dropped);
         the row's blocks come from `row`. Returns each lane's partial dot product."""
         lay, w = self.lay, self.kernel_element()
-        group, unroll = self.choice.param("unit_threads", 1), self.choice.param("unroll", 1)
+        group, unroll = self.group, self.choice.param("unroll", 1)
         globals_ = [lay.cores.index(c) for c in part.cores]
         leaves = [lay.b_leaves[globals_[c]] for c, _ in lanes]
         for n, (c, j) in enumerate(lanes):
@@ -836,7 +842,7 @@ class GemvMultiKernel(Kernel):
     def _unit_sums(self, b: WgslBuilder, inner: WgslBuilder, values: list[str]) -> list[str]:
         """Each value summed over the unit's group of threads, four at a time: by subgroupShuffleXor (every
         thread of the group gets the sums), or through `red` (the group's first thread reads them, in `inner`)."""
-        group, wgx = self.choice.param("unit_threads", 1), self.choice.workgroup[0]
+        group, wgx = self.group, self.choice.workgroup[0]
         names, packs = [], []
         for pack in range(0, len(values), 4):
             chunk = values[pack : pack + 4] + ["0.0"] * (4 - len(values[pack : pack + 4]))
@@ -846,7 +852,7 @@ class GemvMultiKernel(Kernel):
             names += [f"{name}.{'xyzw'[i]}" for i in range(min(4, len(values) - pack))]
         if group == 1:
             return names
-        if self.choice.param("shuffle", False):
+        if self.shuffle:
             m = group // 2
             while m:
                 for name in packs:
