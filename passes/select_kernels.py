@@ -193,6 +193,14 @@ GEMV_LANES = 4
 # f16 1.33 -> 1.26; benchmarks/runs/2026-12-01-H/decode_knobs_threads.txt)
 GEMV_MAX_THREADS = 128
 GEMV_BLOCK_THREADS: int | None = None  # quantized groups' threads per workgroup (None: as many as the row has blocks)
+# quantized groups (1: on): the row normed and weighted once per workgroup into workgroup memory, then
+# GEMV_STAGED_THREADS / GEMV_STAGED_GROUP units a workgroup, GEMV_STAGED_GROUP threads a unit over its
+# blocks, GEMV_STAGED_UNROLL blocks' loads in flight per thread (untuned: off until measured on the H200)
+GEMV_STAGED_ROW = 0
+GEMV_STAGED_THREADS = 256
+GEMV_STAGED_GROUP = 16
+GEMV_STAGED_UNROLL = 4
+GEMV_STAGED_MIN_WORKGROUPS = 0  # a group of fewer workgroups widens its units' thread groups (x2) up to this many
 
 
 def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread: int = 0) -> KernelChoice:
@@ -203,6 +211,15 @@ def gemv_group_choice(k: int, caps: DeviceCaps, quantized: bool = False, spread:
     to 256: its threads walk those positions."""
     params = (("subgroups", caps.subgroups), ("lanes", GEMV_LANES))
     least = min(256, caps.max_invocations, 1 << max(0, (spread // 4 - 1).bit_length()))
+    if quantized and GEMV_STAGED_ROW and spread == 0:
+        wg = 1 << (min(GEMV_STAGED_THREADS, caps.max_invocations).bit_length() - 1)  # powers of two: whole
+        group = 1 << (min(GEMV_STAGED_GROUP, wg).bit_length() - 1)  # groups a workgroup, shuffles by xor
+        # the row's k f32 and `red` (a vec4 a thread; the units' sums without shuffles: up to 4 a thread)
+        if 4 * k + 64 * wg <= caps.max_workgroup_storage and k % 32 == 0:
+            more = (("unit_threads", group), ("unroll", max(1, GEMV_STAGED_UNROLL)))
+            more += (("shuffle_max", caps.subgroup_size if caps.subgroups else 0),)
+            more += (("min_workgroups", GEMV_STAGED_MIN_WORKGROUPS),)
+            return KernelChoice(GemvMultiKernel.name, "staged", workgroup=(wg, 1, 1), params=params + more)
     if quantized:
         threads = _row_workgroup(k // 32, caps) if GEMV_BLOCK_THREADS is None else GEMV_BLOCK_THREADS
         wg = max(least, min(threads, caps.max_invocations))

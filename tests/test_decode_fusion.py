@@ -7,6 +7,8 @@ and checks the values of both runs against the reference interpreter on the trac
 
 from __future__ import annotations
 
+import sys
+from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -437,6 +439,39 @@ def test_decoder_step_against_the_interpreter(monkeypatch, weights):
     assert kernels[last : last + 5] == layer
     assert kernels.count("gemv_multi") == 2 * cfg.layers + 1 and kernels.count("norm") == 0
     assert len(fused) < len(unfused)
+
+
+@pytest.mark.parametrize("weights", ["q8_0", "q4_0"])
+def test_quantized_decoder_step_staged(monkeypatch, weights):
+    """passes.select_kernels.GEMV_STAGED_ROW on: a quantized model's jit-form step (random caches, 16
+    units a workgroup, shuffles where the adapter allows) agrees with the unfused graph and the
+    interpreter; gate/up and the head are staged, q/k/v (a spread cache write) keep the blocks layout."""
+    from benchmarks.e2e.decoder import config
+    from examples import llama as L
+    from passes import select_kernels as sk
+
+    realize_mod = sys.modules["tracer.realize"]  # the package exports a function of that name
+
+    pytest.importorskip("gguf", reason="quantizing needs the gguf package")
+    monkeypatch.setattr(realize_mod, "_PROGRAMS", OrderedDict())  # programs are cached by structure, not by rules
+    monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 1)
+    monkeypatch.setattr(sk, "GEMV_STAGED_GROUP", 4)  # 4 lanes: shuffles on any adapter with subgroups
+    cfg = config("tiny")
+    w = L.random_weights(cfg, seed=2, scale=0.1)
+    w = L.check_weights(L.quantize_weights(w, cfg, weights), cfg, "random", tr.float32)
+    tr.realize(*w.values())
+    model = L.Llama(cfg, w, cfg.max_positions, tr.float32)
+    shape = (1, cfg.kv_heads, cfg.max_positions, cfg.head_dim)
+    caches = [arr(*shape) for _ in range(2 * cfg.layers)]
+
+    def build() -> tuple[tr.Tensor, ...]:
+        ids, pos = tr.tensor(np.array([[7]], np.int32)), tr.tensor(np.array([9], np.int32))
+        out = model.step(ids, pos, *[tr.tensor(c) for c in caches])
+        return (out[0], *out[2:])
+
+    fused, _ = check(monkeypatch, build)
+    staged = [":staged4" in d.variant for d in fused if d.kernel == "gemv_multi"]
+    assert staged == [False, True] * cfg.layers + [True]
 
 
 # --- the fuzzer's decode fragments ------------------------------------------------------------------

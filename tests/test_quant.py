@@ -8,6 +8,8 @@ reroute a case silently.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -516,3 +518,256 @@ def test_explain_names_the_quantized_weights_of_a_group(rng: np.random.Generator
     )
     assert "q8_0 8x64, 544 bytes (34 per 32 weights)" in text
     assert "q4_0 8x64, 288 bytes (18 per 32 weights) dequantized in registers" in text
+
+
+# --- the staged variant (passes.select_kernels.GEMV_STAGED_ROW): the row in workgroup memory ---------
+
+# (threads, threads a unit, blocks a step): the default; a group small enough for subgroup shuffles; a
+# step of 3 blocks that the row's blocks do not fill (the last step's blocks clamped); groups of 32
+STAGED = [(256, 16, 4), (64, 4, 1), (32, 8, 3), (128, 32, 2)]
+STAGED_IDS = [f"t{t}g{g}u{u}" for t, g, u in STAGED]
+
+
+def staged_on(monkeypatch: pytest.MonkeyPatch, threads: int = 256, group: int = 16, unroll: int = 4) -> int:
+    """GEMV_STAGED_ROW on with this sizing, and a program cache of the test's own (programs are cached by
+    graph structure, not by these rules: another test's program of the same shapes must not be found, nor
+    a staged one left for later tests); returns the units a workgroup takes."""
+    from collections import OrderedDict
+
+    from passes import select_kernels as sk
+
+    realize_mod = sys.modules["tracer.realize"]  # the package exports a function of that name
+
+    monkeypatch.setattr(realize_mod, "_PROGRAMS", OrderedDict())
+    monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 1)
+    monkeypatch.setattr(sk, "GEMV_STAGED_THREADS", threads)
+    monkeypatch.setattr(sk, "GEMV_STAGED_GROUP", group)
+    monkeypatch.setattr(sk, "GEMV_STAGED_UNROLL", unroll)
+    return threads // group
+
+
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "tree"])
+@pytest.mark.parametrize("sizing", STAGED, ids=STAGED_IDS)
+@pytest.mark.parametrize("k", [64, 544, 2080])  # 2, 17 and 65 blocks
+def test_staged_swiglu(
+    k: int, sizing: tuple[int, int, int], subgroups: bool, rng: np.random.Generator, device, monkeypatch
+) -> None:
+    """norm, gate (q8_0), up (q4_0), SwiGLU with the row staged: one dispatch, 23 columns over
+    ceil(23 / units a workgroup) workgroups, against gguf's dequantization; sums by shuffles where the
+    group fits the subgroup, else through workgroup memory."""
+    from tests.test_kernels_perf_variants import run_with_caps
+
+    if subgroups and not device.caps.subgroups:
+        pytest.skip("no subgroups on this adapter")
+    units = staged_on(monkeypatch, *sizing)
+    w1, w2, norm = weights(rng, 23, k), weights(rng, 23, k), rng.standard_normal(k).astype(np.float32)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+
+    def swiglu() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        return tr.nn.linear(h, tr.quantize(w1, tr.q8_0)).silu() * tr.nn.linear(h, tr.quantize(w2, tr.q4_0))
+
+    got, program = run_with_caps(swiglu(), subgroups=subgroups)
+    (d,) = program.dispatches
+    shuffle = subgroups and sizing[1] <= device.caps.subgroup_size
+    assert (d.kernel, d.variant.split(":", 2)[-1]) == (
+        "gemv_multi",
+        f"n:staged{sizing[1]}u{sizing[2]}{'s' if shuffle else ''}x{units}",
+    )
+    assert d.workgroup_count == (-(-23 // units), 1, 1)
+    a, b = rms(x, norm) @ reference(w1, DType.q8_0).T, rms(x, norm) @ reference(w2, DType.q4_0).T
+    assert_close(got, a / (1 + np.exp(-a)) * b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+@pytest.mark.parametrize("sizing", STAGED[:2], ids=STAGED_IDS[:2])
+@pytest.mark.parametrize("dt", FORMATS)
+def test_staged_qkv_rope_and_cache_writes(
+    dt: DType, sizing: tuple[int, int, int], interleaved: bool, rng: np.random.Generator, monkeypatch
+) -> None:
+    """q and k quantized, v float32 (a float B read a block a step), rope pairs on q and k (both of a
+    pair in one unit), k and v appended to caches by the units' threads: one staged dispatch."""
+    staged_on(monkeypatch, *sizing)
+    d, heads, kv_heads, hd, ctx, pos = 96, 5, 3, 16, 6, 3  # 3 blocks: odd columns and pairs
+    wq, wk, wv = weights(rng, heads * hd, d), weights(rng, kv_heads * hd, d), weights(rng, kv_heads * hd, d)
+    norm, x = rng.standard_normal(d).astype(np.float32), rng.standard_normal((1, 1, d)).astype(np.float32)
+    ang = np.arange(hd // 2) * 0.3
+    cos, sin = np.cos(ang).astype(np.float32)[None], np.sin(ang).astype(np.float32)[None]
+    ck, cv = (rng.standard_normal((1, kv_heads, ctx, hd)).astype(np.float32) for _ in range(2))
+    t_ck, t_cv = tr.tensor(ck), tr.tensor(cv)
+
+    def heads_of(y: tr.Tensor, n: int) -> tr.Tensor:
+        return y.reshape(1, 1, n, hd).permute(0, 2, 1, 3)
+
+    def rot(y: tr.Tensor) -> tr.Tensor:
+        return tr.nn.rope(y, tr.tensor(cos), tr.tensor(sin), interleaved=interleaved)
+
+    def step() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        q = rot(heads_of(tr.nn.linear(h, tr.quantize(wq, dt)), heads))
+        k = rot(heads_of(tr.nn.linear(h, tr.quantize(wk, dt)), kv_heads))
+        t_ck.index_write(k, (0, 0, pos, 0))
+        t_cv.index_write(heads_of(tr.nn.linear(h, tr.tensor(wv)), kv_heads), (0, 0, pos, 0))
+        return q
+
+    q = step()
+    assert [(k, ":staged" in v) for k, v, _ in group_kernels(q, t_ck, t_cv)] == [("gemv_multi", True)]
+
+    def rope_np(y: np.ndarray) -> np.ndarray:  # (n, hd)
+        if interleaved:
+            a, b = y[:, 0::2], y[:, 1::2]
+            out = np.empty_like(y)
+            out[:, 0::2], out[:, 1::2] = a * cos - b * sin, b * cos + a * sin
+            return out
+        a, b = y[:, : hd // 2], y[:, hd // 2 :]
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=1)
+
+    hn = rms(x[0], norm)
+    assert_close(q.numpy()[0, :, 0], rope_np((hn @ reference(wq, dt).T).reshape(heads, hd)), rtol=1e-4, atol=1e-4)
+    ck[0, :, pos] = rope_np((hn @ reference(wk, dt).T).reshape(kv_heads, hd))
+    cv[0, :, pos] = (hn @ wv.T).reshape(kv_heads, hd)
+    assert_close(t_ck.numpy(), ck, rtol=1e-4, atol=1e-4)
+    assert_close(t_cv.numpy(), cv, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("offset,element", [(2, 2), (1, 1), (0, 4)])
+def test_staged_group_without_a_norm_of_a_row_read_narrow(
+    offset: int, element: int, rng: np.random.Generator, monkeypatch
+) -> None:
+    """No norm (the row staged as it is), read as vec4, vec2 or scalars, three matmuls (one float) a unit."""
+    staged_on(monkeypatch, 64, 8, 3)
+    k = 96
+    big = rng.standard_normal((1, k + 4)).astype(np.float32)
+    w1, w2, w3 = weights(rng, 13, k), weights(rng, 13, k), weights(rng, 13, k)
+    row = tr.tensor(big)[:, offset : offset + k]
+    y = tr.nn.linear(row, tr.quantize(w1, tr.q4_0)) * tr.nn.linear(row, tr.quantize(w2, tr.q8_0))
+    y = y + tr.nn.linear(row, tr.tensor(w3))
+    ((kernel, variant, el),) = group_kernels(y)
+    assert (kernel, variant.split(":")[-1].startswith("staged8u3"), el) == ("gemv_multi", True, element)
+    x = big[:, offset : offset + k]
+    want = (x @ reference(w1, DType.q4_0).T) * (x @ reference(w2, DType.q8_0).T) + x @ w3.T
+    assert_close(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("sizing", STAGED[:3], ids=STAGED_IDS[:3])
+def test_staged_group_of_a_float16_row(
+    sizing: tuple[int, int, int], rng: np.random.Generator, device, monkeypatch
+) -> None:
+    """A float16 row and norm ("nr"): the staged row scaled by 1 / rms and rounded to float16 in place."""
+    if not device.caps.shader_f16:
+        pytest.skip("no shader-f16")
+    staged_on(monkeypatch, *sizing)
+    k = 160
+    w1, w2 = weights(rng, 19, k), weights(rng, 19, k)
+    x, norm = rng.standard_normal((1, k)).astype(np.float16), (1 + 0.1 * rng.standard_normal(k)).astype(np.float16)
+
+    def project() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        return tr.nn.linear(h, tr.quantize(w1, tr.q4_0)) + tr.nn.linear(h, tr.quantize(w2, tr.q8_0))
+
+    y = project()
+    ((kernel, variant, _),) = group_kernels(y)
+    assert (kernel, variant.split(":")[-2:][0], variant.split(":")[-1].startswith("staged")) == (
+        "gemv_multi",
+        "nr",
+        True,
+    )
+    hn = rms(x.astype(np.float32), norm.astype(np.float32)).astype(np.float16).astype(np.float64)  # as stored
+    want = hn @ reference(w1, DType.q4_0).T + hn @ reference(w2, DType.q8_0).T
+    assert y.dtype is tr.float16
+    assert_close(y.numpy().astype(np.float32), want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("copy", [False, True])
+def test_staged_group_mixing_parts_and_side_writes(copy: bool, rng: np.random.Generator, monkeypatch) -> None:
+    """The root part beside a side write, with or without a copy of the old cache: 8 units a workgroup
+    in both parts (2 + 1 workgroups), every element lands right."""
+    staged_on(monkeypatch, 64, 8, 1)
+    k, n, m, ctx, pos = 64, 10, 8, 5, 3
+    w1, w2, norm = weights(rng, n, k), weights(rng, m, k), rng.standard_normal(k).astype(np.float32)
+    x, cache = rng.standard_normal((1, k)).astype(np.float32), rng.standard_normal((ctx, m)).astype(np.float32)
+    t_cache = tr.tensor(cache)
+
+    def step() -> tuple[tr.Tensor, ...]:
+        old = t_cache[1:3].copy() if copy else None
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        y = tr.nn.linear(h, tr.quantize(w1, tr.q4_0))
+        t_cache.index_write(tr.nn.linear(h, tr.quantize(w2, tr.q8_0)), (pos, 0))
+        return (y,) if old is None else (y, old * 2.0)
+
+    outs = step()
+    group = [d for d in tr.compile(*outs, t_cache).dispatches if d.kernel != "elementwise"]
+    assert [(d.kernel, ":staged8u1" in d.variant, d.workgroup_count) for d in group] == [
+        ("gemv_multi", True, (3, 1, 1))
+    ]
+    hn = rms(x, norm)
+    assert_close(outs[0].numpy(), hn @ reference(w1, DType.q4_0).T, rtol=1e-4, atol=1e-4)
+    want = cache.copy()
+    want[pos] = (hn @ reference(w2, DType.q8_0).T)[0]
+    assert_close(t_cache.numpy(), want, rtol=1e-4, atol=1e-4)
+    if copy:
+        assert_close(outs[1].numpy(), cache[1:3] * 2.0, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+def test_staged_head_with_its_norm_and_bias(dt: DType, rng: np.random.Generator, monkeypatch) -> None:
+    """The final norm, a quantized projection of 50 columns and a bias: 4 workgroups of 16 units."""
+    staged_on(monkeypatch)
+    k, n = 96, 50
+    w, norm, bias = weights(rng, n, k), rng.standard_normal(k).astype(np.float32), weights(rng, 1, n)[0]
+    x = rng.standard_normal((1, 1, k)).astype(np.float32)
+
+    def head() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-6)
+        return tr.nn.linear(h, tr.quantize(w, dt), tr.tensor(bias)).reshape(1, n)
+
+    y = head()
+    program = tr.compile(y)
+    assert [(d.kernel, ":staged" in d.variant, d.workgroup_count) for d in program.dispatches] == [
+        ("gemv_multi", True, (4, 1, 1))
+    ]
+    assert_close(y.numpy(), rms(x[0], norm, 1e-6) @ reference(w, dt).T + bias, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("least,group,count", [(2, 4, 2), (3, 8, 3), (6, 16, 6), (100, 64, 23)])
+def test_staged_groups_widen_to_fill_the_gpu(
+    least: int, group: int, count: int, rng: np.random.Generator, monkeypatch
+) -> None:
+    """GEMV_STAGED_MIN_WORKGROUPS: 23 units at 16 a workgroup (64 threads, groups of 4) make 2 workgroups;
+    asking for more doubles the groups (8 units a workgroup: 3, 4 units: 6, ... one unit of 64 threads)."""
+    from passes import select_kernels as sk
+
+    staged_on(monkeypatch, 64, 4, 2)
+    monkeypatch.setattr(sk, "GEMV_STAGED_MIN_WORKGROUPS", least)
+    k = 544
+    w1, w2, norm = weights(rng, 23, k), weights(rng, 23, k), rng.standard_normal(k).astype(np.float32)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+
+    def swiglu() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        return tr.nn.linear(h, tr.quantize(w1, tr.q8_0)).silu() * tr.nn.linear(h, tr.quantize(w2, tr.q4_0))
+
+    y = swiglu()
+    (d,) = tr.compile(y).dispatches
+    assert (f":staged{group}u2" in d.variant, d.workgroup_count) == (True, (count, 1, 1))
+    a, b = rms(x, norm) @ reference(w1, DType.q8_0).T, rms(x, norm) @ reference(w2, DType.q4_0).T
+    assert_close(y.numpy(), a / (1 + np.exp(-a)) * b, rtol=1e-4, atol=1e-4)
+
+
+def test_staged_falls_back_past_workgroup_memory(rng: np.random.Generator, monkeypatch) -> None:
+    """A row longer than workgroup memory holds: today's blocks layout, same values."""
+    from tests.test_kernels_perf_variants import run_with_caps
+
+    staged_on(monkeypatch)
+    k = 1024
+    w1, w2, x = weights(rng, 9, k), weights(rng, 9, k), rng.standard_normal((1, k)).astype(np.float32)
+    norm = rng.standard_normal(k).astype(np.float32)
+
+    def pair() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        return tr.nn.linear(h, tr.quantize(w1, tr.q4_0)) * tr.nn.linear(h, tr.quantize(w2, tr.q8_0))
+
+    got, program = run_with_caps(pair(), max_workgroup_storage=4096)
+    assert [(d.kernel, ":blocks" in d.variant) for d in program.dispatches] == [("gemv_multi", True)]
+    want = (rms(x, norm) @ reference(w1, DType.q4_0).T) * (rms(x, norm) @ reference(w2, DType.q8_0).T)
+    assert_close(got, want, rtol=1e-4, atol=1e-4)

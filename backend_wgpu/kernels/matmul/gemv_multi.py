@@ -29,6 +29,15 @@ columns of every B (a block of quants is 16-18 bytes against the row's 128), and
 fewer workgroups, each with more loads in flight. Where each thread takes at most
 UNROLLED_STEPS KernelElements of the row, the loop is unrolled with every load issued first.
 
+The `staged` variant (quantized groups without spread writes, passes.select_kernels.GEMV_STAGED_ROW) instead
+has every workgroup read the row (times the norm weight, or normed and rounded for a float16 norm) once into
+workgroup memory, with the norm's sum of squares summed once; then `unit_threads` threads take each unit
+(a column, or a rope pair) of many per workgroup (groups twice as wide while the dispatch would have fewer
+than `min_workgroups`), each thread blocks sub, sub + unit_threads, ... of it,
+`unroll` blocks' loads issued together; the unit's sums by subgroup shuffles (or through workgroup memory)
+and its epilogue (the terms, the root, box side writes) by the unit's first thread. The blocks layout
+re-reads the row and norm weight in every workgroup of a few columns; this reads them once per many.
+
 Math in f32; each term's value is rounded to its dtype as the unfused graph would store it.
 """
 
@@ -194,6 +203,8 @@ class GemvMultiKernel(Kernel):
         if quantized:
             many = " (several columns a workgroup but in rope or side-write parts)"
             what.append(f"blocks of 32 along k{many}, {', '.join(quantized)} dequantized in registers")
+        if node.kernel.variant == "staged":
+            what.append("the row staged in workgroup memory, threads in groups per column")
         writes = [t for p in lay.parts for t in p.terms if _writes(node.arg, t)]
         if writes:
             what.append(f"{len(writes)} side writes")
@@ -205,6 +216,10 @@ class GemvMultiKernel(Kernel):
         # a quantized B: threads walk whole blocks of 32 along k (the row's length is whole blocks)
         self.blocks = any(self.operands[i].dtype.is_quantized for i in self.lay.b_leaves)
         self.writes = side_writes.side_writes(node, graph, [t for p in self.lay.parts for t in p.terms])
+        # the `staged` variant (quantized groups, select_kernels.GEMV_STAGED_ROW): the row in workgroup memory
+        self.staged = self.choice.variant == "staged"
+        if self.staged and (not self.blocks or any(not w.box for w in self.writes)):
+            raise ValueError(f"gemv_multi %{node.id}: the staged variant takes quantized groups without spread writes")
         self.targets = {w.target for w in self.writes if w.copy is None}
         written = {w.term.id for w in self.writes}
         lanes = self.choice.param("lanes", 1)
@@ -216,6 +231,13 @@ class GemvMultiKernel(Kernel):
             else max(1, lanes // (len(part.cores) * (2 if part.pair else 1)))
             for part in self.lay.parts
         ]
+        if self.staged:  # a unit per group of threads, side writes or not
+            wgx, self.group = self.choice.workgroup[0], self.choice.param("unit_threads", 1)
+            least = self.choice.param("min_workgroups", 0)  # wider groups (fewer units each) up to this many
+            while self.group < wgx and sum(-(-p.units // (wgx // self.group)) for p in self.lay.parts) < least:
+                self.group *= 2
+            self.shuffle = self.group <= self.choice.param("shuffle_max", 0)  # a group within a subgroup
+            self.per_wg = [wgx // self.group] * len(self.lay.parts)
         self.copy_slots = [graph[w.term.id].slot for w in self.writes if w.copy is not None]
         self._pre: WgslBuilder | None = None  # where the epilogue's leaf loads go (see _part)
 
@@ -227,6 +249,9 @@ class GemvMultiKernel(Kernel):
         norm = ("nr" if self.lay.rounded_row else "n") if self.lay.norm else ""
         units = f"x{max(self.per_wg)}" if max(self.per_wg) > 1 else ""
         way = f":blocks{units}" if self.blocks else (f":{units}" if units else "")
+        if self.staged:
+            group, unroll = self.group, self.choice.param("unroll", 1)
+            way = f":staged{group}u{unroll}{'s' if self.shuffle else ''}x{max(self.per_wg)}"
         return f"{self.node.arg.short_key()}:{parts}:{norm}{way}"
 
     def operand_type(self, i: int) -> str:
@@ -290,7 +315,7 @@ class GemvMultiKernel(Kernel):
         for p, part in enumerate(lay.parts):  # u{p}: the workgroups of parts 0..p
             end += -(-part.units // self.per_wg[p])
             meta.append((f"u{p}", "u32", end))
-            if self.per_wg[p] > 1:
+            if self.per_wg[p] > 1 or self.staged:
                 meta.append((f"n{p}", "u32", part.units))
             if part.pair:
                 meta.append((f"half{p}", "u32", part.pair[1] // 2))
@@ -321,7 +346,12 @@ class GemvMultiKernel(Kernel):
         self._describe(b)
         wg = self.choice.workgroup[0]
         subgroups = self.choice.param("subgroups", False)
-        b.workgroup_var(f"red: array<vec4<f32>, {max(wg, self._red_stride() * self._packs()) if subgroups else wg}>")
+        red = max(wg, self._red_stride() * self._packs()) if subgroups else wg
+        if self.staged and not self.shuffle:  # the units' sums: a vec4 a thread a pack
+            red = max(red, wg * self._unit_packs())
+        b.workgroup_var(f"red: array<vec4<f32>, {red}>")
+        if self.staged:
+            b.workgroup_var(f"row: array<vec4<f32>, {self._k() // 4}>")
         if any(not w.box for w in self.writes):
             b.workgroup_var(f"wv: array<f32, {2 * len(self.writes)}>")
         for i in self._quantized():
@@ -330,11 +360,13 @@ class GemvMultiKernel(Kernel):
             b.builtin("@builtin(subgroup_invocation_id) sg_lane: u32")
             b.builtin("@builtin(subgroup_size) sg_size: u32")
         b.line(f"if (wg >= params.u{len(self.lay.parts) - 1}) {{ return; }}")
+        if self.staged:
+            self._stage_row(b)
         for p, part in enumerate(self.lay.parts):
             first = "0u" if p == 0 else f"params.u{p - 1}"
             b.line(f"{'if' if p == 0 else '} else if'} (wg < params.u{p}) {{")
             body = WgslBuilder()
-            self._part(body, p, part, first)
+            (self._staged_part if self.staged else self._part)(body, p, part, first)
             for name, code in body.helpers.items():
                 b.helper(name, code)
             for line in body.body:
@@ -663,6 +695,176 @@ class GemvMultiKernel(Kernel):
                 b.line(f"  acc{n} += {terms};")
         b.line("}")
         return [f"acc{n}" for n in range(len(lanes))] + (["dot(sq, vec4<f32>(1.0))"] if folded else [])
+
+    # --- the staged variant ------------------------------------------------------------
+    def _a_at(self, idx: str) -> str:
+        """WGSL of the row's KernelElement at index idx (in KernelElements)."""
+        w, ia = self.kernel_element(), self.lay.a_leaf
+        return (
+            f"in{ia}[params.a_off / {w}u + {idx}]"
+            if w > 1
+            else f"in{ia}[u32(i32(params.a_off) + i32({idx}) * params.a_sk)]"
+        )
+
+    def _nw_at(self, idx: str) -> str:
+        w, wl = self.kernel_element(), self.lay.w_leaf
+        return f"in{wl}[params.nw_off / {w}u + {idx}]" if w > 1 else f"in{wl}[params.nw_off + {idx}]"
+
+    def _stage_row(self, b: WgslBuilder) -> None:
+        """Every workgroup, before its part: the row (times the norm weight) into `row`, read once from memory
+        by all threads, and the norm's sum of squares `ss` summed once. A float16 norm then scales the row by
+        1 / rms and rounds it to float16 in place, as the unfused graph stores it."""
+        lay, wgx = self.lay, self.choice.workgroup[0]
+        folded = lay.norm is not None and not lay.rounded_row
+        if lay.norm is not None:
+            b.line("var sq = vec4<f32>(0.0);")
+        b.line(f"for (var i = lidx; i < params.kb * 8u; i += {wgx}u) {{")
+        b.line(f"  let xa = {self._vec4(self._a_at, '4u * i')};")
+        value = "xa"
+        if lay.norm is not None:
+            b.line("  sq = fma(xa, xa, sq);")
+            if folded and lay.w_leaf is not None:
+                value = f"xa * {self._vec4(self._nw_at, '4u * i')}"
+        # vec4 t of block kb at kb * 8 + (t + kb) % 8: a group's threads (consecutive blocks, the same t) then
+        # read 8 different 16-byte bank groups at once, not one (the blocks are 128 bytes apart)
+        b.line(f"  row[(i & ~7u) | ((i + (i >> 3u)) & 7u)] = {value};")
+        b.line("}")
+        if lay.norm is None:
+            b.line("workgroupBarrier();  // the row staged")
+            return
+        b.line("var ss = vec4<f32>(dot(sq, vec4<f32>(1.0)), 0.0, 0.0, 0.0);")
+        self._workgroup_sum(b, "ss")  # its barriers also publish the row
+        if not lay.rounded_row:
+            return
+        b.line("let rstd = inverseSqrt(ss.x / f32(params.k) + params.eps);")
+        normed = "row[i] * vec4<f32>(rstd)"
+        if lay.w_leaf is not None:
+            normed = f"{normed} * {self._vec4(self._nw_at, '4u * i')}"
+        for name, code in expr.f16_round_helper("vec4<f32>").items():
+            b.helper(name, code)
+        b.line(f"for (var i = lidx; i < params.kb * 8u; i += {wgx}u) {{")  # each thread its own elements
+        b.line("  let at = (i & ~7u) | ((i + (i >> 3u)) & 7u);")
+        b.line(f"  row[at] = {expr.f16_rounded(normed.replace('row[i]', 'row[at]'), 'vec4<f32>')};")
+        b.line("}")
+        b.line("workgroupBarrier();  // the normed row staged")
+
+    def _unit_packs(self) -> int:
+        """vec4 packs of a staged unit's dot products (the most over the parts)."""
+        return max(-(-len(part.cores) * (2 if part.pair else 1) // 4) for part in self.lay.parts)
+
+    def _staged_part(self, b: WgslBuilder, p: int, part: Part, first: str) -> None:
+        """A part in the staged variant: `group` threads a unit (a column, or a rope pair), over its blocks;
+        the unit's sums by shuffles (or through `red`); its epilogue by the group's first thread."""
+        group, wgx = self.group, self.choice.workgroup[0]
+        b.line(f"let u = (wg - {first}) * {wgx // group}u + lidx / {group}u;")
+        b.line(f"let sub = lidx % {group}u;")
+        unit = f"min(u, params.n{p} - 1u)"  # past the last unit: its column again, nothing stored
+        if part.pair is None:
+            b.line(f"let e0 = {unit};")
+            elements = ["e0"]
+        else:
+            elements = self._pair(b, p, part, unit, "e0", "e1")
+        lanes = [(c, j) for c in range(len(part.cores)) for j in range(len(elements))]
+        self._pre = WgslBuilder() if HOIST_EPILOGUE_LOADS else None  # a unit's own loads: before the loop
+        loop, inner = WgslBuilder(), WgslBuilder()
+        sums = self._unit_sums(loop, inner, self._staged_loop(loop, part, elements, lanes))
+        folded = self.lay.norm is not None and not self.lay.rounded_row
+        self._epilogue(inner, p, part, elements, lanes, sums + (["ss.x"] if folded else []))
+        for piece in ([self._pre] if self._pre is not None else []) + [loop]:
+            for name, code in piece.helpers.items():
+                b.helper(name, code)
+            for line in piece.body:
+                b.line(line)
+        self._pre = None
+        b.line(f"if (sub == 0u && u < params.n{p}) {{")
+        for name, code in inner.helpers.items():
+            b.helper(name, code)
+        for line in inner.body:
+            b.line("  " + line)
+        b.line("}")
+
+    def _staged_loop(self, b: WgslBuilder, part: Part, elements: list[str], lanes: list[tuple[int, int]]) -> list[str]:
+        """The staged k loop: thread `sub` of the unit's group takes blocks sub, sub + group, ..., `unroll` of them
+        a step with every load first (the last step's blocks past the row clamped, their products dropped);
+        the row's blocks come from `row`. Returns each lane's partial dot product."""
+        lay, w = self.lay, self.kernel_element()
+        group, unroll = self.group, self.choice.param("unroll", 1)
+        globals_ = [lay.cores.index(c) for c in part.cores]
+        leaves = [lay.b_leaves[globals_[c]] for c, _ in lanes]
+        for n, (c, j) in enumerate(lanes):
+            g, i = globals_[c], leaves[n]
+            if self.operands[i].dtype.is_quantized:
+                b.line(f"let bb{n} = {elements[j]} * params.q{i}_upr;  // its row's first unit")
+            else:
+                col = f"i32(params.b{g}_off) + i32({elements[j]}) * params.b{g}_sn"
+                b.line(f"let bb{n} = {f'u32({col}) / {w}u' if w > 1 else col};")
+            b.line(f"var acc{n} = 0.0;")
+        b.line(f"for (var kb0 = sub; kb0 < params.kb; kb0 += {group * unroll}u) {{")
+        for s in range(unroll):
+            if s:
+                b.line(f"  let kb{s} = min(kb0 + {s * group}u, params.kb - 1u);")
+            for n, i in enumerate(leaves):  # the quants and scales first: the loads in flight together
+                dtype = self.operands[i].dtype
+                if not dtype.is_quantized:
+                    continue
+                fmt = quant_format(dtype)
+                if dtype is DType.q4_0:
+                    b.line(f"  let q{n}_{s} = in{i}[bb{n} + kb{s}];")
+                else:
+                    b.line(f"  let q{n}_{s}_0 = in{i}[bb{n} + 2u * kb{s}];")
+                    b.line(f"  let q{n}_{s}_1 = in{i}[bb{n} + 2u * kb{s} + 1u];")
+                blk = f"bb{n} / {fmt.units_per_block}u + kb{s}" if fmt.units_per_block > 1 else f"bb{n} + kb{s}"
+                b.line(f"  let sc{n}_{s} = in{i}_scale({blk});")
+        for s in range(unroll):
+            for t in range(8):
+                b.line(f"  let a{s}_{t} = row[kb{s} * 8u + (({t}u + kb{s}) & 7u)];  // swizzled (_stage_row)")
+            for n, i in enumerate(leaves):
+                dtype = self.operands[i].dtype
+                if dtype.is_quantized:
+                    units = [f"q{n}_{s}"] if dtype is DType.q4_0 else [f"q{n}_{s}_0", f"q{n}_{s}_1"]
+                    values = [v for u in units for v, _ in quant_format(dtype).lanes(u)]
+                    terms = " + ".join(f"dot({v}, a{s}_{t})" for t, v in enumerate(values))
+                    value = f"fma(sc{n}_{s}, {terms}, acc{n})"
+                else:
+                    g = globals_[lanes[n][0]]
+
+                    def b_at(idx: str, n: int = n, i: int = i, g: int = g) -> str:
+                        return f"in{i}[bb{n} + {idx}]" if w > 1 else f"in{i}[u32(bb{n} + i32({idx}) * params.b{g}_sk)]"
+
+                    k0 = f"kb{s} * 32u"
+                    terms = " + ".join(f"dot({self._vec4(b_at, f'{k0} + {4 * t}u')}, a{s}_{t})" for t in range(8))
+                    value = f"acc{n} + {terms}"
+                # a clamped block's products dropped by select (a product times 0 would still make NaN of inf)
+                b.line(f"  acc{n} = {f'select(acc{n}, {value}, kb0 + {s * group}u < params.kb)' if s else value};")
+        b.line("}")
+        return [f"acc{n}" for n in range(len(lanes))]
+
+    def _unit_sums(self, b: WgslBuilder, inner: WgslBuilder, values: list[str]) -> list[str]:
+        """Each value summed over the unit's group of threads, four at a time: by subgroupShuffleXor (every
+        thread of the group gets the sums), or through `red` (the group's first thread reads them, in `inner`)."""
+        group, wgx = self.group, self.choice.workgroup[0]
+        names, packs = [], []
+        for pack in range(0, len(values), 4):
+            chunk = values[pack : pack + 4] + ["0.0"] * (4 - len(values[pack : pack + 4]))
+            name = f"us{pack // 4}"
+            b.line(f"var {name} = vec4<f32>({', '.join(chunk)});")
+            packs.append(name)
+            names += [f"{name}.{'xyzw'[i]}" for i in range(min(4, len(values) - pack))]
+        if group == 1:
+            return names
+        if self.shuffle:
+            m = group // 2
+            while m:
+                for name in packs:
+                    b.line(f"{name} += subgroupShuffleXor({name}, {m}u);")
+                m //= 2
+            return names
+        for n, name in enumerate(packs):
+            b.line(f"red[{n * wgx}u + lidx] = {name};")
+        b.line("workgroupBarrier();")
+        adds = " ".join(f"{name} += red[{n * wgx}u + lidx + i];" for n, name in enumerate(packs))
+        inner.line(f"for (var i = 1u; i < {group}u; i++) {{ {adds} }}")
+        return names
 
     def _row_rstd(self, b: WgslBuilder, raw: str) -> None:
         """`rstd`, the norm's 1 / rms of the row, from a pass over it before the k loop (as the norm kernel)."""
