@@ -68,7 +68,9 @@ PLANS_KEPT = 4  # per program, how many sets of input/output buffers keep their 
 # Dispatches per submitted command buffer (0: the whole run in one). Each submission costs the
 # host tens of microseconds; a chunk lets the GPU run while the host records the next one.
 SUBMIT_CHUNK = int(os.environ.get("WGJIT_SUBMIT_CHUNK", "16"))
-SUBMIT_GROWTH = float(os.environ.get("WGJIT_SUBMIT_GROWTH", "1"))  # each chunk this many times the last one
+# each chunk this many times the last one: 16, 32, 64... (H200 run H, host_split: 12L token 1.543 -> 1.258 ms,
+# ~1B 2.504 -> 2.398 against chunks of 16 throughout; benchmarks/runs/2026-12-01-H/host_split_growth.txt)
+SUBMIT_GROWTH = float(os.environ.get("WGJIT_SUBMIT_GROWTH", "2"))
 SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 20)))  # free outputs, all programs
 
 try:  # wgpu-native's C functions, for the per-dispatch commands (see the module docstring)

@@ -195,11 +195,13 @@ GEMV_MAX_THREADS = 128
 GEMV_BLOCK_THREADS: int | None = None  # quantized groups' threads per workgroup (None: as many as the row has blocks)
 # quantized groups (1: on): the row normed and weighted once per workgroup into workgroup memory, then
 # GEMV_STAGED_THREADS / GEMV_STAGED_GROUP units a workgroup, GEMV_STAGED_GROUP threads a unit over its
-# blocks, GEMV_STAGED_UNROLL blocks' loads in flight per thread (untuned: off until measured on the H200)
-GEMV_STAGED_ROW = 0
+# blocks, GEMV_STAGED_UNROLL blocks' loads in flight per thread (H200 run H, ~1B decode step GPU time:
+# q4_0 1.707 -> 1.147 ms, q8_0 1.649 -> 1.039 against the blocks layout; benchmarks/runs/2026-12-01-H/
+# decode_knobs_staged.txt: groups of 16 beat 8 and 32, 2 blocks in flight beat 4)
+GEMV_STAGED_ROW = 1
 GEMV_STAGED_THREADS = 256
 GEMV_STAGED_GROUP = 16
-GEMV_STAGED_UNROLL = 4
+GEMV_STAGED_UNROLL = 2
 GEMV_STAGED_MIN_WORKGROUPS = 0  # a group of fewer workgroups widens its units' thread groups (x2) up to this many
 
 
