@@ -726,6 +726,7 @@ def test_staged_head_with_its_norm_and_bias(dt: DType, rng: np.random.Generator,
     assert [(d.kernel, ":staged" in d.variant, d.workgroup_count) for d in program.dispatches] == [
         ("gemv_multi", True, (4, 1, 1))
     ]
+    assert "the row staged in workgroup memory" in str(tr.explain(y))
     assert_close(y.numpy(), rms(x[0], norm, 1e-6) @ reference(w, dt).T + bias, rtol=1e-4, atol=1e-4)
 
 
