@@ -78,6 +78,8 @@ class Kernel:
     # passes.inplace: threads move elements (each writes where another may still read), so no
     # other operand may read the overwritten buffer at all
     inplace_exclusive: ClassVar[bool] = False
+    # explain: the KernelElement runs along the matmul's k (a row times a matrix), not the output's last dim
+    width_along_k: ClassVar[bool] = False
 
     @classmethod
     def widest_element(cls, node: Node, views: list[View]) -> int:

@@ -15,8 +15,6 @@ from ir.node import Node
 from ir.ops import Op
 from passes.fold_views import view_of_operand
 
-ROW_TIMES_MATRIX = frozenset({"gemv", "gemv_multi"})  # kernels whose vector width is along k, not the output
-
 
 def kernel_reason(graph: Graph, node: Node) -> str:
     if node.kernel is None:
@@ -30,7 +28,7 @@ def width_reason(graph: Graph, node: Node) -> str:
         return ""
     if k.element == 4:
         depths = matmul_depths(graph, node)
-        if k.name in ROW_TIMES_MATRIX and depths:  # these read the row (and B) along k, 4 at a time
+        if kernel_class(k.name).width_along_k and depths:  # the row (and B) read along k, 4 at a time
             return f"vec4: k {depths[0][1]} divisible by 4"
         return f"vec4: last dim {node.shape[-1] if node.shape else 1} divisible by 4"
     views = [view_of_operand(graph, s)[1] for s in node.srcs]

@@ -21,6 +21,7 @@ class GemvKernel(MatmulKernel):
     """gemv[k_contig]: one workgroup per output column (its only variant)."""
 
     name = "gemv"
+    width_along_k = True
 
     @classmethod
     def widest_element(cls, node: Node, views: list[View]) -> int:

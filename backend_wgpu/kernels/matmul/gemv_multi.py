@@ -172,6 +172,7 @@ HOIST_EPILOGUE_LOADS = True  # one-unit parts: the epilogue's leaf loads before 
 
 class GemvMultiKernel(Kernel):
     name = "gemv_multi"
+    width_along_k = True
 
     @classmethod
     def widest_group(cls, node: Node, views: list[View]) -> int:
