@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -171,10 +171,15 @@ def _debug_report(key: str, program: Program, seconds: dict[str, float], total: 
             print(f"[wgjit] --- WGSL {kernel_key} ---\n{code}", file=sys.stderr)
 
 
-def device_buffer(lz: Lazy) -> DeviceBuffer:
-    """The device buffer of a leaf Lazy, uploading its host data first when it has not been yet."""
+def device_buffer(lz: Lazy, hint: Hashable | None = None) -> DeviceBuffer:
+    """The device buffer of a leaf Lazy, uploading its host data first when it has not been yet.
+
+    `hint` (what the data is for: a program and input index) lets the upload take the GPU buffer
+    the last upload for the same hint had, once that one's tensor died (backend_wgpu.device.UploadPool):
+    a lazy loop's host inputs then bind the same buffers every call, and the program's plan hits.
+    """
     if lz.buffer is None:
-        lz.buffer = get_device().upload(lz.host)
+        lz.buffer = get_device().upload(lz.host, hint)
         lz.host = None
     elif lz.buffer.device is not get_device():
         lz.buffer.device.check_alive()  # raises: lost, or replaced by tr.reset_device()
@@ -198,7 +203,11 @@ def realize_lazies(lazies: Sequence[Lazy]) -> None:
         program = _program(w.structure, lambda: graph_of(w))
         dev = get_device()
         # device_buffer(lz), without the call for the usual leaf: already on this device (weights, caches)
-        inputs = [b if (b := lz.buffer) is not None and b.device is dev else device_buffer(lz) for lz in w.inputs]
+        key = id(program)
+        inputs = [
+            b if (b := lz.buffer) is not None and b.device is dev else device_buffer(lz, (key, i))
+            for i, lz in enumerate(w.inputs)
+        ]
         outputs = program.run(inputs, ints=w.ints)
         note_run(program)
         for lz, buf in zip(w.outputs, outputs, strict=True):
@@ -239,7 +248,7 @@ def cached_programs() -> list[Program]:
 
 def clear_program_cache() -> None:
     """Forget every compiled program and what programs keep for replays (bind groups, free output buffers),
-    and the device's read-back staging buffers."""
+    and the device's read-back staging buffers and free upload buffers."""
     with LOCK:
         for program in list(_PROGRAMS.values()) + list(_WARM.values()):
             program.trim()
@@ -248,6 +257,7 @@ def clear_program_cache() -> None:
         device = backend_device.device_if_created()
         if device is not None:
             device.drop_readback()
+            device.uploads.drop()
 
 
 ResetHook = Callable[[], None]
