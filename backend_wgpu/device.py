@@ -29,6 +29,7 @@ LOST_HELP = (
 READBACK_KEPT_BYTES = 64 << 20  # read-back staging buffers up to this size are kept for the next read
 # Free upload buffers kept for the next upload of the same size (UploadPool), all sizes together
 UPLOAD_POOL_BYTES = int(os.environ.get("WGJIT_UPLOAD_POOL_BYTES", str(64 << 20)))
+UPLOAD_POOL_BUFFERS = 32  # and at most this many
 UPLOAD_POOLED_MAX = 16 << 20  # a larger upload (weights) gets its own buffer, freed when its tensor dies
 
 try:  # wgpu-native's device poll, to wait for a read-back on the calling thread (see Device.read_into)
@@ -137,17 +138,24 @@ class UploadPool:
     Reusing a buffer that a submitted run may still be reading is safe: the next upload is a
     queue write, which runs after everything submitted before it. A buffer is kept only while
     its DeviceBuffer is dead (nothing can read it outside the queue), and never once destroyed.
+    At most `count` buffers and `budget` bytes are kept free, the least recently freed dropped
+    first (a workload of ever new sizes must not collect them).
     """
 
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
+    def __init__(self, budget: int, count: int) -> None:
+        self.budget, self.count = budget, count
         self.free_bytes = 0
         self._free: dict[int, dict[int, Any]] = {}  # size -> {id(raw): raw}, the oldest freed first
+        self._order: OrderedDict[int, int] = OrderedDict()  # id(raw) -> size of every free buffer, oldest first
         # hint -> id() of the buffer last uploaded for it (an id: a buffer dropped from the pool must be free to go)
         self._last: OrderedDict[Hashable, int] = OrderedDict()
         # id(weak reference to a handed-out DeviceBuffer) -> (that reference, its GPU buffer); see _given_back
         self._handed: dict[int, tuple[weakref.ref, Any]] = {}
         self._lock = threading.RLock()  # the garbage collector gives back, from any thread, inside our own locks too
+
+    @property
+    def free_count(self) -> int:
+        return len(self._order)
 
     def take(self, size: int, hint: Hashable | None) -> Any | None:
         """A free buffer of exactly `size` bytes: the one last used for `hint` when free, else the one freed last."""
@@ -158,6 +166,7 @@ class UploadPool:
             raw = free.pop(self._last.get(hint), None) if hint is not None else None
             if raw is None:
                 raw = free.pop(next(reversed(free)))
+            del self._order[id(raw)]
             self.free_bytes -= size
             return raw
 
@@ -180,17 +189,18 @@ class UploadPool:
                 return
             raw = entry[1]
             self._free.setdefault(raw.size, {})[id(raw)] = raw
+            self._order[id(raw)] = raw.size
             self.free_bytes += raw.size
-            while self.free_bytes > self.budget:  # drop the oldest freed of the largest size: wgpu frees it when idle
-                size = max(s for s, f in self._free.items() if f)
-                free = self._free[size]
-                free.pop(next(iter(free)))
+            while self._order and (self.free_bytes > self.budget or len(self._order) > self.count):
+                key, size = self._order.popitem(last=False)  # dropped: wgpu frees it once no run uses it
+                del self._free[size][key]
                 self.free_bytes -= size
 
     def drop(self) -> None:
         """Forget every free buffer (those handed out still come back when they die)."""
         with self._lock:
             self._free.clear()
+            self._order.clear()
             self._last.clear()
             self.free_bytes = 0
 
@@ -261,7 +271,7 @@ class Device:
         self.lost = False
         self._readback: dict[int, Any] = {}  # read-back staging buffer per power-of-two size
         self._spin_wait = _DEVICE_POLL is not None and self.adapter.info.get("adapter_type") != "CPU"
-        self.uploads = UploadPool(UPLOAD_POOL_BYTES)
+        self.uploads = UploadPool(UPLOAD_POOL_BYTES, UPLOAD_POOL_BUFFERS)
 
     # --- loss -----------------------------------------------------------------------
     def check_alive(self) -> None:

@@ -168,3 +168,18 @@ def test_large_uploads_are_not_kept() -> None:
     del big
     gc.collect()
     assert dev.uploads.free_bytes == free
+
+
+def test_ever_new_sizes_keep_a_bounded_count() -> None:
+    dev = get_device()
+    held = [dev.upload(np.full(n, n, np.float32)) for n in range(5, 5 + 3 * dev.uploads.count)]  # all sizes differ
+    del held
+    gc.collect()
+    assert dev.uploads.free_count == dev.uploads.count
+    n = 4 + 3 * dev.uploads.count  # the newest freed is kept
+    before = dict(dev.stats)
+    again = dev.upload(np.full(n, 1.5, np.float32))
+    assert _delta(before, "uploads_reused") == 1
+    out = np.empty(n, np.float32)
+    dev.read_into(again, out)
+    assert_close(out, np.full(n, 1.5, np.float32))
