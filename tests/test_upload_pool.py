@@ -173,7 +173,8 @@ def test_large_uploads_are_not_kept() -> None:
 def test_ever_new_sizes_keep_a_bounded_count() -> None:
     dev = get_device()
     held = [dev.upload(np.full(n, n, np.float32)) for n in range(5, 5 + 3 * dev.uploads.count)]  # all sizes differ
-    del held
+    while held:  # freed in order of size
+        held.pop(0)
     gc.collect()
     assert dev.uploads.free_count == dev.uploads.count
     n = 4 + 3 * dev.uploads.count  # the newest freed is kept
