@@ -30,7 +30,7 @@ READBACK_KEPT_BYTES = 64 << 20  # read-back staging buffers up to this size are 
 # Free upload buffers kept for the next upload of the same size (UploadPool), all sizes together
 UPLOAD_POOL_BYTES = int(os.environ.get("WGJIT_UPLOAD_POOL_BYTES", str(64 << 20)))
 UPLOAD_POOL_BUFFERS = 32  # and at most this many
-UPLOAD_POOLED_MAX = 16 << 20  # a larger upload (weights) gets its own buffer, freed when its tensor dies
+UPLOAD_POOLED_MAX = 4 << 20  # a larger upload (weights) gets its own buffer, freed when its tensor dies
 
 try:  # wgpu-native's device poll, to wait for a read-back on the calling thread (see Device.read_into)
     from wgpu.backends.wgpu_native import ffi as _ffi
@@ -163,10 +163,16 @@ class UploadPool:
             free = self._free.get(size)
             if not free:
                 return None
-            raw = free.pop(self._last.get(hint), None) if hint is not None else None
+            raw = free.get(self._last.get(hint)) if hint is not None else None
             if raw is None:
-                raw = free.pop(next(reversed(free)))
-            del self._order[id(raw)]
+                raw = free.get(next(reversed(free), None))
+                if raw is None:
+                    return None
+            # out of _order first: a collection run by an allocation above may have dropped it (then
+            # it is not ours to take), and none run from here on can drop it any more
+            if self._order.pop(id(raw), None) is None:
+                return None
+            free.pop(id(raw), None)
             self.free_bytes -= size
             return raw
 
@@ -193,7 +199,7 @@ class UploadPool:
             self.free_bytes += raw.size
             while self._order and (self.free_bytes > self.budget or len(self._order) > self.count):
                 key, size = self._order.popitem(last=False)  # dropped: wgpu frees it once no run uses it
-                del self._free[size][key]
+                self._free[size].pop(key, None)
                 self.free_bytes -= size
 
     def drop(self) -> None:

@@ -184,3 +184,36 @@ def test_ever_new_sizes_keep_a_bounded_count() -> None:
     out = np.empty(n, np.float32)
     dev.read_into(again, out)
     assert_close(out, np.full(n, 1.5, np.float32))
+
+
+class _Raw:
+    """A stand-in for a wgpu buffer: the pool reads only its size."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def test_pool_prefers_the_hinted_buffer_and_drops_the_oldest() -> None:
+    from backend_wgpu.device import DeviceBuffer, UploadPool
+
+    pool = UploadPool(budget=1 << 20, count=3)
+    raws = [_Raw(64) for _ in range(3)]
+    bufs = [DeviceBuffer(r, 64, None) for r in raws]  # type: ignore[arg-type]
+    for i, b in enumerate(bufs):
+        pool.hand_out(b, ("program", i))
+    assert pool.take(64, None) is None  # nothing free while the DeviceBuffers live
+    del b
+    for i in (2, 0, 1):  # freed in another order than handed out
+        bufs[i] = None  # type: ignore[call-overload]
+    assert pool.free_count == 3 and pool.free_bytes == 192
+    assert pool.take(64, ("program", 0)) is raws[0]  # the hinted one, not the one freed last
+    assert pool.take(64, ("program", 7)) is raws[1]  # no such hint: the one freed last
+    assert pool.take(32, None) is None  # another size: never
+    extra = [DeviceBuffer(_Raw(64), 64, None) for _ in range(4)]  # type: ignore[arg-type]
+    for b in extra:
+        pool.hand_out(b, None)
+    del b
+    extra.clear()  # four more freed: the count keeps the three freed last, raws[2] (the oldest) is dropped
+    assert pool.free_count == 3 and pool.free_bytes == 192
+    taken = {id(pool.take(64, ("program", 2))) for _ in range(3)}
+    assert id(raws[2]) not in taken and pool.free_count == 0
