@@ -262,6 +262,7 @@ class Program:
         self._launches: list[_Launch] = []
         self.compile_seconds = 0.0
         self.runs = 0
+        self._cache_key: Any = None  # tracer.realize's program-cache key for it (its LRU moves it by that object)
         t0 = time.perf_counter()
         with device.guard("compiling a program"):
             self._build()
