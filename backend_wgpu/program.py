@@ -314,6 +314,7 @@ class Program:
         self._written_ints: tuple[int, ...] | None = None  # the runtime integers the uniform holds now
         self._last_words: tuple[tuple[int, ...], np.ndarray] | None = None  # the last values checked, packed
         self.int_count = 1 + max((s.slot for _, _, s in self._runtime), default=-1)
+        self._runtime_table = _runtime_table(self._runtime)
         self.ints: tuple[int, ...] = self.graph.ints  # run()'s default runtime integers
         self._temps = self._allocate_temps()
         for launch in self._launches:
@@ -430,8 +431,19 @@ class Program:
         if last is not None and last[0] == ints:  # the same values as the last run: checked already
             return last[1]
         words = self._uniform_words.copy()
-        for offset, _, sym in self._runtime:
-            words[offset // 4] = sym.check(ints) & 0xFFFFFFFF  # i32 fields: two's complement
+        table, values = self._runtime_table, None
+        if table is not None:  # every field at once (a decoder step has ~100, each a Python call otherwise)
+            given = np.asarray(ints, np.int64) if all(-_SMALL < v < _SMALL for v in ints) else None
+            if given is not None:  # products of values and scales below 2**31 cannot overflow int64
+                at, slot, scale, const, lo, hi = table
+                values = given[slot] * scale + const
+                if ((values < lo) | (values > hi)).any():
+                    values = None
+        if values is None:
+            for offset, _, sym in self._runtime:  # raises the first field's IndexOutOfRangeError, in order
+                words[offset // 4] = sym.check(ints) & 0xFFFFFFFF  # i32 fields: two's complement
+        else:
+            words[at] = (values & 0xFFFFFFFF).astype(np.uint32)  # i32 fields: two's complement
         self._last_words = (ints, words)
         return words
 
@@ -594,6 +606,19 @@ class Program:
 
     def __repr__(self) -> str:
         return f"<Program {len(self.dispatches)} dispatches, {self.input_count} inputs, {len(self.outputs)} outputs>"
+
+
+_SMALL = 1 << 31
+
+
+def _runtime_table(runtime: list[tuple[int, str, Sym]]) -> tuple[np.ndarray, ...] | None:
+    """The runtime fields as int64 columns (word index in the uniform, slot, scale, const, lo, hi);
+    None when a scale or constant is too large for Program._runtime_words to compute in int64."""
+    if not runtime or any(not (-_SMALL < s.scale < _SMALL and -_SMALL < s.const < _SMALL) for _, _, s in runtime):
+        return None
+    columns = zip(*[(o // 4, s.slot, s.scale, s.const, s.lo, s.hi) for o, _, s in runtime], strict=True)
+    # bounds past int64 clip to it: values computed here never reach them
+    return tuple(np.clip(np.array(c, object), -(1 << 62), 1 << 62).astype(np.int64) for c in columns)
 
 
 def _commands(launches: list[_Launch], groups: list[Any]) -> list[tuple[Any, Any, int, int, int]]:
