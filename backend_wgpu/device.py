@@ -146,7 +146,7 @@ class UploadPool:
         self.budget, self.count = budget, count
         self.free_bytes = 0
         self._free: dict[int, dict[int, Any]] = {}  # size -> {id(raw): raw}, the oldest freed first
-        self._order: OrderedDict[int, int] = OrderedDict()  # id(raw) -> size of every free buffer, oldest first
+        self._order: OrderedDict[int, Any] = OrderedDict()  # id(raw) -> raw, every free buffer, the oldest freed first
         # hint -> id() of the buffer last uploaded for it (an id: a buffer dropped from the pool must be free to go)
         self._last: OrderedDict[Hashable, int] = OrderedDict()
         # id(weak reference to a handed-out DeviceBuffer) -> (that reference, its GPU buffer); see _given_back
@@ -174,6 +174,7 @@ class UploadPool:
                 return None
             free.pop(id(raw), None)
             self.free_bytes -= size
+            raw._wgjit_reused = True  # see _drop_one
             return raw
 
     def hand_out(self, buf: DeviceBuffer, hint: Hashable | None) -> None:
@@ -195,12 +196,21 @@ class UploadPool:
                 return
             raw = entry[1]
             self._free.setdefault(raw.size, {})[id(raw)] = raw
-            self._order[id(raw)] = raw.size
+            self._order[id(raw)] = raw
             self.free_bytes += raw.size
             while self._order and (self.free_bytes > self.budget or len(self._order) > self.count):
-                key, size = self._order.popitem(last=False)  # dropped: wgpu frees it once no run uses it
-                self._free[size].pop(key, None)
-                self.free_bytes -= size
+                self._drop_one()
+
+    def _drop_one(self) -> None:
+        """Drop the least recently freed buffer never reused, else the least recently freed: a burst of
+        buffers freed at once (a model's weights, at its end) must not push out a loop's reused ones."""
+        free = list(self._order.items())  # a copy: a collection may give buffers back while we look
+        key = next((k for k, raw in free if not getattr(raw, "_wgjit_reused", False)), free[0][0])
+        raw = self._order.pop(key, None)  # dropped: wgpu frees it once no run uses it
+        if raw is None:
+            return
+        self._free[raw.size].pop(key, None)
+        self.free_bytes -= raw.size
 
     def drop(self) -> None:
         """Forget every free buffer (those handed out still come back when they die)."""

@@ -217,3 +217,27 @@ def test_pool_prefers_the_hinted_buffer_and_drops_the_oldest() -> None:
     assert pool.free_count == 3 and pool.free_bytes == 192
     taken = {id(pool.take(64, ("program", 2))) for _ in range(3)}
     assert id(raws[2]) not in taken and pool.free_count == 0
+
+
+def test_a_burst_of_freed_buffers_keeps_the_reused_ones() -> None:
+    """A model's weights freed at once (never reused) go before a loop's buffer that is reused every call."""
+    from backend_wgpu.device import DeviceBuffer, UploadPool
+
+    pool = UploadPool(budget=1 << 20, count=4)
+    hot = _Raw(64)
+    buf = DeviceBuffer(hot, 64, None)  # type: ignore[arg-type]
+    pool.hand_out(buf, ("loop", 0))
+    del buf
+    for _ in range(2):  # the loop: taken, handed out again, freed
+        raw = pool.take(64, ("loop", 0))
+        assert raw is hot
+        buf = DeviceBuffer(raw, 64, None)  # type: ignore[arg-type]
+        pool.hand_out(buf, ("loop", 0))
+        del buf, raw
+    burst = [DeviceBuffer(_Raw(128), 128, None) for _ in range(10)]  # type: ignore[arg-type]
+    for b in burst:
+        pool.hand_out(b, None)
+    del b
+    burst.clear()
+    assert pool.free_count == 4
+    assert pool.take(64, ("loop", 0)) is hot
