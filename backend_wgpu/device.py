@@ -138,15 +138,20 @@ class UploadPool:
     Reusing a buffer that a submitted run may still be reading is safe: the next upload is a
     queue write, which runs after everything submitted before it. A buffer is kept only while
     its DeviceBuffer is dead (nothing can read it outside the queue), and never once destroyed.
-    At most `count` buffers and `budget` bytes are kept free, the least recently freed dropped
-    first (a workload of ever new sizes must not collect them).
+
+    At most `count` buffers and `budget` bytes are kept free (a workload of ever new sizes must
+    not collect them), in two parts, each oldest freed first: buffers never reused, and buffers
+    reused before (at most half the count; past it the oldest moves back to the first part).
+    The never-reused go first: a burst of buffers freed at once (a model's weights, at its end)
+    does not push out a loop's, and a new loop's buffers still find room to be reused.
     """
 
     def __init__(self, budget: int, count: int) -> None:
         self.budget, self.count = budget, count
         self.free_bytes = 0
         self._free: dict[int, dict[int, Any]] = {}  # size -> {id(raw): raw}, the oldest freed first
-        self._order: OrderedDict[int, Any] = OrderedDict()  # id(raw) -> raw, every free buffer, the oldest freed first
+        self._fresh: OrderedDict[int, Any] = OrderedDict()  # id(raw) -> raw: free, never reused, oldest first
+        self._reused: OrderedDict[int, Any] = OrderedDict()  # id(raw) -> raw: free, reused before, oldest first
         # hint -> id() of the buffer last uploaded for it (an id: a buffer dropped from the pool must be free to go)
         self._last: OrderedDict[Hashable, int] = OrderedDict()
         # id(weak reference to a handed-out DeviceBuffer) -> (that reference, its GPU buffer); see _given_back
@@ -155,7 +160,7 @@ class UploadPool:
 
     @property
     def free_count(self) -> int:
-        return len(self._order)
+        return len(self._fresh) + len(self._reused)
 
     def take(self, size: int, hint: Hashable | None) -> Any | None:
         """A free buffer of exactly `size` bytes: the one last used for `hint` when free, else the one freed last."""
@@ -168,13 +173,14 @@ class UploadPool:
                 raw = free.get(next(reversed(free), None))
                 if raw is None:
                     return None
-            # out of _order first: a collection run by an allocation above may have dropped it (then
-            # it is not ours to take), and none run from here on can drop it any more
-            if self._order.pop(id(raw), None) is None:
+            # out of the pool's order first: a collection run by an allocation above may have dropped it
+            # (then it is not ours to take), and none run from here on can drop it any more
+            key = id(raw)
+            if self._fresh.pop(key, None) is None and self._reused.pop(key, None) is None:
                 return None
-            free.pop(id(raw), None)
+            free.pop(key, None)
             self.free_bytes -= size
-            raw._wgjit_reused = True  # see _drop_one
+            raw._wgjit_reused = True  # freed again, it joins the reused part
             return raw
 
     def hand_out(self, buf: DeviceBuffer, hint: Hashable | None) -> None:
@@ -196,27 +202,26 @@ class UploadPool:
                 return
             raw = entry[1]
             self._free.setdefault(raw.size, {})[id(raw)] = raw
-            self._order[id(raw)] = raw
+            if getattr(raw, "_wgjit_reused", False):
+                self._reused[id(raw)] = raw
+                while len(self._reused) > self.count // 2:  # the oldest reused back with the never reused
+                    key, old = self._reused.popitem(last=False)
+                    old._wgjit_reused = False
+                    self._fresh[key] = old
+            else:
+                self._fresh[id(raw)] = raw
             self.free_bytes += raw.size
-            while self._order and (self.free_bytes > self.budget or len(self._order) > self.count):
-                self._drop_one()
-
-    def _drop_one(self) -> None:
-        """Drop the least recently freed buffer never reused, else the least recently freed: a burst of
-        buffers freed at once (a model's weights, at its end) must not push out a loop's reused ones."""
-        free = list(self._order.items())  # a copy: a collection may give buffers back while we look
-        key = next((k for k, raw in free if not getattr(raw, "_wgjit_reused", False)), free[0][0])
-        raw = self._order.pop(key, None)  # dropped: wgpu frees it once no run uses it
-        if raw is None:
-            return
-        self._free[raw.size].pop(key, None)
-        self.free_bytes -= raw.size
+            while self.free_count and (self.free_bytes > self.budget or self.free_count > self.count):
+                key, old = (self._fresh or self._reused).popitem(last=False)  # dropped: wgpu frees it when idle
+                self._free[old.size].pop(key, None)
+                self.free_bytes -= old.size
 
     def drop(self) -> None:
         """Forget every free buffer (those handed out still come back when they die)."""
         with self._lock:
             self._free.clear()
-            self._order.clear()
+            self._fresh.clear()
+            self._reused.clear()
             self._last.clear()
             self.free_bytes = 0
 

@@ -241,3 +241,28 @@ def test_a_burst_of_freed_buffers_keeps_the_reused_ones() -> None:
     burst.clear()
     assert pool.free_count == 4
     assert pool.take(64, ("loop", 0)) is hot
+
+
+def test_a_new_loop_finds_room_beside_an_old_one() -> None:
+    """A pool full of an old loop's reused buffers still keeps a new loop's, so they are reused too."""
+    from backend_wgpu.device import DeviceBuffer, UploadPool
+
+    pool = UploadPool(budget=1 << 20, count=4)
+
+    def cycle(raw: _Raw, hint: tuple) -> None:  # handed out, then its DeviceBuffer dies
+        pool.hand_out(DeviceBuffer(raw, raw.size, None), hint)  # type: ignore[arg-type]
+
+    old = [_Raw(64) for _ in range(4)]
+    for i, raw in enumerate(old):
+        cycle(raw, ("old", i))
+    for _ in range(2):  # the old loop: its four buffers reused every call, then it ends
+        for i in range(4):
+            cycle(pool.take(64, ("old", i)), ("old", i))
+    assert pool.free_count == 4
+    new = _Raw(128)
+    cycle(new, ("new", 0))
+    for _ in range(3):  # the new loop: its buffer is there every call
+        got = pool.take(128, ("new", 0))
+        assert got is new
+        cycle(got, ("new", 0))
+    assert pool.free_count == 4
