@@ -14,12 +14,12 @@ workgroup counts, ready to encode; a run on buffers seen before builds nothing.
 Output buffers come from a pool (OutputPool): a buffer whose DeviceBuffer nobody holds any
 more goes back to its program and output slot, and the next run takes the one freed last
 (so a loop that drops or replaces its result alternates between at most two buffers, and
-finds their plans). Host data uploaded for a lazy call's inputs likewise comes back to the
-device's UploadPool when its tensor dies (backend_wgpu.device), and the next call's upload for the
-same input takes that buffer: a lazy loop's replay binds what it bound before, and its plan hits.
-Outputs the caller holds are never overwritten. What the pools keep
+finds their plans). Outputs the caller holds are never overwritten. What the pools keep
 free is bounded in bytes across all programs (WGJIT_SPARE_OUTPUT_BYTES); `trim()` drops a
-program's plans and free buffers.
+program's plans and free buffers. Host data uploaded for a lazy call's inputs likewise goes back
+to the device's UploadPool when its tensor dies (backend_wgpu.device), and the next call's upload
+for the same input takes that buffer: a lazy loop's replay binds what it bound before, and its
+plan hits.
 
 A long run is submitted in chunks of SUBMIT_CHUNK dispatches, each its own command buffer:
 the GPU starts on the first while the host records the next, so a replay's host cost and
