@@ -6,8 +6,9 @@ import contextlib
 import os
 import re
 import threading
+import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +27,10 @@ LOST_HELP = (
     "for a new one, then recreate the tensors that were on the GPU (their data is gone)"
 )
 READBACK_KEPT_BYTES = 64 << 20  # read-back staging buffers up to this size are kept for the next read
+# Free upload buffers kept for the next upload of the same size (UploadPool), all sizes together
+UPLOAD_POOL_BYTES = int(os.environ.get("WGJIT_UPLOAD_POOL_BYTES", str(64 << 20)))
+UPLOAD_POOL_BUFFERS = 32  # and at most this many
+UPLOAD_POOLED_MAX = 4 << 20  # a larger upload (weights) gets its own buffer, freed when its tensor dies
 
 try:  # wgpu-native's device poll, to wait for a read-back on the calling thread (see Device.read_into)
     from wgpu.backends.wgpu_native import ffi as _ffi
@@ -120,6 +125,107 @@ class DeviceBuffer:
             self.buffer = None
 
 
+class UploadPool:
+    """The GPU buffers of host uploads whose DeviceBuffer died, kept for the next upload of their size.
+
+    A lazy loop uploads its host inputs (token ids, a mask, positions) on every call: into a
+    new buffer each time, each program that reads them would build new bind groups too. From
+    here the next call's upload of the same size finds the buffer the last call's died with,
+    and the program's plan for it (backend_wgpu.program) hits. The input a buffer was last
+    uploaded for (`hint`: a program and input index) gets that same buffer back when it is free,
+    so several inputs of one size keep their buffers, and their plan, call after call.
+
+    Reusing a buffer that a submitted run may still be reading is safe: the next upload is a
+    queue write, which runs after everything submitted before it. A buffer is kept only while
+    its DeviceBuffer is dead (nothing can read it outside the queue), and never once destroyed.
+
+    At most `count` buffers and `budget` bytes are kept free (a workload of ever new sizes must
+    not collect them), in two parts, each oldest freed first: buffers never reused, and buffers
+    reused before (at most half the count; past it the oldest moves back to the first part).
+    The never-reused go first: a burst of buffers freed at once (a model's weights, at its end)
+    does not push out a loop's, and a new loop's buffers still find room to be reused.
+    """
+
+    def __init__(self, budget: int, count: int) -> None:
+        self.budget, self.count = budget, count
+        self.free_bytes = 0
+        self._free: dict[int, dict[int, Any]] = {}  # size -> {id(raw): raw}, the oldest freed first
+        self._fresh: OrderedDict[int, Any] = OrderedDict()  # id(raw) -> raw: free, never reused, oldest first
+        self._reused: OrderedDict[int, Any] = OrderedDict()  # id(raw) -> raw: free, reused before, oldest first
+        # hint -> id() of the buffer last uploaded for it (an id: a buffer dropped from the pool must be free to go)
+        self._last: OrderedDict[Hashable, int] = OrderedDict()
+        # id(weak reference to a handed-out DeviceBuffer) -> (that reference, its GPU buffer); see _given_back
+        self._handed: dict[int, tuple[weakref.ref, Any]] = {}
+        self._lock = threading.RLock()  # the garbage collector gives back, from any thread, inside our own locks too
+
+    @property
+    def free_count(self) -> int:
+        return len(self._fresh) + len(self._reused)
+
+    def take(self, size: int, hint: Hashable | None) -> Any | None:
+        """A free buffer of exactly `size` bytes: the one last used for `hint` when free, else the one freed last."""
+        with self._lock:
+            free = self._free.get(size)
+            if not free:
+                return None
+            raw = free.get(self._last.get(hint)) if hint is not None else None
+            if raw is None:
+                raw = free.get(next(reversed(free), None))
+                if raw is None:
+                    return None
+            # out of the pool's order first: a collection run by an allocation above may have dropped it
+            # (then it is not ours to take), and none run from here on can drop it any more
+            key = id(raw)
+            if self._fresh.pop(key, None) is None and self._reused.pop(key, None) is None:
+                return None
+            free.pop(key, None)
+            self.free_bytes -= size
+            raw._wgjit_reused = True  # freed again, it joins the reused part
+            return raw
+
+    def hand_out(self, buf: DeviceBuffer, hint: Hashable | None) -> None:
+        """`buf`'s GPU buffer comes back to the pool when `buf` dies."""
+        raw = buf.buffer
+        ref = weakref.ref(buf, self._given_back)
+        with self._lock:
+            self._handed[id(ref)] = (ref, raw)
+            if hint is not None:
+                self._last[hint] = id(raw)
+                self._last.move_to_end(hint)
+                if len(self._last) > 4096:  # hints of programs long gone
+                    self._last.popitem(last=False)
+
+    def _given_back(self, ref: weakref.ref) -> None:
+        with self._lock:
+            entry = self._handed.pop(id(ref), None)
+            if entry is None or getattr(entry[1], "_wgjit_destroyed", False):
+                return
+            raw = entry[1]
+            self._free.setdefault(raw.size, {})[id(raw)] = raw
+            if getattr(raw, "_wgjit_reused", False):
+                self._reused[id(raw)] = raw
+                while len(self._reused) > self.count // 2:  # the oldest reused back with the never reused
+                    key, old = self._reused.popitem(last=False)
+                    old._wgjit_reused = False
+                    self._fresh[key] = old
+            else:
+                self._fresh[id(raw)] = raw
+            self.free_bytes += raw.size
+            while self.free_count and (self.free_bytes > self.budget or self.free_count > self.count):
+                key, old = (self._fresh or self._reused).popitem(last=False)  # dropped: wgpu frees it when idle
+                self._free[old.size].pop(key, None)
+                self.free_bytes -= old.size
+
+    def drop(self) -> None:
+        """Forget every free buffer (those handed out still come back when they die)."""
+        with self._lock:
+            self._free.clear()
+            self._fresh.clear()
+            self._reused.clear()
+            self._last.clear()
+            self.free_bytes = 0
+
+
 def host_bytes(array: np.ndarray) -> bytes:
     """An array's elements as a buffer holds them (C order; bool as u32)."""
     data = np.ascontiguousarray(array)
@@ -186,6 +292,7 @@ class Device:
         self.lost = False
         self._readback: dict[int, Any] = {}  # read-back staging buffer per power-of-two size
         self._spin_wait = _DEVICE_POLL is not None and self.adapter.info.get("adapter_type") != "CPU"
+        self.uploads = UploadPool(UPLOAD_POOL_BYTES, UPLOAD_POOL_BUFFERS)
 
     # --- loss -----------------------------------------------------------------------
     def check_alive(self) -> None:
@@ -219,7 +326,7 @@ class Device:
 
     def alloc(self, nbytes: int) -> DeviceBuffer:
         self.check_alive()
-        size = max(16, (nbytes + 3) & ~3)  # 16: a vec4 binding of an empty tensor must still validate
+        size = _buffer_size(nbytes)
         if nbytes > self.caps.max_storage_binding:
             raise DeviceError(
                 f"buffer of {nbytes} bytes exceeds the device's max storage binding of {self.caps.max_storage_binding} bytes"
@@ -228,9 +335,25 @@ class Device:
         with self.guard("allocating a buffer"):
             return DeviceBuffer(self.device.create_buffer(size=size, usage=_USAGE), nbytes, self)
 
-    def upload(self, array: np.ndarray) -> DeviceBuffer:
+    def upload(self, array: np.ndarray, hint: Hashable | None = None) -> DeviceBuffer:
+        """A new DeviceBuffer holding `array`; its GPU buffer a free one of the same size when the pool has one.
+
+        `hint` names what the data is for (tracer.realize: a program and its input index): the
+        buffer last uploaded for it is preferred, so a replay binds the same buffers (UploadPool).
+        """
         raw = host_bytes(array)
-        buf = self.alloc(len(raw))
+        n = len(raw)
+        size = _buffer_size(n)
+        pooled = size <= UPLOAD_POOLED_MAX
+        gpu = self.uploads.take(size, hint) if pooled else None
+        if gpu is None:
+            buf = self.alloc(n)
+        else:
+            self.check_alive()
+            buf = DeviceBuffer(gpu, n, self)
+            self.stats["uploads_reused"] += 1
+        if pooled:
+            self.uploads.hand_out(buf, hint)
         if raw:
             self.write(buf, raw)
         self.stats["uploads"] += 1
@@ -377,6 +500,11 @@ class Device:
             self.pipelines.popitem(last=False)
             self.stats["pipelines_evicted"] += 1
         return pipeline, bgl
+
+
+def _buffer_size(nbytes: int) -> int:
+    """The GPU buffer size for a tensor of `nbytes`: whole words, 16 at least (a vec4 binding of an empty tensor must still validate)."""
+    return max(16, (nbytes + 3) & ~3)
 
 
 _WGSL_COMMENT = re.compile(r"//[^\n]*")

@@ -16,7 +16,10 @@ more goes back to its program and output slot, and the next run takes the one fr
 (so a loop that drops or replaces its result alternates between at most two buffers, and
 finds their plans). Outputs the caller holds are never overwritten. What the pools keep
 free is bounded in bytes across all programs (WGJIT_SPARE_OUTPUT_BYTES); `trim()` drops a
-program's plans and free buffers.
+program's plans and free buffers. Host data uploaded for a lazy call's inputs likewise goes back
+to the device's UploadPool when its tensor dies (backend_wgpu.device), and the next call's upload
+for the same input takes that buffer: a lazy loop's replay binds what it bound before, and its
+plan hits.
 
 A long run is submitted in chunks of SUBMIT_CHUNK dispatches, each its own command buffer:
 the GPU starts on the first while the host records the next, so a replay's host cost and
@@ -264,6 +267,7 @@ class Program:
         self._launches: list[_Launch] = []
         self.compile_seconds = 0.0
         self.runs = 0
+        self._cache_key: Any = None  # tracer.realize's program-cache key for it (its LRU moves it by that object)
         t0 = time.perf_counter()
         with device.guard("compiling a program"):
             self._build()
@@ -315,6 +319,7 @@ class Program:
         self._written_ints: tuple[int, ...] | None = None  # the runtime integers the uniform holds now
         self._last_words: tuple[tuple[int, ...], np.ndarray] | None = None  # the last values checked, packed
         self.int_count = 1 + max((s.slot for _, _, s in self._runtime), default=-1)
+        self._runtime_table = _runtime_table(self._runtime)
         self.ints: tuple[int, ...] = self.graph.ints  # run()'s default runtime integers
         self._temps = self._allocate_temps()
         for launch in self._launches:
@@ -431,8 +436,19 @@ class Program:
         if last is not None and last[0] == ints:  # the same values as the last run: checked already
             return last[1]
         words = self._uniform_words.copy()
-        for offset, _, sym in self._runtime:
-            words[offset // 4] = sym.check(ints) & 0xFFFFFFFF  # i32 fields: two's complement
+        table, values = self._runtime_table, None
+        if table is not None:  # every field at once (a decoder step has ~100, each a Python call otherwise)
+            given = np.asarray(ints, np.int64) if all(-_SMALL < v < _SMALL for v in ints) else None
+            if given is not None:  # products of values and scales below 2**31 cannot overflow int64
+                at, slot, scale, const, lo, hi = table
+                values = given[slot] * scale + const
+                if ((values < lo) | (values > hi)).any():
+                    values = None
+        if values is None:
+            for offset, _, sym in self._runtime:  # raises the first field's IndexOutOfRangeError, in order
+                words[offset // 4] = sym.check(ints) & 0xFFFFFFFF  # i32 fields: two's complement
+        else:
+            words[at] = (values & 0xFFFFFFFF).astype(np.uint32)  # i32 fields: two's complement
         self._last_words = (ints, words)
         return words
 
@@ -595,6 +611,19 @@ class Program:
 
     def __repr__(self) -> str:
         return f"<Program {len(self.dispatches)} dispatches, {self.input_count} inputs, {len(self.outputs)} outputs>"
+
+
+_SMALL = 1 << 31
+
+
+def _runtime_table(runtime: list[tuple[int, str, Sym]]) -> tuple[np.ndarray, ...] | None:
+    """The runtime fields as int64 columns (word index in the uniform, slot, scale, const, lo, hi);
+    None when a scale or constant is too large for Program._runtime_words to compute in int64."""
+    if not runtime or any(not (-_SMALL < s.scale < _SMALL and -_SMALL < s.const < _SMALL) for _, _, s in runtime):
+        return None
+    columns = zip(*[(o // 4, s.slot, s.scale, s.const, s.lo, s.hi) for o, _, s in runtime], strict=True)
+    # bounds past int64 clip to it: values computed here never reach them
+    return tuple(np.clip(np.array(c, object), -(1 << 62), 1 << 62).astype(np.int64) for c in columns)
 
 
 def _commands(launches: list[_Launch], groups: list[Any]) -> list[tuple[Any, Any, int, int, int]]:

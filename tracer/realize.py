@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +40,7 @@ from tracer.limits import check_graph_features
 from tracer.tracing import check_host_read, to_compute_now
 
 LOCK = threading.RLock()  # one realization at a time: the runtime is thread-safe by serializing
-_PROGRAMS: OrderedDict[str, Program] = OrderedDict()
+_PROGRAMS: OrderedDict[_Key, Program] = OrderedDict()  # by structure, fusion and tuning
 MAX_CACHED_PROGRAMS = 256
 # Cached programs keep their temporaries allocated; a loop over many large shapes would
 # otherwise hold up to MAX_CACHED_PROGRAMS arenas. Past this many bytes, the least recently
@@ -102,10 +102,10 @@ def program_for(graph: Graph) -> Program:
 
 def _program(structure: tuple, make_graph: Callable[[], Graph]) -> Program:
     """The program for a structure: cached, or compiled from make_graph() (only called on a miss or for listeners)."""
-    key = (structure, fusion_enabled(), get_device().caps.tuning.digest())  # a new tuning compiles anew
+    key = _Key((structure, fusion_enabled(), get_device().caps.tuning.digest()))  # a new tuning compiles anew
     program = _PROGRAMS.get(key)
     if program is not None:
-        _PROGRAMS.move_to_end(key)
+        _PROGRAMS.move_to_end(program._cache_key)  # the stored key: found by identity, not compared again
         stats["program_cache_hits"] += 1
         if debug_level() >= 1:
             print(
@@ -122,16 +122,38 @@ def _program(structure: tuple, make_graph: Callable[[], Graph]) -> Program:
     run = run_pipeline(graph, device.caps, keep=debug_level() >= 2 or bool(_LISTENERS))
     program = Program(run.graph, device, pass_seconds=run.seconds, stages=run.stages)
     stats["programs_compiled"] += 1
+    program._cache_key = key
     _PROGRAMS[key] = program
     while len(_PROGRAMS) > 1 and (
         len(_PROGRAMS) > MAX_CACHED_PROGRAMS or sum(p.temp_bytes for p in _PROGRAMS.values()) > MAX_CACHED_TEMP_BYTES
     ):
         _PROGRAMS.popitem(last=False)[1].trim()
     _debug_report(
-        structure_hash(structure) + ("" if key[1] else ":unfused"), program, run.seconds, time.perf_counter() - t0
+        structure_hash(structure) + ("" if key.key[1] else ":unfused"), program, run.seconds, time.perf_counter() - t0
     )
     _notify(CompileEvent(graph, program, False, run))
     return program
+
+
+class _Key:
+    """A program-cache key that hashes its structure once.
+
+    A structure is hundreds of nested tuples, built anew by every realization: a tuple does
+    not keep its hash, and a lookup followed by the LRU's move_to_end would walk it twice
+    (three times with the comparison to the stored key).
+    """
+
+    __slots__ = ("key", "hash")
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+        self.hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is _Key and self.hash == other.hash and self.key == other.key)
 
 
 def note_run(program: Program) -> None:
@@ -171,10 +193,15 @@ def _debug_report(key: str, program: Program, seconds: dict[str, float], total: 
             print(f"[wgjit] --- WGSL {kernel_key} ---\n{code}", file=sys.stderr)
 
 
-def device_buffer(lz: Lazy) -> DeviceBuffer:
-    """The device buffer of a leaf Lazy, uploading its host data first when it has not been yet."""
+def device_buffer(lz: Lazy, hint: Hashable | None = None) -> DeviceBuffer:
+    """The device buffer of a leaf Lazy, uploading its host data first when it has not been yet.
+
+    `hint` (what the data is for: a program and input index) lets the upload take the GPU buffer
+    the last upload for the same hint had, once that one's tensor died (backend_wgpu.device.UploadPool):
+    a lazy loop's host inputs then bind the same buffers every call, and the program's plan hits.
+    """
     if lz.buffer is None:
-        lz.buffer = get_device().upload(lz.host)
+        lz.buffer = get_device().upload(lz.host, hint)
         lz.host = None
     elif lz.buffer.device is not get_device():
         lz.buffer.device.check_alive()  # raises: lost, or replaced by tr.reset_device()
@@ -198,7 +225,11 @@ def realize_lazies(lazies: Sequence[Lazy]) -> None:
         program = _program(w.structure, lambda: graph_of(w))
         dev = get_device()
         # device_buffer(lz), without the call for the usual leaf: already on this device (weights, caches)
-        inputs = [b if (b := lz.buffer) is not None and b.device is dev else device_buffer(lz) for lz in w.inputs]
+        key = id(program)
+        inputs = [
+            b if (b := lz.buffer) is not None and b.device is dev else device_buffer(lz, (key, i))
+            for i, lz in enumerate(w.inputs)
+        ]
         outputs = program.run(inputs, ints=w.ints)
         note_run(program)
         for lz, buf in zip(w.outputs, outputs, strict=True):
@@ -239,7 +270,7 @@ def cached_programs() -> list[Program]:
 
 def clear_program_cache() -> None:
     """Forget every compiled program and what programs keep for replays (bind groups, free output buffers),
-    and the device's read-back staging buffers."""
+    and the device's read-back staging buffers and free upload buffers."""
     with LOCK:
         for program in list(_PROGRAMS.values()) + list(_WARM.values()):
             program.trim()
@@ -248,6 +279,7 @@ def clear_program_cache() -> None:
         device = backend_device.device_if_created()
         if device is not None:
             device.drop_readback()
+            device.uploads.drop()
 
 
 ResetHook = Callable[[], None]

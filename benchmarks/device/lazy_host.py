@@ -20,7 +20,7 @@ of the functions that do them:
   key         the rest of graph_builder.walk: outputs, inputs, the structure tuples
   lookup      realize._program: the cache lookup (hashing the structure)
   bind        uploads of host data, runtime ints, output buffers, the bind-group plan
-  submit      encoding and submitting the dispatches
+  submit      encoding and submitting the dispatches (`submits`: how many command buffers)
   read-back   Device.read_into (waits for the GPU: its own row, wall time minus CPU shows it)
   realize     the rest of realize_lazies/read_lazy (marking outputs realized)
 
@@ -28,7 +28,8 @@ The garbage collector's time per call is shown apart (it runs inside whichever s
 when a generation fills; its full walks cost in proportion to every object the process holds);
 --freeze calls gc.freeze() after the warm-up, as a user may after loading a model. Then
 cProfile's top functions of the same calls. Last: the summary table (ms per call, us per
-Lazy by stage).
+Lazy by stage) and the device's counters per call: GPU buffers allocated, bind groups created,
+uploads (and how many found a free buffer: backend_wgpu.device.UploadPool), submissions.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("bind", "backend_wgpu.program", "Program.run"),
     ("bind", "backend_wgpu.program", "Program._run"),
     ("submit", "backend_wgpu.program", "Program._run_locked"),
-    ("bind", "backend_wgpu.program", "Program._output_buffer"),
+    ("bind", "backend_wgpu.program", "Program._output_buffers"),
     ("bind", "backend_wgpu.program", "Program._plan"),
     ("read-back", "backend_wgpu.device", "Device.read_into"),
     ("realize", "tracer.realize", "realize_lazies"),
@@ -120,7 +121,11 @@ def count_lazies(call: Callable[[], Any]) -> int:
     return count[0]
 
 
+COUNTERS = ["buffers_allocated", "bind_groups_created", "uploads", "uploads_reused", "submits"]
+
+
 def measure(call: Callable[[], Any], repeat: int, freeze: bool = False) -> dict[str, Any]:
+    from backend_wgpu import get_device
     from tracer.realize import stats
 
     for _ in range(3):  # traced, compiled, output buffers and plans exist
@@ -130,6 +135,8 @@ def measure(call: Callable[[], Any], repeat: int, freeze: bool = False) -> dict[
         gc.freeze()
     lazies = count_lazies(call)
     compiled = stats["programs_compiled"]
+    device_stats = get_device().stats
+    counted = {k: device_stats[k] for k in COUNTERS}
     clock = StageClock()
     for stage, module, path in STAGES:
         clock.wrap(stage, module, path)
@@ -162,6 +169,7 @@ def measure(call: Callable[[], Any], repeat: int, freeze: bool = False) -> dict[
         "stages_ms": {k: clock.seconds.get(k, 0.0) / repeat * 1e3 for k in ORDER},
         "compiles": stats["programs_compiled"] - compiled,
         "gc_ms": [g / repeat * 1e3 for g in gc_time[:3]],
+        "counts": {k: (device_stats[k] - counted[k]) / repeat for k in COUNTERS},
     }
 
 
@@ -214,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{'':<8} garbage collector: {g0 + g1 + g2:.3f} ms per call (inside the stages above; "
             f"generations 0/1/2: {g0:.3f}/{g1:.3f}/{g2:.3f})"
         )
+        counts = ", ".join(f"{k} {v:g}" for k, v in r["counts"].items())
+        print(f"{'':<8} per call: {counts}")
         if r["compiles"]:
             print(f"  note: {r['compiles']} programs compiled during the timed calls")
     return 0
