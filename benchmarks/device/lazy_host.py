@@ -35,10 +35,7 @@ uploads (and how many found a free buffer: backend_wgpu.device.UploadPool), subm
 from __future__ import annotations
 
 import argparse
-import cProfile
 import gc
-import io
-import pstats
 import statistics
 import time
 from collections.abc import Callable
@@ -46,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.device.host_split import profile
 from benchmarks.host_path import CLOCK, StageClock
 
 STAGES: list[tuple[str, str, str]] = [
@@ -171,17 +169,6 @@ def measure(call: Callable[[], Any], repeat: int, freeze: bool = False) -> dict[
         "gc_ms": [g / repeat * 1e3 for g in gc_time[:3]],
         "counts": {k: (device_stats[k] - counted[k]) / repeat for k in COUNTERS},
     }
-
-
-def profile(call: Callable[[], Any], repeat: int, top: int) -> str:
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(repeat):
-        call()
-    prof.disable()
-    s = io.StringIO()
-    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(top)
-    return s.getvalue()
 
 
 def main(argv: list[str] | None = None) -> int:
