@@ -27,13 +27,15 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(autouse=True)
-def eight_gemv_lanes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The layouts these tests assert (columns per workgroup, workgroup counts) are those of 8 GEMV lanes;
+def blocks_layout_at_eight_lanes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layouts these tests assert (columns per workgroup, workgroup counts) are those of 8 GEMV lanes and
+    the `blocks` quantized layout (the staged one, the default, is tested with GEMV_STAGED_ROW set on);
     the default (passes.select_kernels.GEMV_LANES, set by H200 measurement) is checked for values in
     test_quantized_swiglu_values_at_each_lanes_setting and by the decoder tests."""
     from passes import select_kernels as sk
 
     monkeypatch.setattr(sk, "GEMV_LANES", 8)
+    monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
 
 
 FORMATS = [DType.q8_0, DType.q4_0]

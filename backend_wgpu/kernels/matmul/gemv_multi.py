@@ -625,11 +625,12 @@ class GemvMultiKernel(Kernel):
         lanes = [f"f32({at(f'{k} + {t}u')})" for t in range(4)]
         return f"vec4<f32>({', '.join(lanes)})"
 
-    def _block_loop(self, b: WgslBuilder, part: Part, elements: list[str], lanes: list[tuple[int, int]]) -> list[str]:
-        """The k loop of the `blocks` variant: a thread per block of 32 values at a time; returns the
-        values to sum (every lane's dot product, then the row's sum of squares when the norm folds)."""
-        lay, w, wgx = self.lay, self.kernel_element(), self.choice.workgroup[0]
-        ia, wl = lay.a_leaf, lay.w_leaf
+    def _lane_bases(
+        self, b: WgslBuilder, part: Part, elements: list[str], lanes: list[tuple[int, int]]
+    ) -> tuple[list[int], list[int]]:
+        """Each lane's B row start (`bb<n>`: its first block, or its first KernelElement of a float B) and its
+        accumulator (`acc<n>`); returns the group index of each of the part's matmuls and each lane's B operand."""
+        lay, w = self.lay, self.kernel_element()
         globals_ = [lay.cores.index(c) for c in part.cores]
         leaves = [lay.b_leaves[globals_[c]] for c, _ in lanes]
         for n, (c, j) in enumerate(lanes):
@@ -640,6 +641,14 @@ class GemvMultiKernel(Kernel):
                 col = f"i32(params.b{g}_off) + i32({elements[j]}) * params.b{g}_sn"
                 b.line(f"let bb{n} = {f'u32({col}) / {w}u' if w > 1 else col};")
             b.line(f"var acc{n} = 0.0;")
+        return globals_, leaves
+
+    def _block_loop(self, b: WgslBuilder, part: Part, elements: list[str], lanes: list[tuple[int, int]]) -> list[str]:
+        """The k loop of the `blocks` variant: a thread per block of 32 values at a time; returns the
+        values to sum (every lane's dot product, then the row's sum of squares when the norm folds)."""
+        lay, w, wgx = self.lay, self.kernel_element(), self.choice.workgroup[0]
+        ia, wl = lay.a_leaf, lay.w_leaf
+        globals_, leaves = self._lane_bases(b, part, elements, lanes)
 
         def a_at(idx: str) -> str:
             return (
@@ -788,18 +797,9 @@ class GemvMultiKernel(Kernel):
         """The staged k loop: thread `sub` of the unit's group takes blocks sub, sub + group, ..., `unroll` of them
         a step with every load first (the last step's blocks past the row clamped, their products dropped);
         the row's blocks come from `row`. Returns each lane's partial dot product."""
-        lay, w = self.lay, self.kernel_element()
+        w = self.kernel_element()
         group, unroll = self.group, self.choice.param("unroll", 1)
-        globals_ = [lay.cores.index(c) for c in part.cores]
-        leaves = [lay.b_leaves[globals_[c]] for c, _ in lanes]
-        for n, (c, j) in enumerate(lanes):
-            g, i = globals_[c], leaves[n]
-            if self.operands[i].dtype.is_quantized:
-                b.line(f"let bb{n} = {elements[j]} * params.q{i}_upr;  // its row's first unit")
-            else:
-                col = f"i32(params.b{g}_off) + i32({elements[j]}) * params.b{g}_sn"
-                b.line(f"let bb{n} = {f'u32({col}) / {w}u' if w > 1 else col};")
-            b.line(f"var acc{n} = 0.0;")
+        globals_, leaves = self._lane_bases(b, part, elements, lanes)
         b.line(f"for (var kb0 = sub; kb0 < params.kb; kb0 += {group * unroll}u) {{")
         for s in range(unroll):
             if s:
