@@ -274,6 +274,20 @@ def test_llama_lazy_decode_loop_compiles_few_programs_and_matches_jit() -> None:
         assert_close(got.numpy()[:, :, : len(toks)], want.numpy()[:, :, : len(toks)], rtol=1e-5, atol=1e-6)
 
 
+def test_llama_step_into_refuses_sliding_windows() -> None:
+    """step_into cannot place a window's start without reading the position in python: a clear error
+    (generate.py runs such models through the where-form step)."""
+    import dataclasses
+
+    from benchmarks.e2e.decoder import config
+    from examples import llama as L
+
+    cfg = dataclasses.replace(config("tiny"), windows=(8, None))
+    model = L.Llama(cfg, L.check_weights(L.random_weights(cfg, seed=0), cfg, "random"), cfg.max_positions)
+    with pytest.raises(ValueError, match="sliding-window layers; use step"):
+        model.step_into(tr.tensor(np.array([[1]], np.int32)), tr.dynamic(0), *model.empty_cache().tensors())
+
+
 # --- the fuzzer ------------------------------------------------------------------------------------
 
 
