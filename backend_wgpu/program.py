@@ -164,14 +164,7 @@ class OutputPool:
 
     def take(self, program_ref: weakref.ref, slot: int) -> Any | None:
         """A free buffer for this program's output slot, the one freed last; None when there is none."""
-        with self._lock:
-            stack = self._stacks.get((program_ref, slot))
-            if not stack:
-                return None
-            raw = stack.pop()
-            del self._order[id(raw)]
-            self.free_bytes -= raw.size
-            return raw
+        return self.take_all(program_ref, [slot])[0]
 
     def take_all(self, program_ref: weakref.ref, slots: list[int]) -> list[Any | None]:
         """`take` for each slot, under one acquisition of the lock."""
