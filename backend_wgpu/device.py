@@ -27,6 +27,7 @@ LOST_HELP = (
     "for a new one, then recreate the tensors that were on the GPU (their data is gone)"
 )
 READBACK_KEPT_BYTES = 64 << 20  # read-back staging buffers up to this size are kept for the next read
+READBACK_KEPT_PER_SIZE = 4  # and this many of each size (reads started ahead hold one each until finished)
 # Free upload buffers kept for the next upload of the same size (UploadPool), all sizes together
 UPLOAD_POOL_BYTES = int(os.environ.get("WGJIT_UPLOAD_POOL_BYTES", str(64 << 20)))
 UPLOAD_POOL_BUFFERS = 32  # and at most this many
@@ -234,6 +235,17 @@ def host_bytes(array: np.ndarray) -> bytes:
     return data.tobytes()
 
 
+@dataclass(eq=False)
+class PendingRead:
+    """A read-back under way (Device.start_reads): its copy submitted and its map asked for."""
+
+    staging: Any  # the mappable buffer the bytes were copied into
+    nbytes: int
+    promise: Any  # wgpu-py's map promise
+    device: Device
+    done: bool = False
+
+
 class Device:
     """One wgpu device with its caps, caches and counters."""
 
@@ -290,7 +302,7 @@ class Device:
         self.stats: Counter[str] = Counter()
         self.lock = threading.RLock()
         self.lost = False
-        self._readback: dict[int, Any] = {}  # read-back staging buffer per power-of-two size
+        self._readback: dict[int, list[Any]] = {}  # free read-back staging buffers per power-of-two size
         self._spin_wait = _DEVICE_POLL is not None and self.adapter.info.get("adapter_type") != "CPU"
         self.uploads = UploadPool(UPLOAD_POOL_BYTES, UPLOAD_POOL_BUFFERS)
 
@@ -376,53 +388,78 @@ class Device:
     def read_into(self, buf: DeviceBuffer, out: np.ndarray) -> None:
         """Copy `buf`'s first out.nbytes bytes into `out` (C-contiguous), once the work submitted before has run.
 
-        Through a reused mappable staging buffer (one per power-of-two size up to
+        Through a reused mappable staging buffer (a few per power-of-two size up to
         READBACK_KEPT_BYTES): a read allocates nothing once warm, and the bytes are copied
         once, from the mapped range straight into `out`. On H200 (benchmarks/device/readback.py,
         after ~2.6 ms of GPU work): 4 B in 2.67 ms and 6.3 MB in 3.41 ms, against wgpu-py's
         queue.read_buffer's 2.88 and 4.21 ms.
         """
-        self.check_alive()
-        buf.device.check_alive()  # a buffer of a replaced device
-        n = out.nbytes
-        if n == 0:
+        if out.nbytes == 0:
             return
-        assert out.flags.c_contiguous and n <= buf.nbytes
-        size = (n + 3) & ~3
+        (pending,) = self.start_reads([(buf, out.nbytes)])
+        self.finish_read(pending, out)
+
+    def start_reads(self, reads: list[tuple[DeviceBuffer, int]]) -> list[PendingRead]:
+        """Copy the first `n` bytes of each buffer into its own mappable staging buffer, in one
+        submission ordered after the work submitted so far, and ask for the maps; finish_read
+        waits for one. Work submitted later does not delay a read started here: a decode loop
+        starts the read of token t, submits step t+1, then waits for token t only."""
+        self.check_alive()
         with self.lock, self.guard("reading a tensor back"):
-            staging = self._staging_for(size)
-            self._copy(buf.buffer, buf.offset, staging, size)
-            promise = self._map_for_read(staging, size)
+            copies, pending = [], []
+            for buf, n in reads:
+                buf.device.check_alive()  # a buffer of a replaced device
+                size = (n + 3) & ~3
+                assert 0 < n <= buf.nbytes
+                staging = self._take_staging(size)
+                copies.append((buf.buffer, buf.offset, staging, size))
+                pending.append(PendingRead(staging, n, None, self))
+            self._copy(copies)
+            for p in pending:
+                p.promise = self._map_for_read(p.staging, (p.nbytes + 3) & ~3)
+            return pending
+
+    def finish_read(self, pending: PendingRead, out: np.ndarray) -> None:
+        """Wait for a started read (start_reads) and copy its bytes into `out` (C-contiguous, pending.nbytes)."""
+        self.check_alive()
+        assert out.flags.c_contiguous and out.nbytes == pending.nbytes and pending.device is self
+        if pending.done:
+            raise RuntimeError("finish_read: this read was finished already")
+        with self.lock, self.guard("reading a tensor back"):
+            pending.done = True
+            staging, size = pending.staging, (pending.nbytes + 3) & ~3
             if self._spin_wait:
                 # On a GPU, poll without blocking until the map is done: a blocking wait (ours or
                 # wgpu-py's poll thread) sleeps in the driver and wakes up to ~1 ms late, more than
                 # a whole decode step's GPU time (benchmarks/device/readback.py). Not on a CPU
                 # adapter: spinning would take a core from the driver that is doing the work.
                 handle = self.device._internal
-                while getattr(promise, "_state", "") == "pending":
+                while getattr(pending.promise, "_state", "") == "pending":
                     _DEVICE_POLL(handle, False, _NULL)
-            promise.sync_wait()
+            pending.promise.sync_wait()
             try:
                 view = staging.read_mapped(0, size, copy=False)
-                out.reshape(-1).view(np.uint8)[:] = np.frombuffer(view, np.uint8, n)
+                out.reshape(-1).view(np.uint8)[:] = np.frombuffer(view, np.uint8, pending.nbytes)
                 del view
             finally:
                 staging.unmap()
-            if staging.size > READBACK_KEPT_BYTES:
-                staging.destroy()
+            self._give_staging(staging)
             self.stats["reads"] += 1
 
-    def _copy(self, source: Any, offset: int, target: Any, size: int) -> None:
-        """Submit a copy of `size` bytes from `source` at `offset` to the start of `target` (GPU buffers)."""
+    def _copy(self, copies: list[tuple[Any, int, Any, int]]) -> None:
+        """Submit, in one command buffer, copies of (source, offset, target, size): `size` bytes from
+        `source` at `offset` to the start of `target` (GPU buffers)."""
         if _DEVICE_POLL is None:
             encoder = self.device.create_command_encoder()
-            encoder.copy_buffer_to_buffer(source, offset, target, 0, size)
+            for source, offset, target, size in copies:
+                encoder.copy_buffer_to_buffer(source, offset, target, 0, size)
             self.queue.submit([encoder.finish()])
             return
         held = _ffi.new("WGPUCommandBuffer[1]")
         encoder = _CREATE_ENCODER(self.device._internal, _ENCODER_DESC)
         try:
-            _COPY(encoder, source._internal, offset, target._internal, 0, size)
+            for source, offset, target, size in copies:
+                _COPY(encoder, source._internal, offset, target._internal, 0, size)
             held[0] = _FINISH(encoder, _COMMANDS_DESC)
         finally:
             _RELEASE_ENCODER(encoder)
@@ -444,20 +481,33 @@ class Device:
     def drop_readback(self) -> None:
         """Free the kept read-back staging buffers (the next reads make new ones)."""
         with self.lock:
-            for staging in self._readback.values():
-                staging.destroy()
+            for kept in self._readback.values():
+                for staging in kept:
+                    staging.destroy()
             self._readback.clear()
 
-    def _staging_for(self, size: int) -> Any:
-        """A mappable buffer of at least `size` bytes: the kept one of its size class, else a new one."""
+    def _take_staging(self, size: int) -> Any:
+        """A mappable buffer of at least `size` bytes: a kept one of its size class, else a new one."""
         cls = max(4096, 1 << (size - 1).bit_length())
+        kept = self._readback.get(cls)
+        if kept:
+            return kept.pop()
+        usage = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
         if cls > READBACK_KEPT_BYTES:  # too large to keep: exactly the size, destroyed after the read
-            return self.device.create_buffer(size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-        staging = self._readback.get(cls)
-        if staging is None:
-            usage = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
-            staging = self._readback[cls] = self.device.create_buffer(size=cls, usage=usage)
-        return staging
+            return self.device.create_buffer(size=size, usage=usage)
+        return self.device.create_buffer(size=cls, usage=usage)
+
+    def _give_staging(self, staging: Any) -> None:
+        """Keep a staging buffer whose read is done for the next read of its size class (a few per class)."""
+        cls = staging.size
+        if cls > READBACK_KEPT_BYTES or cls & (cls - 1):
+            staging.destroy()
+            return
+        kept = self._readback.setdefault(cls, [])
+        if len(kept) < READBACK_KEPT_PER_SIZE:
+            kept.append(staging)
+        else:
+            staging.destroy()
 
     # --- pipelines -----------------------------------------------------------------
     def pipeline(self, key: str, code: str, layout_entries: list[dict], unchecked: bool = False) -> tuple[Any, Any]:

@@ -87,13 +87,17 @@ def sample(logits: np.ndarray, s: Sampling, rng: np.random.Generator) -> int:
     return int(order[min(int(np.searchsorted(np.cumsum(p), rng.random(), side="right")), len(order) - 1)])
 
 
-def next_token(logits: tr.Tensor, argmax: tr.Tensor, s: Sampling, step: int) -> int:
-    """The one place that picks the next id, reading back 4 bytes: greedy takes the GPU's argmax,
-    sampling draws on the GPU (tr.sample: the `step`-th draw of this generation's seed)."""
+def next_id(logits: tr.Tensor, argmax: tr.Tensor, s: Sampling, step: int) -> tr.Tensor:
+    """The next id as a (1,) int32 tensor on the GPU: greedy takes the step's argmax, sampling
+    draws there (tr.sample: the `step`-th draw of this generation's seed)."""
     if s.temperature == 0:
-        return int(argmax.numpy().reshape(-1)[0])
-    drawn = tr.sample(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed, step=step)
-    return int(drawn.numpy().reshape(-1)[0])
+        return argmax
+    return tr.sample(logits, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed, step=step)
+
+
+def next_token(logits: tr.Tensor, argmax: tr.Tensor, s: Sampling, step: int) -> int:
+    """The one place that picks the next id, reading back 4 bytes (next_id on the GPU)."""
+    return int(next_id(logits, argmax, s, step).numpy().reshape(-1)[0])
 
 
 # --- generation ----------------------------------------------------------------------------------
@@ -182,6 +186,10 @@ class Generator:
         cache = KVCache.from_tensors(tensors, len(prompt_ids))
         prompt_logits = logits.numpy()[0] if want_prompt_logits else None
         last = logits[:, -1] if want_prompt_logits else logits
+        if self.mode == "jit" and not any(w is not None for w in self.cfg.windows) and max_new_tokens:
+            pending = next_id(last, first, sampling, 0).copy_to_host_async()
+            ids_out, eos, t1 = self._run_ahead(model, pending, cache, sampling, max_new_tokens, stop_at_eos, on_token)
+            return Result(ids_out, prompt_logits, t1 - t0, time.perf_counter() - t1, eos)
         out: list[int] = []
         token = next_token(last, first, sampling, 0) if max_new_tokens else None
         t1 = time.perf_counter()
@@ -194,6 +202,41 @@ class Generator:
                 return Result(out, prompt_logits, t1 - t0, time.perf_counter() - t1, eos)
             token, cache = self._step(model, token, cache, sampling, len(out))
         return Result(out, prompt_logits, t1 - t0, 0.0)
+
+    def _run_ahead(
+        self,
+        model: Llama,
+        pending: tr.Tensor,
+        cache: KVCache,
+        sampling: Sampling,
+        max_new_tokens: int,
+        stop_at_eos: bool,
+        on_token: Callable[[int], None] | None,
+    ) -> tuple[list[int], bool, float]:
+        """Decode a token ahead of the host: step t+1 is submitted, fed with id t on the GPU, before
+        id t is read back (its copy started when it was computed), so the GPU goes from one step
+        to the next without waiting for the host. The same ids as a step-then-read loop; when id
+        t ends the generation, step t+1 has run for nothing (its cache row is past the result).
+        Returns the ids, whether the last is an end-of-sequence id, and when the first id was read
+        (the end of the prefill, as the step-then-read loop counts it)."""
+        out: list[int] = []
+        first_read = 0.0
+        while True:
+            ahead = None
+            if len(out) + 1 < max_new_tokens:  # the token after `pending` may be needed
+                pos = cache.length
+                logits, argmax = model.step_into_jit(pending, tr.dynamic(pos), *cache.tensors())
+                cache.length = pos + 1
+                ahead = next_id(logits, argmax, sampling, len(out) + 1).copy_to_host_async()
+            token = int(pending.numpy().reshape(-1)[0])
+            first_read = first_read or time.perf_counter()
+            out.append(token)
+            if on_token is not None:
+                on_token(token)
+            eos = stop_at_eos and token in self.cfg.eos_ids
+            if eos or ahead is None:
+                return out, eos, first_read
+            pending = ahead
 
     def _step(self, model: Llama, token: int, cache: KVCache, sampling: Sampling, step: int) -> tuple[int, KVCache]:
         """Decode one token at position cache.length; returns the next id (the `step`-th draw) and the cache."""

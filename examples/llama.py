@@ -666,13 +666,17 @@ class Llama:
     def step_into(self, ids: tr.Tensor, pos: tr.RuntimeInt, *cache: tr.Tensor) -> tuple[tr.Tensor, tr.Tensor]:
         """The natural step for `@tr.jit` (`step_into_jit`): writes the key and value into `cache` at `pos`.
 
-        ids (1, 1) int32; pos a `tr.dynamic` position; cache as `KVCache.tensors()`, changed in
-        place (a jitted call writes one row per layer: no cache is copied). Returns (logits
-        (1, vocab), next id (1,)). The jit keeps one trace per bucket of the attended length.
-        Models with a sliding window use `step` (the window's start needs the position in python).
+        ids (1, 1) int32, or (1,): the next id a step returned, fed back without reading it (a
+        loop that runs a token ahead); pos a `tr.dynamic` position; cache as `KVCache.tensors()`,
+        changed in place (a jitted call writes one row per layer: no cache is copied). Returns
+        (logits (1, vocab), next id (1,)). The jit keeps one trace per bucket of the attended
+        length. Models with a sliding window use `step` (the window's start needs the position in
+        python).
         """
         if any(w is not None for w in self.cfg.windows):
             raise ValueError("step_into: this model has sliding-window layers; use step (step_jit) instead")
+        if ids.shape == (1,):  # reshaped inside the step: outside, the view would be a program of its own
+            ids = ids.reshape(1, 1)
         return self._step_at(ids, pos, list(cache[0::2]), list(cache[1::2]), None)
 
     def _step_at(

@@ -58,7 +58,20 @@ from tracer.shaping import (
     transpose,
 )
 from tracer.sorting import argsort, sort, topk
-from tracer.tensor import Tensor, compile, concat, hypot, logaddexp, matmul, maximum, minimum, realize, stack, where
+from tracer.tensor import (
+    Tensor,
+    compile,
+    concat,
+    copy_to_host_async,
+    hypot,
+    logaddexp,
+    matmul,
+    maximum,
+    minimum,
+    realize,
+    stack,
+    where,
+)
 from tracer.weights import load_safetensors
 
 # these add Tensor methods when imported (x[i] = v, x[array], numpy's protocols, the Array API)
@@ -132,7 +145,7 @@ def record():  # noqa: ANN201
 __all__ = [
     "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "JitError", "KernelCompileError", "ShapeError",
     "Tensor", "WgjitError", "arange", "argmax", "argmin", "astype", "bool", "bool_",
-    "broadcast_to", "ceil", "round", "trunc", "compile", "concat", "expand", "explain", "flatten", "float16",
+    "broadcast_to", "ceil", "round", "trunc", "compile", "concat", "copy_to_host_async", "expand", "explain", "flatten", "float16",
     "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log_softmax", "matmul", "max",
     "hypot", "logaddexp", "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
     "record", "reset_device", "reshape", "sample", "softmax",

@@ -15,10 +15,12 @@ Tools (`wgjit dump`, tracer.inspect) see every program through add_compile_liste
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ import numpy as np
 
 from backend_wgpu import Program, get_device
 from backend_wgpu import device as backend_device
-from backend_wgpu.device import DeviceBuffer
+from backend_wgpu.device import DeviceBuffer, PendingRead
 from ir.dtypes import DType
 from ir.graph import Graph, structure_hash
 from passes import run_pipeline
@@ -250,16 +252,54 @@ def compile_lazies(lazies: Sequence[Lazy]) -> Program:
 
 
 def read_lazy(lz: Lazy) -> np.ndarray:
-    """A Lazy's values as a new numpy array (computed first when pending)."""
+    """A Lazy's values as a new numpy array (computed first when pending).
+
+    A read started by copy_to_host_async is finished here: it waits only for the work that
+    was submitted before it started.
+    """
     check_host_read(lz)
     if lz.host is not None:
         return lz.host.copy()
     realize_lazies([lz])
-    storage = np.uint32 if lz.dtype is DType.bool else lz.dtype.np
-    arr = np.empty(lz.shape, storage)
+    arr = np.empty(lz.shape, _storage(lz.dtype))
     with LOCK:
-        get_device().read_into(lz.buffer, arr)
+        dev = get_device()
+        pending = _STARTED_READS.pop(lz, None)
+        if pending is not None and pending.device is dev:
+            dev.finish_read(pending, arr)
+        elif arr.nbytes:
+            dev.read_into(lz.buffer, arr)
     return arr.astype(bool) if lz.dtype is DType.bool else arr
+
+
+def copy_lazies_to_host_async(lazies: Sequence[Lazy]) -> None:
+    """Compute what is pending (one submission), then start copying every value to host memory
+    (one more); the next read_lazy of each finishes its copy. A value whose copy was started
+    already keeps that copy."""
+    for lz in lazies:
+        check_host_read(lz)
+    realize_lazies(lazies)
+    with LOCK:
+        todo = {id(lz): lz for lz in lazies if lz.host is None and lz not in _STARTED_READS and _nbytes(lz)}
+        if not todo:
+            return
+        reads = [(lz.buffer, _nbytes(lz)) for lz in todo.values()]
+        for lz, pending in zip(todo.values(), get_device().start_reads(reads), strict=True):
+            _STARTED_READS[lz] = pending
+
+
+# reads started by copy_lazies_to_host_async and not finished yet; a Lazy that dies unread takes its
+# staging buffer with it (wgpu frees it)
+_STARTED_READS: weakref.WeakKeyDictionary[Lazy, PendingRead] = weakref.WeakKeyDictionary()
+
+
+def _storage(dtype: DType) -> type:
+    """The numpy dtype a buffer holds `dtype`'s elements in (bool as u32)."""
+    return np.uint32 if dtype is DType.bool else dtype.np
+
+
+def _nbytes(lz: Lazy) -> int:
+    return math.prod(lz.shape) * np.dtype(_storage(lz.dtype)).itemsize
 
 
 def cached_programs() -> list[Program]:
@@ -304,6 +344,7 @@ def reset_device() -> None:
         old = backend_device.device_if_created()
         _PROGRAMS.clear()
         _WARM.clear()
+        _STARTED_READS.clear()  # their staging buffers were the old device's
         for hook in list(_RESET_HOOKS):
             hook()
         backend_device.reset_device()

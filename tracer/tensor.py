@@ -34,7 +34,7 @@ from tracer.indexing import resolve_index
 from tracer.lazy import Lazy, compact_refs
 from tracer.limits import LARGEST_SAFE_BINDING, check_binding_size, check_float16, max_storage_buffers
 from tracer.quantized import check_quantized_operands, refuse, refuse_read, transposed_leaf
-from tracer.realize import compile_lazies, read_lazy, realize_lazies
+from tracer.realize import compile_lazies, copy_lazies_to_host_async, read_lazy, realize_lazies
 from tracer.runtime_ints import RuntimeInt
 from tracer.tracing import note_rebind
 from tracer.views import RootCell, ViewInfo, child_view, derive, same_view
@@ -101,6 +101,17 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         refuse_read(self._lazy, "numpy")
         return read_lazy(self._lazy)
+
+    def copy_to_host_async(self) -> Tensor:
+        """Start copying the values to host memory now; returns the tensor.
+
+        The next numpy() (item(), tolist()...) then waits only for the work submitted up to
+        this call, not for work submitted after it. A decode loop starts the read of token t,
+        submits step t+1, and only then waits for token t: the GPU never idles while the host
+        reads (tr.copy_to_host_async starts several reads in one submission).
+        """
+        copy_to_host_async(self)
+        return self
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         a = self.numpy()
@@ -577,6 +588,15 @@ def _lazies(tensors: tuple[Any, ...]) -> list[Lazy]:
 def realize(*tensors: Tensor) -> None:
     """Compute every given tensor that is still pending, in one submission."""
     realize_lazies(_lazies(tensors))
+
+
+def copy_to_host_async(*tensors: Tensor) -> None:
+    """Compute the pending tensors (one submission) and start copying each to host memory (one more);
+    each one's next numpy() waits only for the work submitted before this call (Tensor.copy_to_host_async)."""
+    for t in tensors:
+        if isinstance(t, Tensor):
+            refuse_read(t._lazy, "copy_to_host_async")
+    copy_lazies_to_host_async(_lazies(tensors))
 
 
 def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API names it)
