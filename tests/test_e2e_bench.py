@@ -42,12 +42,13 @@ def test_records_have_every_field(e2e_run: tuple[dict, str]) -> None:
     assert [(r["case"], r["shape"]) for r in recs] == [
         ("minilm_forward", "2x8 tokens"), ("minilm_forward", "1x4 tokens"), ("minilm_encode", "6 sentences"),
         ("decoder_prefill", "tiny: 6 tokens"), ("decoder_prefill", "tiny: 12 tokens"),
-        ("decoder_token", "tiny: per token"),
+        ("decoder_token", "tiny: per token"), ("decoder_token", "tiny: per token, a token ahead"),
     ]  # fmt: skip
     timestamps = result["device"]["timestamps"]
     for r in recs:
         assert r["suite"] == "e2e" and r["verified"] is True, (r["case"], r["check"])
-        assert set(r["variants"]) == {"jit", "lazy"} and r["ours"] == r["variants"]["jit"]
+        ahead = r["shape"].endswith("a token ahead")
+        assert set(r["variants"]) == ({"jit"} if ahead else {"jit", "lazy"}) and r["ours"] == r["variants"]["jit"]
         for v in r["variants"].values():
             assert VARIANT_FIELDS <= set(v), VARIANT_FIELDS - set(v)
             assert v["wall_ms"] > 0 and v["runs"] == v["block"] * r["warmup"]["timed_rounds"]
@@ -76,7 +77,7 @@ def test_decoder_values_against_numpy(e2e_run: tuple[dict, str]) -> None:
     from tests.test_generate import np_greedy, np_logits
 
     result, _ = e2e_run
-    (rec,) = [r for r in result["records"] if r["case"] == "decoder_token"]
+    rec = [r for r in result["records"] if r["case"] == "decoder_token"][0]
     check = rec["check"]
     cfg = config("tiny")
     w, hf = random_weights(cfg, seed=0), cfg.to_hf()
@@ -198,13 +199,37 @@ def test_suite_with_a_cpu_torch_comparator() -> None:
     device = harness.device_info(ctx)  # before torch joins: it names a CUDA device
     ctx.torch = torch
     records = e2e_suite(ctx, {"full": False})
-    assert len(records) == 6  # two prefills: the prompt and a longer one
+    assert len(records) == 7  # two prefills (the prompt and a longer one), two decode loops
     for r in records:
         assert r["verified"] is True, (r["case"], r["check"])
         assert set(r["comparators"]) == {"torch"}, r["case"]  # no CUDA graph without CUDA
-        assert r["ratios"]["torch"] > 0 and r["variant_ratios"]["lazy"]["torch"] > 0
+        assert r["ratios"]["torch"] > 0 and all(v["torch"] > 0 for v in r["variant_ratios"].values())
         assert r["check"]["errors"]["torch"] < 1e-4, r["case"]
-    (token,) = [r for r in records if r["case"] == "decoder_token"]
+    token = [r for r in records if r["case"] == "decoder_token"][0]
     assert token["check"]["ids_torch"] == token["check"]["ids_jit"]
     text = table.terminal({"device": device, "records": records})
-    assert text.count("decoder_token") == 2 and "x " in text
+    assert text.count("decoder_token") == 3 and "x " in text
+
+
+def test_decoding_a_token_ahead_reads_the_same_ids() -> None:
+    """JitDecode(ahead=True) (step t+1 submitted before id t is read) and the torch loops run a token
+    ahead (CPU torch here) read the ids numpy's greedy decoding makes, as the step-then-read loops do."""
+    import tracer as tr
+    from benchmarks.e2e.decoder import JitDecode, TorchDecode, config
+    from examples import llama as L
+    from tests.test_generate import np_greedy
+
+    cfg = config("tiny")
+    w, hf = L.random_weights(cfg, seed=0), cfg.to_hf()
+    model = L.Llama(cfg, L.check_weights(w, cfg, "tiny", tr.float32), cfg.max_positions, tr.float32)
+    prompt = [5, 1, 9, 30]
+    want = np_greedy(w, hf, prompt, 7)[1:]  # the loops' first call reads the id after the prefill's
+    sync, ahead = JitDecode(model, prompt), JitDecode(model, prompt, ahead=True)
+    assert [sync() for _ in want] == want
+    assert [ahead() for _ in want] == np_greedy(w, hf, prompt, 6)  # a call reads the id its step was fed
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from benchmarks.e2e.torch_llama import TorchLlama
+
+    theirs = TorchLlama(torch, cfg, w, cfg.max_positions, device="cpu")
+    eager = TorchDecode(theirs, prompt, graph=False, ahead=True)
+    assert [eager() for _ in want] == np_greedy(w, hf, prompt, 6)

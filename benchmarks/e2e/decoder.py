@@ -75,17 +75,21 @@ def quantized(weights: dict[str, np.ndarray], cfg: Any, fmt: str) -> tuple[dict[
 class JitDecode:
     """The `@tr.jit` step (`Llama.step_into_jit`): the caches written in place at a runtime position;
     positions wrap after prefill. `where_form=True` runs the older `Llama.step_jit` (the whole
-    cache rewritten through `where` each token) instead."""
+    cache rewritten through `where` each token) instead. `ahead=True` runs a token ahead, as
+    examples/generate.py does: a call submits step t+1, fed with id t on the GPU, then reads id t
+    (its copy started when step t was submitted: Tensor.copy_to_host_async)."""
 
-    def __init__(self, model: Any, prompt: list[int], where_form: bool = False) -> None:
-        self.model, self.prompt, self.where_form = model, prompt, where_form
+    def __init__(self, model: Any, prompt: list[int], where_form: bool = False, ahead: bool = False) -> None:
+        self.model, self.prompt, self.where_form, self.ahead = model, prompt, where_form, ahead
         self.reset()
 
     def reset(self) -> None:
         import tracer as tr
 
         out = self.model.prefill_jit(tr.tensor(np.array([self.prompt], np.int32)), *self.model.empty_cache().tensors())
-        self.cache, self.pos, self.token = list(out[2:]), len(self.prompt), int(out[1].numpy()[0])
+        self.cache, self.pos = list(out[2:]), len(self.prompt)
+        self.pending = out[1].copy_to_host_async() if self.ahead else None
+        self.token = 0 if self.ahead else int(out[1].numpy()[0])
 
     def prepare(self, n: int) -> None:
         if self.pos + n > self.model.ctx:
@@ -97,15 +101,21 @@ class JitDecode:
         return tr.tensor(np.array([[self.token]], np.int32)), tr.tensor(np.array([self.pos], np.int32))
 
     def __call__(self) -> int:
-        if self.where_form:
+        import tracer as tr
+
+        if self.ahead:
+            following = self.model.step_into_jit(self.pending, tr.dynamic(self.pos), *self.cache)[1]
+            following.copy_to_host_async()
+            self.token = int(self.pending.numpy()[0])
+            self.pending = following
+        elif self.where_form:
             out = self.model.step_jit(*self.inputs(), *self.cache)
             self.cache = list(out[2:])
+            self.token = int(out[1].numpy()[0])
         else:
-            import tracer as tr
-
             ids = tr.tensor(np.array([[self.token]], np.int32))
             out = self.model.step_into_jit(ids, tr.dynamic(self.pos), *self.cache)
-        self.token = int(out[1].numpy()[0])
+            self.token = int(out[1].numpy()[0])
         self.pos += 1
         return self.token
 
@@ -153,33 +163,71 @@ class LazyDecode:
 
 
 class TorchDecode:
-    """torch eager (natural slices) or a CUDA graph replayed per token, over its own static cache."""
+    """torch eager (natural slices) or a CUDA graph replayed per token, over its own static cache.
 
-    def __init__(self, model: Any, prompt: list[int], graph: bool) -> None:
+    `ahead=True` runs a token ahead, as JitDecode(ahead=True): step t+1 is launched with id t
+    still on the GPU, id t was copied to pinned memory behind step t (non_blocking, an event
+    recorded), and the call waits for that event only.
+    """
+
+    def __init__(self, model: Any, prompt: list[int], graph: bool, ahead: bool = False) -> None:
         from benchmarks.e2e.torch_llama import CudaGraphStep
 
-        self.model, self.torch = model, model.torch
+        self.model, self.torch, self.ahead = model, model.torch, ahead
         self.prompt = self.torch.tensor([prompt], device=model.device)
         self.cache = model.cache()
         self.graph = CudaGraphStep(model, self.cache) if graph else None
+        if ahead:
+            cuda = model.device == "cuda"
+            self.host = [self.torch.zeros(1, dtype=self.torch.long, pin_memory=cuda) for _ in range(2)]
+            self.events = [self.torch.cuda.Event() if cuda else None for _ in range(2)]
+            self.slot = 0
         self.reset()
 
     def reset(self) -> None:
-        self.token = int(self.model.prefill(self.prompt, self.cache).argmax(-1).item())
+        following = self.model.prefill(self.prompt, self.cache).argmax(-1)
         self.pos = self.prompt.shape[1]
+        if self.ahead:
+            self.pending = following.view(1, 1)
+            self._start_read(following)
+        else:
+            self.token = int(following.item())
 
     def prepare(self, n: int) -> None:
         if self.pos + n > self.model.ctx:
             self.reset()
 
     def __call__(self) -> int:
-        if self.graph is not None:
+        if self.ahead:
+            if self.graph is not None:
+                self.graph.ids.copy_(self.pending)  # on the GPU, behind the step that made it
+                self.graph.pos.fill_(self.pos)
+                self.graph.graph.replay()
+                following = self.graph.next
+            else:
+                following = self.model.step(self.pending, self.pos, self.cache).argmax(-1)
+            before = self.slot
+            self._start_read(following)
+            self.token = self._finish_read(before)
+            self.pending = following.view(1, 1)
+        elif self.graph is not None:
             self.token = self.graph(self.token, self.pos)
         else:
             ids = self.torch.tensor([[self.token]], device=self.model.device)
             self.token = int(self.model.step(ids, self.pos, self.cache).argmax(-1).item())
         self.pos += 1
         return self.token
+
+    def _start_read(self, ids: Any) -> None:
+        self.slot ^= 1
+        self.host[self.slot].copy_(ids.view(-1), non_blocking=True)
+        if self.events[self.slot] is not None:
+            self.events[self.slot].record()
+
+    def _finish_read(self, slot: int) -> int:
+        if self.events[slot] is not None:
+            self.events[slot].synchronize()
+        return int(self.host[slot][0])
 
     def gpu_call(self) -> None:
         """The step without the read-back, for CUDA events."""
@@ -229,7 +277,7 @@ def decoder_cases(ctx: Any, name: str, prompt_len: int, check_tokens: int, plan:
         long_check = _prefill_check(model, theirs, long_prompt)
         log(f"    check ({long} tokens): {long_check['summary']}")
         records.append(_prefill_case(ctx, name, cfg, model, theirs, long_prompt, long_check, plan))
-    records.append(_decode_case(ctx, name, cfg, model, theirs, prompt, check, plan))
+    records.extend(_decode_case(ctx, name, cfg, model, theirs, prompt, check, plan))
     del model, theirs
     gc.collect()
     if ctx.torch is not None and ctx.torch.cuda.is_available():
@@ -332,22 +380,27 @@ def _prefill_case(
 
 def _decode_case(
     ctx: Any, name: str, cfg: Any, model: Any, theirs: Any, prompt: list[int], check: dict, plan: dict[str, Any]
-) -> dict:
+) -> list[dict]:
     from tracer.realize import stats
 
     compiled = stats["programs_compiled"]
-    jit, lazy = JitDecode(model, prompt), LazyDecode(model, prompt)
+    jit, lazy, ahead = JitDecode(model, prompt), LazyDecode(model, prompt), JitDecode(model, prompt, ahead=True)
     contenders = [
         Contender("jit", jit, plan["jit_block"], jit.prepare),
         Contender("lazy", lazy, plan["lazy_block"], lazy.prepare),
+        Contender("jit_ahead", ahead, plan["jit_block"], ahead.prepare),
     ]
     eager = graph = None
     if theirs is not None:
         eager = TorchDecode(theirs, prompt, graph=False)
+        eager_ahead = TorchDecode(theirs, prompt, graph=False, ahead=True)
         contenders.append(Contender("torch", eager, plan["jit_block"], eager.prepare))
+        contenders.append(Contender("torch_ahead", eager_ahead, plan["jit_block"], eager_ahead.prepare))
         if theirs.device == "cuda":
             graph = TorchDecode(theirs, prompt, graph=True)
+            graph_ahead = TorchDecode(theirs, prompt, graph=True, ahead=True)
             contenders.append(Contender("torch_cuda_graph", graph, plan["jit_block"], graph.prepare))
+            contenders.append(Contender("torch_cuda_graph_ahead", graph_ahead, plan["jit_block"], graph_ahead.prepare))
     ctx.settings.log(f"  e2e decoder {name}: decode per token after {len(prompt)} prompt tokens")
     outcome = interleave(contenders, plan["decode"], ctx.settings.log)
     compiled = stats["programs_compiled"] - compiled
@@ -375,4 +428,16 @@ def _decode_case(
          f"lazy GPU time: one pass at position {lazy_pos}"],
     )  # fmt: skip
     rec["tokens_per_s"] = {k: 1e3 / statistics.median(c.samples) for k, c in by.items() if c.samples}
-    return rec
+    ahead_comparators = {
+        k: summary(by[f"{k}_ahead"], gpu.get(k)) for k in ("torch", "torch_cuda_graph") if f"{k}_ahead" in by
+    }
+    ahead = record(
+        ctx, "decoder_token", f"{name}: per token, a token ahead", {"jit": summary(by["jit_ahead"], gpu["jit"])},
+        ahead_comparators, outcome, check,
+        ["the loop examples/generate.py runs: a call submits step t+1 fed with id t on the GPU, then reads id t, "
+         "whose copy started behind step t (wgjit: Tensor.copy_to_host_async; torch: a non_blocking copy to pinned "
+         "memory and a CUDA event), so neither GPU waits for its host between tokens",
+         f"{describe(cfg)}, f32, random weights (seed 0){_weights_note()}; GPU ms: one pass of the step (as above)"],
+    )  # fmt: skip
+    ahead["tokens_per_s"] = {k: 1e3 / statistics.median(by[k].samples) for k in by if k.endswith("_ahead")}
+    return [rec, ahead]
