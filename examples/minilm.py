@@ -154,12 +154,21 @@ class MiniLM:
         Each batch is padded to buckets (`bucketed`): its rows to a power of two, its tokens to
         a power of two of at least MIN_TOKENS, with the mask hiding the padding. So sentences of
         every length run a handful of compiled programs, not one per (batch, longest length).
+        A batch ahead: batch i+1 is tokenized and submitted before batch i's embeddings are read
+        (their copy started behind batch i: Tensor.copy_to_host_async), so the GPU goes from
+        batch to batch while the host tokenizes and reads.
         """
-        out = []
+        out: list[np.ndarray] = []
+        pending: tuple[tr.Tensor, int] | None = None
         for start in range(0, len(sentences), batch_size):
             chunk = sentences[start : start + batch_size]
             ids, types, mask = self.bucketed(*self.tokenize(chunk))
-            out.append(self.embed(ids, types, mask).numpy()[: len(chunk)])
+            following = (self.embed(ids, types, mask).copy_to_host_async(), len(chunk))
+            if pending is not None:
+                out.append(pending[0].numpy()[: pending[1]])
+            pending = following
+        if pending is not None:
+            out.append(pending[0].numpy()[: pending[1]])
         return np.concatenate(out) if out else np.zeros((0, self.hidden), np.float32)
 
     def bucketed(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:

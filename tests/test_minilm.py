@@ -118,6 +118,16 @@ def test_encode_is_independent_of_batching(minilm, emb32) -> None:  # noqa: ANN0
     assert np.abs(emb32[2:3] - alone).max() < 1e-5
 
 
+def test_encode_in_batches_run_ahead_matches_numpy(model, weights) -> None:  # noqa: ANN001
+    """Three batches, each submitted before the one before it is read: rows in order, each as numpy pools it."""
+    sentences = SENTENCES + SENTENCES[1:2]
+    got = model.encode(sentences, batch_size=2)
+    ids, types, mask = model.tokenize(sentences)
+    want = np_pool(np_forward(weights, ids, types, mask), mask)
+    assert got.shape == (5, 384)
+    assert np.abs(got - want).max() < 1e-4
+
+
 def test_float16_run_agrees_with_float32(minilm, emb32) -> None:  # noqa: ANN001
     import tracer as tr
 
