@@ -1,13 +1,15 @@
 """Decode wall time per token by weight format (f32, f16, q8_0, q4_0), one process (GPU machine, ~2-3 min).
 
-    python -m benchmarks.device.decode_formats [--config 1B] [--formats f32,f16,q8_0,q4_0]
+    python -m benchmarks.device.decode_formats [--config 1B] [--formats f32,f16,q8_0,q4_0] [--loops sync,ahead]
 
 Issue 13's targets are ratios of wgjit to itself: f16 weights >= 1.8x our f32 per token, q8_0
 >= 3x, q4_0 >= 4.5x, end to end (the `@tr.jit` decode step of benchmarks/e2e/decoder.py, the
 next id read back, after a 128-token prefill). Every format's model is built first (random
 weights, seed 0; q8_0/q4_0 by tr.quantize of the same matrices, f16 computes in float16 with
 float16 caches), then the formats' token loops run interleaved in blocks after a warm-up, so each
-sees the same clocks. GPU ms of one step (timestamps) is printed beside as a diagnostic.
+sees the same clocks. Two loops per format: `sync` reads id t before submitting step t+1,
+`ahead` submits step t+1 (fed with id t on the GPU) and then reads id t, as examples/generate.py
+does. GPU ms of one step (timestamps) is printed beside as a diagnostic.
 A table is printed last; --json writes the figures.
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 
 
-def build(name: str, fmt: str) -> tuple[Any, Any]:
+def build(name: str, fmt: str) -> tuple[Any, Any, Any]:
     import tracer as tr
     from benchmarks.e2e.decoder import JitDecode, config
     from examples import llama as L
@@ -38,7 +40,7 @@ def build(name: str, fmt: str) -> tuple[Any, Any]:
     del weights, ours
     gc.collect()
     prompt = np.random.default_rng(1).integers(0, cfg.vocab, min(128, cfg.max_positions // 2)).tolist()
-    return model, JitDecode(model, prompt)
+    return model, JitDecode(model, prompt), JitDecode(model, prompt, ahead=True)
 
 
 def step_gpu(step: Any) -> tuple[float | None, int]:
@@ -57,6 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="1B")
     parser.add_argument("--formats", default="f32,f16,q8_0,q4_0")
+    parser.add_argument("--loops", default="sync,ahead")
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--per-block", type=int, default=20)
     parser.add_argument("--json", type=Path, default=None)
@@ -64,48 +67,51 @@ def main() -> None:
     from backend_wgpu import get_device
 
     caps = get_device().caps
-    formats = args.formats.split(",")
+    formats, loops = args.formats.split(","), args.loops.split(",")
     steps = {}
     for fmt in formats:
         t0 = time.perf_counter()
-        model, step = build(args.config, fmt)
-        steps[fmt] = step
+        model, sync, ahead = build(args.config, fmt)
+        steps.update({(fmt, "sync"): sync, (fmt, "ahead"): ahead})
         print(f"{fmt}: built and prefilled in {time.perf_counter() - t0:.1f} s", flush=True)
+    runs = [(fmt, loop) for fmt in formats for loop in loops]
 
-    def token(fmt: str) -> None:
-        step = steps[fmt]
+    def token(run: tuple[str, str]) -> None:
+        step = steps[run]
         step.prepare(1)
         step()
 
-    for fmt in formats:  # warm: compiled, clocks up
+    for run in runs:  # warm: compiled, clocks up
         end = time.perf_counter() + 2.0
         while time.perf_counter() < end:
-            token(fmt)
-    samples: dict[str, list[float]] = {f: [] for f in formats}
+            token(run)
+    samples: dict[tuple[str, str], list[float]] = {r: [] for r in runs}
     for _ in range(args.blocks):
-        for fmt in formats:
-            token(fmt)
+        for run in runs:
+            token(run)
             for _ in range(args.per_block):
                 t0 = time.perf_counter()
-                token(fmt)
-                samples[fmt].append((time.perf_counter() - t0) * 1e3)
+                token(run)
+                samples[run].append((time.perf_counter() - t0) * 1e3)
     rows = []
-    base = statistics.median(samples[formats[0]])
-    for fmt in formats:
-        ms = statistics.median(samples[fmt])
-        gpu, dispatches = step_gpu(steps[fmt])
-        rows.append({"format": fmt, "wall_ms": ms, "gpu_ms": gpu, "dispatches": dispatches,
+    for fmt, loop in runs:
+        ms = statistics.median(samples[(fmt, loop)])
+        base = statistics.median(samples[(formats[0], loop)])
+        gpu, dispatches = step_gpu(steps[(fmt, "sync")])
+        rows.append({"format": fmt, "loop": loop, "wall_ms": ms, "gpu_ms": gpu, "dispatches": dispatches,
                      "vs_first": base / ms})  # fmt: skip
     lines = [
         f"decode per token by weight format, {args.config} config, on {caps.name} ({caps.backend}); wall ms per token "
         f"with the next id read back (median of {args.blocks}x{args.per_block}, interleaved), GPU ms of one step "
-        f"(timestamps, diagnostic); ratio = {formats[0]} wall / this wall",
-        "| weights | wall ms | GPU ms | dispatches | vs " + formats[0] + " |",
-        "|---|---|---|---|---|",
+        f"(timestamps, diagnostic); ratio = {formats[0]} wall / this wall, in the same loop",
+        "| weights | loop | wall ms | GPU ms | dispatches | vs " + formats[0] + " |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         gpu = f"{r['gpu_ms']:.3f}" if r["gpu_ms"] is not None else "-"
-        lines.append(f"| {r['format']} | {r['wall_ms']:.3f} | {gpu} | {r['dispatches']} | {r['vs_first']:.2f}x |")
+        lines.append(
+            f"| {r['format']} | {r['loop']} | {r['wall_ms']:.3f} | {gpu} | {r['dispatches']} | {r['vs_first']:.2f}x |"
+        )
     print("\n".join(lines))
     if args.json is not None:
         args.json.write_text(json.dumps({"config": args.config, "device": caps.name, "rows": rows}, indent=1))
