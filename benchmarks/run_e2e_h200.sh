@@ -20,7 +20,7 @@ part() {  # name, seconds
 }
 export WGJIT_E2E_TORCH_COMPILE=${WGJIT_E2E_TORCH_COMPILE:-1}  # MiniLM 32x128 beside torch.compile of BertModel (a minute or two to compile; 0: not)
 part minilm 330
-part 12L 110
-part 1B 170
+part 12L 130
+part 1B 200
 python3 -m benchmarks.e2e.table "$out"/e2e_minilm.json "$out"/e2e_12L.json "$out"/e2e_1B.json \
   --md "$out/e2e.md" --json "$out/e2e.json"
