@@ -6,7 +6,12 @@ timestamps in nanoseconds), all in one encoder and one submit. A pass around one
 tens of microseconds on some GPUs (the H200 through Vulkan: 20-30 us), more than a small kernel
 takes; `repeat_each=R` records each dispatch R times into its pass, with the barrier between
 them that any two dependent dispatches of a program have, and divides by R: that is close to
-what the dispatch costs inside the program's one pass. Where the adapter has no
+what the dispatch costs inside the program's one pass. `in_pass=True` (adapters with
+"timestamp-query-inside-passes") instead runs the program as it runs, all dispatches in one
+pass, and writes a timestamp after each: a dispatch's time is the step from the stamp before
+it, with the caches and the barrier the real run has (a dispatch that reads what the one before
+wrote finds it in L2, as in the real run; a repeated one finds its own inputs there too, which
+flatters bandwidth-bound kernels whose bytes fit in L2). Where the adapter has no
 timestamp queries, each launch is submitted alone and timed by the wall clock until the
 queue has finished it (`Profile.clock` says which). Each kernel's time is the median over
 `repeats` runs after one warm-up run. Bytes and flops per dispatch are counted from the
@@ -198,6 +203,38 @@ def _time_with_timestamps(program: Program, groups: list[Any], repeats: int, rep
     return [statistics.median(s) for s in samples]
 
 
+def _time_in_one_pass(program: Program, groups: list[Any], repeats: int) -> list[float]:
+    """Per-dispatch seconds from timestamps written between the dispatches of one pass."""
+    from wgpu.backends.wgpu_native.extras import write_timestamp
+
+    dev = program.device
+    launches = program._launches
+    count = len(launches) + 1
+    if count > QUERIES_PER_SET:
+        raise ValueError(f"profile(in_pass=True): {len(launches)} dispatches, at most {QUERIES_PER_SET - 1}")
+    qset = dev.device.create_query_set(type=wgpu.QueryType.timestamp, count=count)
+    resolve = dev.device.create_buffer(size=8 * count, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    samples: list[list[float]] = [[] for _ in launches]
+    for rep in range(repeats + 1):  # the first run warms caches up and is not counted
+        encoder = dev.device.create_command_encoder()
+        cpass = encoder.begin_compute_pass()
+        write_timestamp(cpass, qset, 0)
+        for i, launch in enumerate(launches):
+            cpass.set_pipeline(launch.pipeline)
+            cpass.set_bind_group(0, groups[i])
+            cpass.dispatch_workgroups(*launch.count)
+            write_timestamp(cpass, qset, i + 1)
+        cpass.end()
+        encoder.resolve_query_set(qset, 0, count, resolve, 0)
+        dev.queue.submit([encoder.finish()])
+        stamps = np.frombuffer(dev.queue.read_buffer(resolve), dtype=np.uint64).astype(np.int64)
+        if rep > 0:
+            for i in range(len(launches)):
+                samples[i].append(max(0, int(stamps[i + 1] - stamps[i])) * 1e-9)
+    resolve.destroy()
+    return [statistics.median(s) for s in samples]
+
+
 def _time_with_wall_clock(program: Program, groups: list[Any], repeats: int, probe: DeviceBuffer) -> list[float]:
     dev = program.device
     samples: list[list[float]] = [[] for _ in program._launches]
@@ -218,17 +255,26 @@ def _time_with_wall_clock(program: Program, groups: list[Any], repeats: int, pro
 
 
 def profile_program(
-    program: Program, inputs: list[DeviceBuffer] | None = None, repeats: int = 3, repeat_each: int = 1
+    program: Program,
+    inputs: list[DeviceBuffer] | None = None,
+    repeats: int = 3,
+    repeat_each: int = 1,
+    in_pass: bool = False,
 ) -> Profile:
     """Time every dispatch of a program; inputs default to zero-filled buffers of the right sizes.
 
-    repeat_each > 1 runs each dispatch that many times in its pass and reports the time of one
-    (see the module docstring); the program's buffers then hold the last repeat's values.
+    repeat_each > 1 runs each dispatch that many times in its pass and reports the time of one;
+    in_pass=True times the dispatches between timestamps inside the program's one pass (see the
+    module docstring). The program's buffers then hold the last run's values.
     """
     if repeats < 1:
         raise ValueError(f"profile: repeats must be at least 1, got {repeats}")
     if repeat_each < 1:
         raise ValueError(f"profile: repeat_each must be at least 1, got {repeat_each}")
+    if in_pass and repeat_each != 1:
+        raise ValueError(
+            "profile: in_pass=True times each dispatch once where the program runs it; leave repeat_each at 1"
+        )
     dev = program.device
     dev.check_alive()
     if inputs is not None and len(inputs) != program.input_count:
@@ -239,6 +285,16 @@ def profile_program(
     if not program._launches:
         seconds: list[float] = []
         clock = "none"
+    elif in_pass:
+        if "timestamp-query-inside-passes" not in dev.device.features:
+            raise ValueError(
+                f"profile(in_pass=True): the adapter {dev.caps.name} has no timestamp queries inside passes; "
+                "profile without in_pass (a pass per dispatch) instead"
+            )
+        seconds = _time_in_one_pass(program, groups, repeats)
+        clock = "gpu-timestamps"
+        notes.append("timestamps between the dispatches of the program's one pass: a dispatch's time includes the "
+                     "barrier before it and any idle time the GPU had there")  # fmt: skip
     elif dev.caps.timestamps:
         seconds = _time_with_timestamps(program, groups, repeats, repeat_each)
         clock = "gpu-timestamps"

@@ -580,11 +580,13 @@ class Program:
             )
         return "\n".join(lines)
 
-    def profile(self, inputs: list[DeviceBuffer] | None = None, repeats: int = 3, repeat_each: int = 1) -> Profile:
+    def profile(
+        self, inputs: list[DeviceBuffer] | None = None, repeats: int = 3, repeat_each: int = 1, in_pass: bool = False
+    ) -> Profile:
         """Per-kernel GPU time (backend_wgpu.profile.Profile), apart from the normal run path."""
         from backend_wgpu.profile import profile_program
 
-        return profile_program(self, inputs, repeats, repeat_each)
+        return profile_program(self, inputs, repeats, repeat_each, in_pass)
 
     DISPATCH_HEADERS = ("node", "op", "kernel", "variant", "width", "in-place", "workgroup", "count", "slots")
 

@@ -83,6 +83,22 @@ def test_each_dispatch_repeated_in_its_pass():
     np.testing.assert_allclose(y.numpy(), tiny_reference(), rtol=1e-5, atol=1e-6)
 
 
+def test_dispatches_timed_inside_the_programs_one_pass():
+    y = tiny()
+    program = tr.compile(y)
+    if "timestamp-query-inside-passes" not in get_device().device.features:
+        with pytest.raises(ValueError, match="no timestamp queries inside passes"):
+            program.profile(repeats=1, in_pass=True)
+        return
+    profile = program.profile(repeats=2, in_pass=True)
+    _check(profile, program)
+    assert profile.clock == "gpu-timestamps" and any("one pass" in n for n in profile.notes)
+    assert sum(k.seconds for k in profile.kernels) > 0
+    np.testing.assert_allclose(y.numpy(), tiny_reference(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="leave repeat_each at 1"):
+        program.profile(repeat_each=2, in_pass=True)
+
+
 def test_bytes_and_flops_of_copy_and_batched_matmul():
     a = tr.randn(2, 3, 5, seed=0)
     b = tr.randn(2, 5, 4, seed=1)

@@ -87,7 +87,7 @@ def main() -> None:
     timer = ProgramTimer(get_device())
     rows = []
     for fmt in args.formats.split(","):
-        model, step = build(args.config, fmt)
+        model, step, _ = build(args.config, fmt)
         cache = [c.copy() for c in step.cache]  # the steps write the next position here, not in the live cache
         tr.realize(*cache)
         entries = []

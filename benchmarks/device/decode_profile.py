@@ -1,6 +1,7 @@
 """Where a decode step's GPU time goes, per kernel, for each weight format (GPU machine, < 1 min for 12L).
 
     python -m benchmarks.device.decode_profile [--config 1B] [--formats f32,f16,q8_0,q4_0] [--repeat-each 16]
+                                               [--in-pass]
 
 Builds the e2e decoder (benchmarks/device/decode_formats.py's models), runs one `@tr.jit` step,
 then times every dispatch of its program (backend_wgpu.profile: a compute pass per dispatch
@@ -8,7 +9,9 @@ with timestamps, zero-filled inputs; each dispatch `--repeat-each` times in its 
 pass's own cost, 20-30 us on the H200, is spread over the repeats and the time is close to
 the dispatch's cost inside the step). Prints, per format, the step's GPU time in one pass,
 the GPU us per kernel summed over the step with the bytes it moves and the GB/s that gives,
-and per distinct dispatch (kernel and variant) its count, us each and GB/s.
+and per distinct dispatch (kernel and variant) its count, us each and GB/s. `--in-pass` times
+the dispatches between timestamps inside the step's one pass instead (Program.profile(in_pass=True):
+the real run's caches and barriers; a dispatch's time includes the barrier before it).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
     from backend_wgpu.profile import Profile
 
 
-def report(prof: Profile, title: str, repeat_each: int, top: int) -> None:
+def report(prof: Profile, title: str, how: str, top: int) -> None:
     """Per kernel: count, us, MB, GB/s, GFLOP/s summed; then the costliest distinct dispatches (kernel[variant])."""
     by: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0, 0])
     distinct: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0, 0])
@@ -34,7 +37,7 @@ def report(prof: Profile, title: str, repeat_each: int, top: int) -> None:
             row[2] += k.bytes
             row[3] += k.flops
     total = sum(r[0] for r in by.values())
-    print(f"\n== {title}; {len(prof.kernels)} dispatches, {total:.1f} us summed (each x{repeat_each} in its own pass)")
+    print(f"\n== {title}; {len(prof.kernels)} dispatches, {total:.1f} us summed ({how})")
     print(f"{'kernel':<22} {'count':>5} {'us':>8} {'MB':>8} {'GB/s':>7} {'GFLOP/s':>8}")
     for name, (us, n, nbytes, flops) in sorted(by.items(), key=lambda kv: -kv[1][0]):
         rate = (nbytes / (us * 1e3), flops / (us * 1e3)) if us else (0.0, 0.0)
@@ -51,19 +54,24 @@ def main() -> None:
     parser.add_argument("--repeat-each", type=int, default=16)
     parser.add_argument("--formats", default="f32,f16,q8_0,q4_0")
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--in-pass", action="store_true", help="timestamps between the dispatches of the one pass")
     args = parser.parse_args()
     from backend_wgpu import get_device
 
     print(f"decode step per kernel, {args.config} config, on {get_device().caps.name}: GPU us summed per kernel")
     for fmt in args.formats.split(","):
-        model, step = build(args.config, fmt)
+        model, step, _ = build(args.config, fmt)
         step.prepare(1)
         step()
         program = next(reversed(model.step_into_jit.traces.values())).program
-        prof = program.profile(repeats=5, repeat_each=args.repeat_each)
+        if args.in_pass:
+            prof, how = program.profile(repeats=5, in_pass=True), "timestamps between the dispatches of one pass"
+        else:
+            prof = program.profile(repeats=5, repeat_each=args.repeat_each)
+            how = f"each x{args.repeat_each} in its own pass"
         step_ms, _ = step_gpu(step)
         step_text = f"{step_ms * 1e3:.1f}" if step_ms is not None else "-"
-        report(prof, f"{fmt}: the step in one pass: {step_text} us", args.repeat_each, args.top)
+        report(prof, f"{fmt}: the step in one pass: {step_text} us", how, args.top)
         del model, step, program, prof
 
 
