@@ -53,6 +53,9 @@ except (ImportError, AttributeError):  # another backend: its own waiting
     _DEVICE_POLL = None
     _NULL = None
 
+# backend_wgpu.timeline's host stamps of a read-back, set while a timeline records (None: off)
+READ_STAMP: Any = None
+
 _USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _NO_ADAPTER_HELP = (
     "no WebGPU adapter found. On a machine without a GPU install Mesa's software Vulkan driver "
@@ -389,9 +392,14 @@ class Device:
             return
         assert out.flags.c_contiguous and n <= buf.nbytes
         size = (n + 3) & ~3
+        stamp = READ_STAMP  # timeline: 0 entry, 1 copy submitted, 2 map done, 3 copied out
+        if stamp is not None:
+            stamp(0)
         with self.lock, self.guard("reading a tensor back"):
             staging = self._staging_for(size)
             self._copy(buf.buffer, buf.offset, staging, size)
+            if stamp is not None:
+                stamp(1)
             promise = self._map_for_read(staging, size)
             if self._spin_wait:
                 # On a GPU, poll without blocking until the map is done: a blocking wait (ours or
@@ -402,12 +410,16 @@ class Device:
                 while getattr(promise, "_state", "") == "pending":
                     _DEVICE_POLL(handle, False, _NULL)
             promise.sync_wait()
+            if stamp is not None:
+                stamp(2)
             try:
                 view = staging.read_mapped(0, size, copy=False)
                 out.reshape(-1).view(np.uint8)[:] = np.frombuffer(view, np.uint8, n)
                 del view
             finally:
                 staging.unmap()
+            if stamp is not None:
+                stamp(3)
             if staging.size > READBACK_KEPT_BYTES:
                 staging.destroy()
             self.stats["reads"] += 1
