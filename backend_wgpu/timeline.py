@@ -78,10 +78,10 @@ class _QuerySet:
     def __init__(self, dev: Device) -> None:
         from wgpu.backends.wgpu_native import ffi
 
-        self.qset = dev.device.create_query_set(type=wgpu.QueryType.timestamp, count=QUERIES_PER_SET)
+        self.pairs = pairs = QUERIES_PER_SET // 2
+        self.qset = dev.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * pairs)
         usage = wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
-        self.resolve = dev.device.create_buffer(size=8 * QUERIES_PER_SET, usage=usage)
-        pairs = QUERIES_PER_SET // 2
+        self.resolve = dev.device.create_buffer(size=16 * pairs, usage=usage)
         # WGPUComputePassDescriptor.timestampWrites -> WGPUPassTimestampWrites (what wgpu-py's
         # begin_compute_pass(timestamp_writes=...) builds per call): made once here, C reads them per begin
         self.writes = ffi.new("WGPUPassTimestampWrites[]", pairs)
@@ -229,7 +229,7 @@ class Timeline:
 
     def _next_pair(self) -> tuple[_QuerySet, int]:
         qs = self._pending[-1] if self._pending else None
-        if qs is None or qs.used >= QUERIES_PER_SET // 2:
+        if qs is None or qs.used >= qs.pairs:
             if len(self._pending) >= MAX_PENDING_SETS:
                 self.notes.append(
                     f"{MAX_PENDING_SETS} query sets filled: read back inside the loop at call {len(self._calls)}"
@@ -454,9 +454,10 @@ def format_table(rows: list[tuple[str, ProgramReport]], notes: list[str] | None 
     """The medians as a plain text table, one row per (label, program)."""
     body = [_cells(label, r) for label, r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(HEADERS)]
-    line = lambda cells: "  ".join(
-        c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-    )  # noqa: E731
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
     out = [CAPTION, line(HEADERS), line(["-" * w for w in widths]), *(line(b) for b in body)]
     if not body:
         out.append("no program ran while the timeline recorded")
