@@ -138,6 +138,7 @@ class Timeline:
         self.begin_ns = 0
         self.end_ns = 0
         self.recording = False
+        self.submit_chunk, self.submit_growth = _program.SUBMIT_CHUNK, _program.SUBMIT_GROWTH
         self.skipped_runs = 0  # runs of other threads, not recorded
 
     # --- recording --------------------------------------------------------------------------
@@ -146,6 +147,7 @@ class Timeline:
             if _program._TIMELINE is not None:
                 raise RuntimeError("tr.timeline(): a timeline is already recording; nest none")
             self.recording = True
+            self.submit_chunk, self.submit_growth = _program.SUBMIT_CHUNK, _program.SUBMIT_GROWTH  # at the start
             self.begin_ns = perf_counter_ns()
             _program._TIMELINE = self
             _device.READ_STAMP = self._read_stamp
@@ -311,8 +313,8 @@ class Timeline:
             "backend": self.device.caps.backend,
             "gpu_timestamps": self.gpu,
             "timestamp_period_ns": self.period_ns,
-            "submit_chunk": _program.SUBMIT_CHUNK,
-            "submit_growth": _program.SUBMIT_GROWTH,
+            "submit_chunk": self.submit_chunk,  # backend_wgpu.program's settings when the timeline started
+            "submit_growth": self.submit_growth,
             "skipped_runs": self.skipped_runs,
             "notes": list(self.notes),
             "programs": [r.to_dict() for r in self.report()],

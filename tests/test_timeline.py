@@ -195,3 +195,23 @@ def test_to_dict_is_json_and_matches_the_calls(chain) -> None:
     assert d["submit_chunk"] == CHUNK and d["gpu_timestamps"] == tl.gpu
     text = tl.table("chain")
     assert text.splitlines()[-1].startswith("chain") or "note:" in text
+
+
+def test_device_benchmark_runs_the_decoder_loop_per_chunk_setting(tmp_path, capsys) -> None:
+    """benchmarks/device/timeline.py on the tiny decoder: one row per chunk setting, JSON beside the tables."""
+    from benchmarks.device import timeline as bench
+
+    before = program_module.SUBMIT_CHUNK
+    out = tmp_path / "timeline.json"
+    bench.main(["--cases", "tiny", "--calls", "3", "--chunks", "2,4", "--warm", "0", "--plain", "--json", str(out)])
+    assert program_module.SUBMIT_CHUNK == before  # restored
+    text = capsys.readouterr().out
+    assert "| decoder tiny | 2x2 |" in text or "| decoder tiny | 2 |" in text
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["setting"].split("x")[0] for r in rows] == ["2", "4"]
+    for r in rows:
+        (main, *_) = r["timeline"]["programs"]
+        assert main["chunks"] == len(
+            program_module._chunks(r["dispatches"], int(r["setting"].split("x")[0]), program_module.SUBMIT_GROWTH)
+        )
+        assert r["timeline"]["submit_chunk"] == int(r["setting"].split("x")[0])
