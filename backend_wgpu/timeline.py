@@ -481,10 +481,11 @@ def print_table(
         print(format_table(rows, notes), file=file)
         return
     out = file if file is not None else sys.stdout
-    console = Console(file=out, width=None if out.isatty() else 240)
+    # a pipe or file has no width: one row a line there, however wide (a device run's log)
+    console = Console(file=out, width=None if out.isatty() else 1000)
     table = Table(title=Text(CAPTION), title_justify="left")
     for i, h in enumerate(HEADERS):
-        table.add_column(h, justify="right" if i else "left")
+        table.add_column(h, justify="right" if i else "left", no_wrap=True)
     for label, r in rows:
         table.add_row(*(Text(c) for c in _cells(label, r)))
     console.print(table)
