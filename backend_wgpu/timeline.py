@@ -18,7 +18,7 @@ last call to the block's end), entry to first submit, first to last submit, last
 read's map done, the map's wait, the copy out, and host time after the read until the next call
 (the user's code, a jit's argument handling). GPU: busy (the passes' durations summed), span
 (first pass's start to last pass's end), the idle gaps between a call's passes (span - busy),
-the GPU idle between calls (last pass end to the next call's first pass start: the read-back's
+the GPU idle to the next call (last pass end to the next call's first pass start: the read-back's
 copy and the host's turn) and the GPU period (first pass start to the next call's, the wall on
 the GPU clock).
 
@@ -70,6 +70,7 @@ class _Call:
     reads: list[list[int]] = field(default_factory=list)  # [entry, copy submitted, mapped, copied out] per read
     passes: list[tuple[int, int]] = field(default_factory=list)  # GPU (begin, end) ns per pass, once resolved
     host_only: bool = False  # submitted outside the recorder (a caller-timed run, wgpu-py's path)
+    bounds: list[tuple[int, int]] = field(default_factory=list)  # (start, end) dispatches of each chunk
 
 
 class _QuerySet:
@@ -174,8 +175,7 @@ class Timeline:
         """Program.run's entry: a new call (called by backend_wgpu.program while this records)."""
         now = perf_counter_ns()
         if threading.get_ident() != self._thread:
-            self.skipped_runs += 1
-            self._current = None
+            self.skipped_runs += 1  # this thread's current call stays where it is
             return
         self._current = _Call(weakref.ref(program), len(program.dispatches), now, host_only=True)
         self._calls.append(self._current)
@@ -187,6 +187,7 @@ class Timeline:
             return _program._submit(dev, commands, bounds)
         call.plan = perf_counter_ns()
         call.host_only = False
+        call.bounds = bounds
         P = _program
         device, queue = dev.device._internal, dev.queue._internal
         held = P._ffi.new("WGPUCommandBuffer[1]")
@@ -295,8 +296,7 @@ class Timeline:
         out: list[CallTimes] = []
         for i, call in enumerate(self._calls):
             nxt = self._calls[i + 1] if i + 1 < len(self._calls) else None
-            prev = self._calls[i - 1] if i > 0 else None
-            out.append(_times(call, nxt.entry if nxt is not None else self.end_ns, prev, nxt))
+            out.append(_times(call, nxt.entry if nxt is not None else self.end_ns, nxt))
         return out
 
     def report(self) -> list[ProgramReport]:
@@ -330,6 +330,23 @@ class Timeline:
         return self.table()
 
 
+def chunk_lines(call: CallTimes) -> list[str]:
+    """One line per chunk of a call: its dispatches, when the host's submit returned (host clock, after the
+    call's entry), when its pass started (GPU clock, after the call's first pass), its duration and the GPU's
+    idle before it."""
+    lines = []
+    aligned = len(call.passes_ms) == len(call.chunk_dispatches)  # else a pass's timestamps were unusable
+    for k, size in enumerate(call.chunk_dispatches):
+        host = f"submitted +{call.submits_ms[k]:.3f}" if k < len(call.submits_ms) else "not submitted"
+        gpu = ""
+        if aligned:
+            start, dur = call.passes_ms[k]
+            idle = start - sum(call.passes_ms[k - 1]) if k else 0.0
+            gpu = f" | GPU pass +{start:.3f} ms, {dur:.3f} ms, idle before {idle:.3f} ms"
+        lines.append(f"  chunk {k}: {size:4d} dispatches, host {host} ms{gpu}")
+    return lines
+
+
 @dataclass
 class CallTimes:
     """One call's durations in ms; None where it has no such stamp (no read, no GPU pass)."""
@@ -351,19 +368,24 @@ class CallTimes:
     gpu_span: float | None  # first pass start to last pass end
     gpu_gaps: float | None  # span - busy: GPU idle between this call's passes
     gpu_max_gap: float | None
-    gpu_idle_before: float | None  # previous call's last pass end to this call's first pass start
-    gpu_period: float | None  # previous call's first pass start to this one's
+    # like the wall, to the next call (None for the last): the GPU idle from this call's last pass end to the
+    # next call's first pass start (the read-back's copy, the host's turn), and first pass start to first pass start
+    gpu_idle_after: float | None
+    gpu_period: float | None
+    chunk_dispatches: list[int] = field(default_factory=list)  # dispatches in each submitted chunk
+    submits_ms: list[float] = field(default_factory=list)  # host: each chunk's submit returned, after the entry
+    passes_ms: list[tuple[float, float]] = field(default_factory=list)  # GPU: (start after the 1st pass's, duration)
 
 
 def _ms(ns: int) -> float:
     return ns * 1e-6
 
 
-def _times(call: _Call, next_entry: int, prev: _Call | None, nxt: _Call | None) -> CallTimes:
+def _times(call: _Call, next_entry: int, nxt: _Call | None) -> CallTimes:
     submits, reads, passes = call.submits, [r for r in call.reads if all(r)], call.passes
     last_host = reads[-1][3] if reads else (submits[-1] if submits else None)
     gaps = [b - e for (_, e), (b, _) in zip(passes, passes[1:], strict=False)]
-    prev_passes = prev.passes if prev is not None else []
+    next_passes = nxt.passes if nxt is not None else []
     return CallTimes(
         dispatches=call.dispatches,
         chunks=len(submits),
@@ -382,8 +404,11 @@ def _times(call: _Call, next_entry: int, prev: _Call | None, nxt: _Call | None) 
         gpu_span=_ms(passes[-1][1] - passes[0][0]) if passes else None,
         gpu_gaps=_ms(passes[-1][1] - passes[0][0] - sum(e - b for b, e in passes)) if passes else None,
         gpu_max_gap=_ms(max(gaps)) if gaps else (0.0 if passes else None),
-        gpu_idle_before=_ms(passes[0][0] - prev_passes[-1][1]) if passes and prev_passes else None,
-        gpu_period=_ms(passes[0][0] - prev_passes[0][0]) if passes and prev_passes else None,
+        gpu_idle_after=_ms(next_passes[0][0] - passes[-1][1]) if passes and next_passes else None,
+        gpu_period=_ms(next_passes[0][0] - passes[0][0]) if passes and next_passes else None,
+        chunk_dispatches=[end - start for start, end in call.bounds],
+        submits_ms=[_ms(t - call.entry) for t in submits],
+        passes_ms=[(_ms(b - passes[0][0]), _ms(e - b)) for b, e in passes],
     )
 
 
@@ -401,7 +426,7 @@ COLUMNS = [
     ("gpu_busy", "GPU busy"),
     ("gpu_span", "GPU span"),
     ("gpu_gaps", "GPU gaps in call"),
-    ("gpu_idle_before", "GPU idle between"),
+    ("gpu_idle_after", "GPU idle to next"),
     ("gpu_period", "GPU period"),
 ]
 
@@ -447,8 +472,8 @@ HEADERS = ["case", "calls", "disp/chunks"] + [h for _, h in COLUMNS]
 CAPTION = (
     "median ms per call. Host clock: wall (entry to next entry), entry>plan (ready to encode), entry>1st submit, 1st>last submit, "
     "last submit>read (entry of the read-back), last submit>mapped (read-back wait), map wait (copy submitted>mapped), copy out, host after read (to the next "
-    "call). GPU clock: busy (passes summed), span (1st pass start>last end), gaps in call (span - busy), idle between "
-    "calls, period (1st pass start to the next call's). The two clocks are not aligned."
+    "call). GPU clock: busy (passes summed), span (1st pass start>last end), gaps in call (span - busy), idle to next "
+    "(last pass end to the next call's first start), period (1st pass start to the next call's). The two clocks are not aligned."
 )
 
 

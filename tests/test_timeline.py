@@ -64,11 +64,11 @@ def _check_consistent(calls: list[timeline_module.CallTimes], gpu: bool) -> None
         assert 0 < c.gpu_busy <= c.gpu_span
         assert math.isclose(c.gpu_gaps, c.gpu_span - c.gpu_busy, abs_tol=1e-9) and c.gpu_gaps >= 0
         assert 0 <= c.gpu_max_gap <= c.gpu_gaps + 1e-9
-        if i == 0:
-            assert c.gpu_idle_before is None and c.gpu_period is None
-        else:  # one queue runs the passes in order: the previous call's passes ended before this one's began
-            assert c.gpu_idle_before >= 0
-            assert math.isclose(c.gpu_period, c.gpu_idle_before + calls[i - 1].gpu_span, rel_tol=1e-9, abs_tol=1e-6)
+        if i == len(calls) - 1:
+            assert c.gpu_idle_after is None and c.gpu_period is None
+        else:  # one queue runs the passes in order: this call's passes ended before the next call's began
+            assert c.gpu_idle_after >= 0
+            assert math.isclose(c.gpu_period, c.gpu_span + c.gpu_idle_after, rel_tol=1e-9, abs_tol=1e-6)
 
 
 def test_records_one_pass_per_chunk_and_keeps_the_values(device, chain) -> None:

@@ -116,11 +116,11 @@ def comparison(rows: list[dict[str, Any]]) -> str:
     """Per setting, the wall without and with the recorder, and the GPU clock's split of a call's period."""
     lines = [
         "median ms per call. wall: host clock, without the recorder and with it. GPU clock: period (a call's first "
-        "pass start to the next call's) = busy (passes summed) + gaps in call (between its chunks) + idle between "
-        "calls (read-back copy, host's turn); one pass: the same program's GPU time in a separate single pass "
+        "pass start to the next call's) = busy (passes summed) + gaps in call (between its chunks) + idle to the "
+        "next call (read-back copy, host's turn); one pass: the same program's GPU time in a separate single pass "
         "(busy / one pass above 1: the GPU runs slower inside the loop)",
         "| case | chunks | dispatches | wall alone | wall in timeline | GPU period | GPU busy | gaps in call "
-        "| idle between | GPU one pass | busy / one pass |",
+        "| idle to next | GPU one pass | busy / one pass |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -133,7 +133,7 @@ def comparison(rows: list[dict[str, Any]]) -> str:
             dispatches += f" (one pass: {r['dispatches']})"
         lines.append(
             f"| {r['case']} | {r['setting']} | {dispatches} | {_f(r['wall_alone_ms'])} | {_f(m.get('wall'))} "
-            f"| {_f(m.get('gpu_period'))} | {_f(busy)} | {_f(m.get('gpu_gaps'))} | {_f(m.get('gpu_idle_before'))} "
+            f"| {_f(m.get('gpu_period'))} | {_f(busy)} | {_f(m.get('gpu_gaps'))} | {_f(m.get('gpu_idle_after'))} "
             f"| {_f(one)} | {ratio} |"
         )
     return "\n".join(lines)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import backend_wgpu.program as program
     from backend_wgpu import get_device
-    from backend_wgpu.timeline import print_table
+    from backend_wgpu.timeline import chunk_lines, print_table
     from benchmarks.timing import ProgramTimer
 
     dev = get_device()
@@ -177,6 +177,15 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         program.SUBMIT_CHUNK = default_chunk
     notes = list(dict.fromkeys(n for r in rows for n in r["timeline"].notes))
+    print("\nthe call of median wall time of each setting, chunk by chunk (host and GPU clocks apart):")
+    for r in rows:
+        reports = r["timeline"].report()
+        if not reports:
+            continue
+        calls = sorted(reports[0].calls, key=lambda c: c.wall)
+        call = calls[len(calls) // 2]
+        print(f"{r['case']} chunks {r['setting']}: wall {call.wall:.3f} ms, GPU busy {_f(call.gpu_busy)} ms")
+        print("\n".join(chunk_lines(call)))
     print()
     print(comparison(rows))
     print()
