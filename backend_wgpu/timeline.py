@@ -269,7 +269,8 @@ class Timeline:
         for qs in self._free + self._pending:
             if len(pool) < POOL_SETS and not self.device.lost:
                 pool.append(qs)
-            else:
+                continue
+            with contextlib.suppress(Exception):  # a lost device's objects may refuse; they go with it
                 qs.destroy()
         self._free, self._pending = [], []
 
