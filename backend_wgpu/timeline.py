@@ -22,13 +22,16 @@ the GPU idle to the next call (last pass end to the next call's first pass start
 copy and the host's turn) and the GPU period (first pass start to the next call's, the wall on
 the GPU clock).
 
-Recording costs little: the pass descriptors with timestamp writes are made once per query set,
-two query slots per chunk come from sets of QUERIES_PER_SET kept in a small per-device pool, and
-the sets are resolved and read once, when the timeline stops (or when MAX_PENDING_SETS are full,
-which the notes then say). Off, the run path costs one check of a module global per run and per
-read. Runs from threads other than the one that opened the timeline are not recorded, and runs
-timed by their caller (Program.run's timestamp_writes) or through wgpu-py's own objects record
-host stamps only.
+The recorder's own Python costs little: the pass descriptors with timestamp writes are made once
+per query set, two query slots per chunk come from sets of QUERIES_PER_SET kept in a small
+per-device pool, and the sets are resolved and read once, when the timeline stops (or when
+MAX_PENDING_SETS are full, which the notes then say). The timestamps themselves are not free:
+wgpu-native's submit of a command buffer whose pass writes them takes longer (lavapipe: ~110 us
+against ~55, whatever the set's size; host stamps alone changed nothing measurable there), so
+`gpu=False` records host stamps only, and benchmarks/device/timeline.py shows the wall both
+ways. Off, the run path costs checks of a module global: two per run, four per read. Runs from
+threads other than the one that opened the timeline are not recorded, and runs timed by their
+caller (Program.run's timestamp_writes) or through wgpu-py's own objects record host stamps only.
 """
 
 from __future__ import annotations

@@ -215,3 +215,4 @@ def test_device_benchmark_runs_the_decoder_loop_per_chunk_setting(tmp_path, caps
             program_module._chunks(r["dispatches"], int(r["setting"].split("x")[0]), program_module.SUBMIT_GROWTH)
         )
         assert r["timeline"]["submit_chunk"] == int(r["setting"].split("x")[0])
+        assert r["host_only"]["gpu_timestamps"] is False and r["host_only"]["programs"]

@@ -7,9 +7,10 @@ one `@tr.jit` decode token (`JitDecode`: the step and the next id read back) of 
 ~1B decoder, under `tr.timeline()` (backend_wgpu.timeline) after a warm-up. Each case runs once per
 first-chunk size of --chunks (backend_wgpu.program.SUBMIT_CHUNK set between runs; SUBMIT_GROWTH and
 the default chunk come from WGJIT_SUBMIT_GROWTH / WGJIT_SUBMIT_CHUNK as the caller sets them), in one
-process. Per setting: a warm-up, --calls calls timed by the wall clock alone (no recorder: what
-the timeline's own stamps cost shows beside), --calls calls under the timeline, then the GPU time of
-the same program in one separate pass (timestamps around one compute pass, as the e2e table's GPU
+process. Per setting: a warm-up, --calls calls timed by the wall clock alone (no recorder), --calls
+calls under the timeline, --calls under it with host stamps only (`gpu=False`: what the pass
+timestamps cost the host shows beside; on lavapipe wgpu-native's submit takes ~55 us more with
+them), then the GPU time of the same program in one separate pass (timestamps around one compute pass, as the e2e table's GPU
 column). Two tables follow, the second last: the comparison (wall without and with the recorder,
 GPU busy inside the loop against the separate pass: a GPU slower inside the loop shows there) and the
 timeline's medians per call (see backend_wgpu/timeline.py for the columns). --json writes both.
@@ -103,9 +104,17 @@ def measure(case: Case, chunk: int, calls: int, warm_s: float, ctx: Any) -> dict
     with tr.timeline() as tl:
         for _ in range(calls):
             case.call()
+    case.fresh()
+    for _ in range(3):
+        case.call()
+    gc.collect()
+    with tr.timeline(gpu=False) as host_only:  # what the GPU timestamps cost the host shows against this
+        for _ in range(calls):
+            case.call()
     gpu_ms, dispatches = case.gpu_pass(ctx)
     return {"case": case.name, "setting": _label(chunk, program.SUBMIT_GROWTH), "timeline": tl,
-            "wall_alone_ms": statistics.median(walls), "gpu_one_pass_ms": gpu_ms, "dispatches": dispatches}  # fmt: skip
+            "host_only": host_only, "wall_alone_ms": statistics.median(walls), "gpu_one_pass_ms": gpu_ms,
+            "dispatches": dispatches}  # fmt: skip
 
 
 def _f(v: float | None) -> str:
@@ -115,24 +124,28 @@ def _f(v: float | None) -> str:
 def comparison(rows: list[dict[str, Any]]) -> str:
     """Per setting, the wall without and with the recorder, and the GPU clock's split of a call's period."""
     lines = [
-        "median ms per call. wall: host clock, without the recorder and with it. GPU clock: period (a call's first "
+        "median ms per call. wall: host clock, without the recorder, with its host stamps only, and with GPU "
+        "timestamps too (the timeline below). GPU clock: period (a call's first "
         "pass start to the next call's) = busy (passes summed) + gaps in call (between its chunks) + idle to the "
         "next call (read-back copy, host's turn); one pass: the same program's GPU time in a separate single pass "
         "(busy / one pass above 1: the GPU runs slower inside the loop)",
-        "| case | chunks | dispatches | wall alone | wall in timeline | GPU period | GPU busy | gaps in call "
+        "| case | chunks | dispatches | wall alone | wall host stamps | wall in timeline | GPU period | GPU busy | gaps in call "
         "| idle to next | GPU one pass | busy / one pass |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         reports = r["timeline"].report()
         m = reports[0].medians() if reports else {}
+        host = r["host_only"].report()
+        host_wall = host[0].median("wall") if host else None
         busy, one = m.get("gpu_busy"), r["gpu_one_pass_ms"]
         ratio = f"{busy / one:.3f}" if busy and one else "-"
         dispatches = str(reports[0].dispatches) if reports else "-"
         if dispatches != str(r["dispatches"]):  # the separate pass runs the lazy form's program
             dispatches += f" (one pass: {r['dispatches']})"
         lines.append(
-            f"| {r['case']} | {r['setting']} | {dispatches} | {_f(r['wall_alone_ms'])} | {_f(m.get('wall'))} "
+            f"| {r['case']} | {r['setting']} | {dispatches} | {_f(r['wall_alone_ms'])} | {_f(host_wall)} "
+            f"| {_f(m.get('wall'))} "
             f"| {_f(m.get('gpu_period'))} | {_f(busy)} | {_f(m.get('gpu_gaps'))} | {_f(m.get('gpu_idle_after'))} "
             f"| {_f(one)} | {ratio} |"
         )
@@ -197,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
             table.append((label, rep))
     print_table(table, notes, use_rich=not args.plain)
     if args.json is not None:
-        out = [{k: v for k, v in r.items() if k != "timeline"} | {"timeline": r["timeline"].to_dict()} for r in rows]
+        timelines = ("timeline", "host_only")
+        out = [{k: (v.to_dict() if k in timelines else v) for k, v in r.items()} for r in rows]
         args.json.write_text(json.dumps({"device": dev.caps.name, "rows": out}, indent=1))
 
 
