@@ -217,7 +217,8 @@ class Timeline:
             finally:
                 P._RELEASE_COMMANDS(held[0])
             call.submits.append(perf_counter_ns())
-            if self.gpu:
+            if self.gpu:  # the pair is used only once its pass went out: an unwritten query is never resolved
+                qs.used += 1
                 call.slots.append((qs.serial, pair))
             submitted += 1
         return submitted
@@ -234,6 +235,7 @@ class Timeline:
             call.reads[-1][stage] = now
 
     def _next_pair(self) -> tuple[_QuerySet, int]:
+        """The next free pair of queries (the set, the pair's index), from a new set when the last one is full."""
         qs = self._pending[-1] if self._pending else None
         if qs is None or qs.used >= qs.pairs:
             if len(self._pending) >= MAX_PENDING_SETS:
@@ -246,9 +248,7 @@ class Timeline:
             qs.used, qs.serial = 0, self._serials
             self._serials += 1
             self._pending.append(qs)
-        pair = qs.used
-        qs.used += 1
-        return qs, pair
+        return qs, qs.used  # taken (qs.used += 1) by submit once the pass is submitted
 
     def _read_sets(self) -> None:
         """Resolve the sets in use (one submission) and read each; they are free again after."""

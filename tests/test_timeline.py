@@ -216,3 +216,31 @@ def test_device_benchmark_runs_the_decoder_loop_per_chunk_setting(tmp_path, caps
         )
         assert r["timeline"]["submit_chunk"] == int(r["setting"].split("x")[0])
         assert r["host_only"]["gpu_timestamps"] is False and r["host_only"]["programs"]
+
+
+def test_a_submission_that_fails_inside_a_run_leaves_no_unwritten_query(device, chain, monkeypatch) -> None:
+    """A chunk whose command buffer never went out takes no query pair: resolving never reads an unwritten one."""
+    fn, x, _, untimed, dispatches = chain
+    chunks = -(-dispatches // CHUNK)
+    real = program_module._FINISH
+    count = {"n": 0}
+
+    def finish(*args):  # noqa: ANN002, ANN202
+        count["n"] += 1
+        if count["n"] == chunks + 2:  # the second call's second chunk
+            raise RuntimeError("injected finish failure")
+        return real(*args)
+
+    monkeypatch.setattr(program_module, "_FINISH", finish)
+    with tr.timeline() as tl:
+        first = fn(x).numpy()
+        with pytest.raises(RuntimeError, match="injected"):
+            fn(x).numpy()
+        last = fn(x).numpy()
+    np.testing.assert_array_equal(first, untimed)
+    np.testing.assert_array_equal(last, untimed)
+    calls = tl.calls()
+    assert [c.chunks for c in calls] == [chunks, 1, chunks]  # the failed call submitted its first chunk only
+    if tl.gpu:
+        assert [c.passes for c in calls] == [chunks, 1, chunks]
+        assert not any("unusable" in n for n in tl.notes)
