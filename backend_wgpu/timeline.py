@@ -64,7 +64,7 @@ _ACTIVE_LOCK = threading.Lock()
 class _Call:
     """One Program.run's stamps (host ns) and its passes' query slots (set, pair index)."""
 
-    program: Any  # the Program (weak reference)
+    program: int  # the Program's number in its timeline (Timeline._program_key)
     dispatches: int
     entry: int
     plan: int = 0  # plan ready, encoding starts (0: no submission through the recorder)
@@ -144,6 +144,8 @@ class Timeline:
         self.recording = False
         self.submit_chunk, self.submit_growth = _program.SUBMIT_CHUNK, _program.SUBMIT_GROWTH
         self.skipped_runs = 0  # runs of other threads, not recorded
+        self._programs: dict[int, tuple[weakref.ref, int]] = {}  # id(program) -> (weak reference, its number)
+        self._program_count = 0
 
     # --- recording --------------------------------------------------------------------------
     def start(self) -> None:
@@ -180,8 +182,16 @@ class Timeline:
         if threading.get_ident() != self._thread:
             self.skipped_runs += 1  # this thread's current call stays where it is
             return
-        self._current = _Call(weakref.ref(program), len(program.dispatches), now, host_only=True)
+        self._current = _Call(self._program_key(program), len(program.dispatches), now, host_only=True)
         self._calls.append(self._current)
+
+    def _program_key(self, program: Any) -> int:
+        """A number per program run in this timeline (by identity, not kept alive; an id reused is a new one)."""
+        key = self._programs.get(id(program))
+        if key is None or key[0]() is not program:
+            key = self._programs[id(program)] = (weakref.ref(program), self._program_count)
+            self._program_count += 1
+        return key[1]
 
     def submit(self, dev: Device, commands: list[tuple[Any, Any, int, int, int]], bounds: list[tuple[int, int]]) -> int:
         """backend_wgpu.program._submit with a stamp after each submit and timestamp writes around each pass."""
@@ -307,7 +317,7 @@ class Timeline:
         """The calls grouped by program (most calls first), with medians."""
         groups: dict[int, list[CallTimes]] = {}
         for call, times in zip(self._calls, self.calls(), strict=True):
-            groups.setdefault(id(call.program), []).append(times)
+            groups.setdefault(call.program, []).append(times)
         reports = [ProgramReport(ts[0].dispatches, ts) for ts in groups.values()]
         return sorted(reports, key=lambda r: -len(r.calls))
 

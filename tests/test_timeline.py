@@ -244,3 +244,17 @@ def test_a_submission_that_fails_inside_a_run_leaves_no_unwritten_query(device, 
     if tl.gpu:
         assert [c.passes for c in calls] == [chunks, 1, chunks]
         assert not any("unusable" in n for n in tl.notes)
+
+
+def test_calls_are_grouped_by_program(chain) -> None:
+    fn, x, _, untimed, dispatches = chain
+    with tr.timeline() as tl:
+        a = fn(x).numpy()
+        b = (x * 3.0).numpy()
+        c = fn(x).numpy()
+    np.testing.assert_array_equal(a, untimed)
+    np.testing.assert_array_equal(c, untimed)
+    np.testing.assert_allclose(b, x.numpy() * 3.0)
+    reports = tl.report()
+    assert [len(r.calls) for r in reports] == [2, 1] and reports[0].dispatches == dispatches
+    assert [r["calls"] for r in tl.to_dict()["programs"]] == [2, 1]
