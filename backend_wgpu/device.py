@@ -54,6 +54,9 @@ except (ImportError, AttributeError):  # another backend: its own waiting
     _DEVICE_POLL = None
     _NULL = None
 
+# backend_wgpu.timeline's host stamps of a read-back, set while a timeline records (None: off)
+READ_STAMP: Any = None
+
 _USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _NO_ADAPTER_HELP = (
     "no WebGPU adapter found. On a machine without a GPU install Mesa's software Vulkan driver "
@@ -405,6 +408,7 @@ class Device:
         waits for one. Work submitted later does not delay a read started here: a decode loop
         starts the read of token t, submits step t+1, then waits for token t only."""
         self.check_alive()
+        stamp = READ_STAMP  # timeline (backend_wgpu.timeline): 0 read started, 1 copy submitted
         with self.lock, self.guard("reading a tensor back"):
             copies, pending = [], []
             for buf, n in reads:
@@ -414,9 +418,14 @@ class Device:
                 staging = self._take_staging(size)
                 copies.append((buf.buffer, buf.offset, staging, size))
                 pending.append(PendingRead(staging, n, None, self))
+            if stamp is not None:
+                for p in pending:
+                    stamp(0, p)
             self._copy(copies)
             for p in pending:
                 p.promise = self._map_for_read(p.staging, (p.nbytes + 3) & ~3)
+                if stamp is not None:
+                    stamp(1, p)
             return pending
 
     def finish_read(self, pending: PendingRead, out: np.ndarray) -> None:
@@ -425,6 +434,7 @@ class Device:
         assert out.flags.c_contiguous and out.nbytes == pending.nbytes and pending.device is self
         if pending.done:
             raise RuntimeError("finish_read: this read was finished already")
+        stamp = READ_STAMP  # timeline: 2 map done, 3 copied out
         with self.lock, self.guard("reading a tensor back"):
             pending.done = True
             staging, size = pending.staging, (pending.nbytes + 3) & ~3
@@ -437,12 +447,16 @@ class Device:
                 while getattr(pending.promise, "_state", "") == "pending":
                     _DEVICE_POLL(handle, False, _NULL)
             pending.promise.sync_wait()
+            if stamp is not None:
+                stamp(2, pending)
             try:
                 view = staging.read_mapped(0, size, copy=False)
                 out.reshape(-1).view(np.uint8)[:] = np.frombuffer(view, np.uint8, pending.nbytes)
                 del view
             finally:
                 staging.unmap()
+            if stamp is not None:
+                stamp(3, pending)
             self._give_staging(staging)
             self.stats["reads"] += 1
 

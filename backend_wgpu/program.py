@@ -75,6 +75,7 @@ SUBMIT_CHUNK = int(os.environ.get("WGJIT_SUBMIT_CHUNK", "16"))
 # ~1B 2.504 -> 2.398 against chunks of 16 throughout; benchmarks/runs/2026-12-01-H/host_split_growth.txt)
 SUBMIT_GROWTH = float(os.environ.get("WGJIT_SUBMIT_GROWTH", "2"))
 SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 20)))  # free outputs, all programs
+_TIMELINE: Any = None  # the backend_wgpu.timeline.Timeline recording runs (None: off, the normal path)
 
 try:  # wgpu-native's C functions, for the per-dispatch commands (see the module docstring)
     from wgpu.backends.wgpu_native import ffi as _ffi
@@ -398,6 +399,8 @@ class Program:
         the plan is then found by the token and the picked inputs alone (tracer.jit passes one
         while a trace's captured inputs are unchanged: its arguments vary, its weights do not).
         """
+        if _TIMELINE is not None:  # a timeline records this call (backend_wgpu.timeline)
+            _TIMELINE.enter(self)
         ints = self.ints if ints is None else tuple(ints)
         words = self._runtime_words(ints) if self._runtime else None
         dev = self.device
@@ -465,7 +468,11 @@ class Program:
             timed = timestamp_writes is not None
             bounds = _chunks(len(commands), len(commands) if timed else SUBMIT_CHUNK, SUBMIT_GROWTH)
             if not timed and _SET_PIPELINE is not None:
-                dev.stats["submits"] += _submit(dev, commands, bounds)
+                timeline = _TIMELINE
+                if timeline is None:
+                    dev.stats["submits"] += _submit(dev, commands, bounds)
+                else:  # the same submission, stamped, with timestamp writes around each pass
+                    dev.stats["submits"] += timeline.submit(dev, commands, bounds)
             else:
                 for start, end in bounds:
                     encoder = dev.device.create_command_encoder()

@@ -142,13 +142,25 @@ def record():  # noqa: ANN201
     return _record()
 
 
+def timeline(gpu=None):  # noqa: ANN001, ANN201  (tr.bool is a dtype here)
+    """`with tr.timeline() as tl:` stamps every program run inside, host and GPU (backend_wgpu.timeline).
+
+    After the block, `tl.print()` gives the medians per call (wall, host before the first
+    submit, read-back wait, GPU busy, span and idle gaps), `tl.to_dict()` the same and every call.
+    `gpu=False` records host times only.
+    """
+    from backend_wgpu.timeline import timeline as _timeline
+
+    return _timeline(gpu)
+
+
 __all__ = [
     "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "JitError", "KernelCompileError", "ShapeError",
     "Tensor", "WgjitError", "arange", "argmax", "argmin", "astype", "bool", "bool_",
     "broadcast_to", "ceil", "round", "trunc", "compile", "concat", "copy_to_host_async", "expand", "explain", "flatten", "float16",
     "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log_softmax", "matmul", "max",
     "hypot", "logaddexp", "maximum", "mean", "min", "minimum", "ones", "ones_like", "permute", "rand", "randn", "realize",
-    "record", "reset_device", "reshape", "sample", "softmax",
+    "record", "reset_device", "timeline", "reshape", "sample", "softmax",
     "squeeze", "stack", "sum", "tensor", "trace", "transpose", "uint32", "unsqueeze", "where", "zeros",
     "zeros_like",
     # transformer inference (tracer/nn.py, tracer/weights.py)
