@@ -651,6 +651,13 @@ GEMM_CONFIGS: dict[str, GemmConfig] = {
     "b64x128lu": GemmConfig(64, 128, 16, 16, 8, lanes=(8, 4), unchecked=True),
     "b64x128cu": GemmConfig(64, 128, 16, 16, 8, conflict_free=True, unchecked=True),
     "b32x128u": GemmConfig(32, 128, 16, 16, 4, unchecked=True),
+    # 96 columns (12 threads of 8): widths of 384 (MiniLM, 384 = 4 x 96), 768, 1152, 1536 make whole waves of
+    # 132 multiprocessors where 128-wide tiles leave a wave part-empty (4096x384: 128 tiles of 128x96, 96 of
+    # 128x128; 4096x1152: 384 against 288)
+    "b128x96": GemmConfig(128, 96, 16, 12, 16),
+    "b128x96u": GemmConfig(128, 96, 16, 12, 16, unchecked=True),
+    "b128x96k8u": GemmConfig(128, 96, 8, 12, 16, unchecked=True),
+    "b64x96u": GemmConfig(64, 96, 16, 12, 8, unchecked=True),
 }
 # split-K candidates: "split4" cuts k into 4 chunks (passes.split_k), each chunk's GEMM chosen by the rules
 GEMM_SPLITS = (2, 4, 8)

@@ -61,6 +61,7 @@ SHAPES = [
     ((128, 32), (32, 128), False),  # exact for every config (.x)
     ((2, 3, 33, 20), (20, 41), False),  # batched, B broadcast over both batch dims
     ((3, 64, 48), (3, 64, 48), True),  # batched q @ k.T: B read along k
+    ((128, 48), (192, 48), True),  # x @ W.T exact for the 96-wide tiles (and 64-, 32-wide ones)
 ]
 
 
