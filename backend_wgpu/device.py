@@ -28,10 +28,6 @@ LOST_HELP = (
 )
 READBACK_KEPT_BYTES = 64 << 20  # read-back staging buffers up to this size are kept for the next read
 READBACK_KEPT_PER_SIZE = 4  # and this many of each size (reads started ahead hold one each until finished)
-# threads that copy a large read-back out of the mapped staging buffer, each a slice (numpy's copy lets go of
-# the GIL); reads under READBACK_PARALLEL_BYTES are copied by the calling thread alone
-READBACK_COPY_THREADS = int(os.environ.get("WGJIT_READBACK_THREADS", "1"))
-READBACK_PARALLEL_BYTES = 1 << 20
 # Free upload buffers kept for the next upload of the same size (UploadPool), all sizes together
 UPLOAD_POOL_BYTES = int(os.environ.get("WGJIT_UPLOAD_POOL_BYTES", str(64 << 20)))
 UPLOAD_POOL_BUFFERS = 32  # and at most this many
@@ -240,30 +236,6 @@ def host_bytes(array: np.ndarray) -> bytes:
     if data.dtype == np.bool_:
         data = data.astype(np.uint32)
     return data.tobytes()
-
-
-_COPY_POOL: Any = None  # concurrent.futures.ThreadPoolExecutor, made at the first parallel copy
-
-
-def _copy_out(source: np.ndarray, target: np.ndarray) -> None:
-    """target[:] = source (bytes), in READBACK_COPY_THREADS slices at once when it is large."""
-    global _COPY_POOL
-    threads = READBACK_COPY_THREADS
-    if threads <= 1 or source.nbytes < READBACK_PARALLEL_BYTES:
-        target[:] = source
-        return
-    if _COPY_POOL is None or _COPY_POOL._max_workers != threads:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _COPY_POOL = ThreadPoolExecutor(threads, thread_name_prefix="wgjit-readback")
-    share = -(-source.nbytes // threads)
-    step = (share + 63) // 64 * 64  # a thread's share, in whole cache lines
-
-    def part(i: int) -> None:
-        target[i * step : (i + 1) * step] = source[i * step : (i + 1) * step]
-
-    for f in [_COPY_POOL.submit(part, i) for i in range(threads)]:
-        f.result()
 
 
 @dataclass(eq=False)
@@ -479,7 +451,7 @@ class Device:
                 stamp(2, pending)
             try:
                 view = staging.read_mapped(0, size, copy=False)
-                _copy_out(np.frombuffer(view, np.uint8, pending.nbytes), out.reshape(-1).view(np.uint8))
+                out.reshape(-1).view(np.uint8)[:] = np.frombuffer(view, np.uint8, pending.nbytes)
                 del view
             finally:
                 staging.unmap()

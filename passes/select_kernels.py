@@ -804,7 +804,7 @@ def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
     trusted = os.environ.get("WGJIT_TRUSTED_SHADERS", "1").strip() != "0"
     if f32 and trusted and min(p.m, p.n, p.k) >= BIG_EXACT_GEMM and _config_runs(p, c, caps):  # exact tiles
         return "b64x128u"
-    wide = _wide_exact_gemm(p, caps) if f32 and trusted else None
+    wide = (_wide_exact_gemm(p, caps) or _narrow_exact_gemm(p, caps)) if f32 and trusted else None
     if wide is not None:
         return wide
     for config in ("b128k16", "b128", "b64"):
@@ -820,6 +820,18 @@ def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
 
 
 WIDE_GEMM_MIN_M, WIDE_GEMM_MIN_N = 512, 1024  # from these rows and columns the 64x128 exact tiles below win
+
+
+def _narrow_exact_gemm(p: GemmProblem, caps: DeviceCaps) -> str | None:
+    """128x96 unchecked tiles, k steps of 8, for f32 problems of 512+ rows and fewer than WIDE_GEMM_MIN_N
+    columns that they tile exactly: 96-wide tiles fill whole waves where 128-wide ones leave one part-empty.
+
+    H200 run J (benchmarks/runs/2026-12-01-J/gemm_minilm96.txt), ms against the older rule's b128k16:
+    4096x384x384 0.0461 (0.0495), 4096x384x1536 0.1663 (0.1729).
+    """
+    if p.m < WIDE_GEMM_MIN_M or p.n >= WIDE_GEMM_MIN_N:
+        return None
+    return "b128x96k8u" if _config_runs(p, GEMM_CONFIGS["b128x96k8u"], caps) else None
 
 
 def _wide_exact_gemm(p: GemmProblem, caps: DeviceCaps) -> str | None:

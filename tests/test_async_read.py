@@ -128,16 +128,3 @@ def test_a_read_across_reset_device_is_a_clear_error() -> None:
     with pytest.raises(DeviceError, match="reset_device"):
         y.numpy()
     np.testing.assert_array_equal((tr.tensor(np.ones(3, np.float32)) + 1).copy_to_host_async().numpy(), 2.0)
-
-
-def test_large_reads_copied_out_in_parallel_slices(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
-    """WGJIT_READBACK_THREADS: a large read's bytes copied out of the staging buffer by several threads."""
-    from backend_wgpu import device as device_module
-
-    monkeypatch.setattr(device_module, "READBACK_COPY_THREADS", 3)
-    monkeypatch.setattr(device_module, "READBACK_PARALLEL_BYTES", 4096)
-    for n in (5, 1024, 4099, 100_003):  # under the threshold, at it, odd sizes past it
-        a = rng.standard_normal(n).astype(np.float32)
-        x = tr.tensor(a)
-        np.testing.assert_array_equal((x * 2).numpy(), a * 2)
-        np.testing.assert_array_equal((x + 1).copy_to_host_async().numpy(), a + 1)

@@ -208,7 +208,9 @@ def test_builtin_thin_split_rule() -> None:
         (512, 2048, 2048, "b64x128k8u"),  # 512-token prefill: few 128x128 tiles, k up to 2048
         (512, 2048, 8192, "b64x128u"),  # ... longer k
         (512, 8192, 2048, "b128k16"),  # 256 128x128 tiles: the fastest there
-        (4096, 384, 1536, "b128k16"),  # narrow (MiniLM's down projection)
+        (4096, 384, 1536, "b128x96k8u"),  # narrow, exact 96-wide (MiniLM's down projection)
+        (4096, 384, 384, "b128x96k8u"),  # MiniLM's output projection
+        (4096, 320, 384, "b64"),  # narrow, not a multiple of 96: the older rule
         (256, 2048, 2048, "b64"),  # fewer rows than WIDE_GEMM_MIN_M
         (512, 2040, 2048, "b64"),  # not exact
     ],

@@ -10,7 +10,6 @@ user's loop), for 4 bytes and for 6.3 MB (MiniLM's 32x128x384 hidden state). Var
   staging_poll      the same, the calling thread polling the device until the map is done
   staging_poll_nb   the same, polling without blocking in a loop (no sleeping in the driver)
   device_read       what Device.read_into does now
-  device_read_tN    the same with the bytes copied out by N threads (WGJIT_READBACK_THREADS)
 
 Interleaved in blocks; medians in ms, table last.
 """
@@ -26,7 +25,6 @@ import wgpu
 from wgpu.backends.wgpu_native import ffi, lib
 
 import tracer as tr
-from backend_wgpu import device as device_module
 from backend_wgpu import get_device
 
 
@@ -76,20 +74,9 @@ def main() -> None:
 
         return read
 
-    def threaded(src: object, n: int, threads: int) -> Callable[[], object]:
-        def read() -> None:
-            device_module.READBACK_COPY_THREADS = threads
-            try:
-                dev.read_into(src, np.empty(n, np.uint8))
-            finally:
-                device_module.READBACK_COPY_THREADS = 1
-
-        return read
-
     def variants(name: str) -> dict[str, Callable[[], object]]:
         src, n = sources[name], sizes[name]
         return {
-            **{f"device_read_t{t}": threaded(src, n, t) for t in (2, 4, 8)},
             "wgpu_read_buffer": lambda: bytes(dev.queue.read_buffer(src.buffer, 0, n)),
             "staging_wait": via_staging(name, "wait"),
             "staging_poll": via_staging(name, "poll"),
