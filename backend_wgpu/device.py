@@ -374,6 +374,16 @@ class Device:
         self.stats["uploads"] += 1
         return buf
 
+    def copy_of(self, buf: DeviceBuffer) -> DeviceBuffer:
+        """A new buffer holding `buf`'s bytes (a GPU copy, ordered after the work submitted before)."""
+        new = self.alloc(buf.nbytes)
+        size = (buf.nbytes + 3) & ~3
+        with self.lock, self.guard("copying a buffer"):
+            encoder = self.device.create_command_encoder()
+            encoder.copy_buffer_to_buffer(buf.buffer, buf.offset, new.buffer, new.offset, size)
+            self.queue.submit([encoder.finish()])
+        return new
+
     def write(self, buf: DeviceBuffer, data: bytes | np.ndarray) -> None:
         """Copy host bytes into `buf` from its offset (queued: ordered after the work submitted before)."""
         n = len(data) if isinstance(data, bytes) else data.nbytes

@@ -25,7 +25,11 @@ never on a replay (its side effects happen once per trace). Hence:
   `item()`, `float()`, `bool()`, `tolist()`) raises JitError: no replay could repeat it
   (tracer.tracing). `realize()` of such a value is left to the program.
 - Tensors the function writes into with `index_write` (arguments, or tensors it
-  captured) are written on every replay too, as in the traced call.
+  captured) are written on every replay too, as in the traced call. An argument written
+  into is donated: the program writes into its buffer in place (a decode step appends one
+  row to each KV cache instead of copying every cache), unless something else can still see
+  the value it had (another Tensor, a pending value that reads it, the same tensor passed
+  twice): that call then writes into a copy, and what saw the old value keeps it.
 - What the function reads besides its arguments is captured, and checked before every
   replay (tracer.guards): globals and closure variables must still name the same objects
   (else the function is traced again), and captured tensors are read at each call through
@@ -200,6 +204,8 @@ class Trace:
     out_meta: list[tuple[tuple[int, ...], Any]] | None = field(default=None, repr=False)  # per output: shape, dtype
     fast_bound: _Bound | None = field(default=None, repr=False)  # set by a bind that reused `bound`, for the run
     plain: bool | None = field(default=None, repr=False)  # see replay (None: not known yet)
+    # (program input, argument leaf) of the arguments the program overwrites in place (donated)
+    donated: list[tuple[int, int]] = field(default_factory=list)
 
     def bind(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
         """The program's input buffers for this call, or why the trace no longer holds."""
@@ -324,6 +330,8 @@ class Trace:
         return tuple(leaves[i.leaf].value if i.leaf is not None else i.value for i in self.ints)
 
     def replay(self, leaves: list[Any], buffers: list[DeviceBuffer]) -> Any:
+        if self.donated:
+            _protect_shared_values(self.donated, leaves, buffers)
         outputs = self._run(buffers, self.runtime_ints(leaves)) if self.program is not None else _no_outputs
         for r in self.rebinds:
             target = leaves[r.leaf] if isinstance(r, RebindArg) else r.tensor()
@@ -425,10 +433,11 @@ def trace_call(
         for length, size, b in t.var.buckets
     ]
     out_index: dict[int, int] = {}
+    arg_tensors = {id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, Tensor)}
+    written = {arg_tensors[id(t)] for t in rebound if id(t) in arg_tensors}  # argument leaves written into
     if targets:
         with LOCK:
-            out_index = _compile_and_run(trace, targets, arg_pos, states, out_leaves, arg_vars)
-    arg_tensors = {id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, Tensor)}
+            out_index = _compile_and_run(trace, targets, arg_pos, states, out_leaves, arg_vars, written)
     trace.returned = [_returned(v, out_index, arg_pos, arg_tensors) for v in out_leaves]
     trace.rebinds = [_rebinding(t, out_index, arg_tensors) for t in rebound if id(t._lazy) in out_index]
     return trace, result
@@ -496,14 +505,18 @@ def _compile_and_run(
     states: dict[Lazy, list[Tensor]],
     out_leaves: list[Any],
     arg_vars: dict[int, int],
+    written: set[int],
 ) -> dict[int, int]:
     """Compile the graph of `targets`, fill in the trace's program and inputs, run it once.
 
-    No input is donated: a replay's caller may still hold its arguments. Returns
-    id(Lazy) -> output position.
+    Only the arguments at the leaves in `written` (the function writes into them) may be
+    donated: the program may overwrite their buffers, and a replay checks before each call
+    that nothing else sees their values (_protect_shared_values). Every other input is kept:
+    a replay's caller may still hold it. Returns id(Lazy) -> output position.
     """
     built = build_graph(targets)
-    program = program_for(_no_donation(built))
+    donate = {i for i, lz in enumerate(built.inputs) if arg_pos.get(id(lz), -1) in written}
+    program = program_for(_donating(built, donate))
     returned = {id(v) for v in out_leaves if isinstance(v, Tensor)}
     for lz in built.inputs:
         if id(lz) in arg_pos:
@@ -518,7 +531,11 @@ def _compile_and_run(
     trace.ints = [
         RuntimeSource(arg_vars[id(v)]) if id(v) in arg_vars else RuntimeSource(None, v.value) for v in built.variables
     ]
+    overwritten = {program.slots[s].index for s in program.outputs if program.slots[s].kind == "input"}
+    trace.donated = [(i, arg_pos[id(built.inputs[i])]) for i in sorted(overwritten & donate)]
     buffers = [device_buffer(lz) for lz in built.inputs]  # arguments as they were when called
+    for i, _ in trace.donated:  # the traced call writes into copies: what it traced from may still be seen
+        buffers[i] = buffers[i].device.copy_of(buffers[i])
     results = program.run(buffers, ints=built.ints)
     note_run(program)
     for lz, buf in zip(built.outputs, results, strict=True):
@@ -527,9 +544,37 @@ def _compile_and_run(
     return {id(lz): i for i, lz in enumerate(built.outputs)}
 
 
-def _no_donation(built: BuiltGraph) -> Graph:
-    nodes = [replace(n, arg=InputArg(n.arg.index, donatable=False)) if n.op is Op.INPUT else n for n in built.graph]
+def _donating(built: BuiltGraph, donate: set[int]) -> Graph:
+    """The graph with only the inputs in `donate` (by input index) donatable."""
+    nodes = [
+        replace(n, arg=InputArg(n.arg.index, n.arg.index in donate)) if n.op is Op.INPUT else n for n in built.graph
+    ]
     return built.graph.with_nodes(nodes)
+
+
+def _protect_shared_values(donated: list[tuple[int, int]], leaves: list[Any], buffers: list[DeviceBuffer]) -> None:
+    """Before a replay: a donated argument whose value something else can see is replaced by a copy.
+
+    The program overwrites a donated argument's buffer; that is safe when the argument Tensor
+    alone shows the value (it is rebound to the result after the run), no pending value reads
+    it, it is no cached constant, and no other input of this call is the same buffer.
+    """
+    counts: dict[int, int] | None = None
+    for i, leaf in donated:
+        t, buf = leaves[leaf], buffers[i]
+        lz = t._lazy
+        refs = lz.refs
+        alone = not lz.pinned and (
+            (len(refs) == 1 and refs[0]() is t) or (lz.live_handles() == [t] and not lz.live_consumers())
+        )
+        if alone:
+            if counts is None:
+                counts = {}
+                for b in buffers:
+                    counts[id(b)] = counts.get(id(b), 0) + 1
+            alone = counts[id(buf)] == 1
+        if not alone:
+            buffers[i] = buf.device.copy_of(buf)
 
 
 def _returned(v: Any, out_index: dict[int, int], arg_pos: dict[int, int], arg_tensors: dict[int, int]) -> Returned:

@@ -222,13 +222,16 @@ class GemvMultiKernel(Kernel):
         if self.staged and (not self.blocks or any(not w.box for w in self.writes)):
             raise ValueError(f"gemv_multi %{node.id}: the staged variant takes quantized groups without spread writes")
         self.targets = {w.target for w in self.writes if w.copy is None}
-        written = {w.term.id for w in self.writes}
+        # terms whose writes need the workgroup's threads after the epilogue (spread writes, copies of x)
+        shared = {w.term.id for w in self.writes if not w.box or w.copy is not None}
         lanes = self.choice.param("lanes", 1)
-        # units per workgroup of each part: several where nothing but the root is stored per unit, as many
-        # as keep a thread's dot products within `lanes`
+        # units per workgroup of each part: as many as keep a thread's dot products within `lanes`, where each
+        # unit's thread can finish it alone (its root and box writes: a KV-cache append at a position); one
+        # where spread writes or copies follow. (A decode step's k and v parts, one unit each, read 8 KB of
+        # weights per workgroup beside 16 KB of row and norm weight.)
         self.per_wg = [
             1
-            if any(t.id in written for t in part.terms)
+            if any(t.id in shared for t in part.terms)
             else max(1, lanes // (len(part.cores) * (2 if part.pair else 1)))
             for part in self.lay.parts
         ]
