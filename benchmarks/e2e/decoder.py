@@ -120,18 +120,24 @@ class JitDecode:
         return self.token
 
     def gpu_time(self, ctx: Any) -> Any:
-        """GPU time of the next step's program (benchmarks.e2e.common.gpu_time_of): a diagnostic.
-
-        The step runs lazily on copies of the caches, so the live ones stay as they are.
-        """
+        """GPU time of one pass of the program the jit replays for the next step (a diagnostic;
+        benchmarks.e2e.common.gpu_time_of for the where form): it writes the caches at the next
+        position, which the next real step writes again."""
         import tracer as tr
 
-        if self.where_form:
-            return gpu_time_of(ctx, self.model.step(*self.inputs(), *self.cache))
-        cache = [c.copy() for c in self.cache]
-        tr.realize(*cache)  # the copies are not part of the timed program
         ids, _ = self.inputs()
-        return gpu_time_of(ctx, self.model.step_into(ids, tr.dynamic(self.pos), *cache), cache)
+        if self.where_form:
+            return gpu_time_of(ctx, self.model.step(ids, tr.tensor(np.array([self.pos], np.int32)), *self.cache))
+        jitted = self.model.step_into_jit
+        leaves = [ids, tr.dynamic(self.pos), *self.cache]  # the call's leaves: its positional arguments
+        traces = [*jitted.traces.values(), *(t for ts in jitted._others.values() for t in ts)]
+        held = [(t, b) for t in traces if t.program is not None and not isinstance(b := t.bind(leaves), str)]
+        if not held:
+            raise RuntimeError("JitDecode.gpu_time: no trace of step_into_jit holds this call (run a step first)")
+        (trace, buffers), ints = held[0], held[0][0].runtime_ints(leaves)
+        program = trace.program
+        t = ctx.timer.time(lambda writes: program.run(buffers, timestamp_writes=writes, ints=ints), 3, 10)
+        return (statistics.median(t.gpu_ms) if t.gpu_ms else None, len(program.dispatches))
 
 
 class LazyDecode:
