@@ -857,10 +857,19 @@ THIN_MIN_FLOPS = 1 << 28
 THIN_MIN_DEPTH = 256  # k per chunk at least
 
 
+# a product this deep whose 64x128 tiles fill at most one wave of an H200's 132 multiprocessors is cut
+# in two along k: twice the workgroups, each half as long (the ~1B decoder's down projection in a
+# 512-token prefill, 512x2048x8192: 128 tiles)
+LONG_K, ONE_WAVE_TILES = 4096, 132
+
+
 def builtin_gemm_split(p: GemmProblem) -> int:
     tiles = p.batch * -(-p.m // 64) * -(-p.n // 64)
-    if 2 * p.batch * p.m * p.n * p.k < THIN_MIN_FLOPS or tiles >= THIN_TILES:
+    if 2 * p.batch * p.m * p.n * p.k < THIN_MIN_FLOPS:
         return 1
+    if tiles >= THIN_TILES:
+        wide = p.batch * -(-p.m // 64) * -(-p.n // 128)
+        return 2 if p.k >= LONG_K and wide <= ONE_WAVE_TILES and p.k // 2 >= THIN_MIN_DEPTH else 1
     split = 1
     while tiles * split < 2 * THIN_TILES and p.k // (2 * split) >= THIN_MIN_DEPTH:
         split *= 2
@@ -879,7 +888,7 @@ def gemm_candidates(p: GemmProblem, caps: DeviceCaps, f16_products: bool | None 
         name for name, c in GEMM_CONFIGS.items() if _config_runs(p, c, caps) and (f16_products or not c.half_products)
     ]
     tiles = p.batch * -(-p.m // 64) * -(-p.n // 64)
-    if tiles < 2 * THIN_TILES and p.m > 1:
+    if (tiles < 2 * THIN_TILES or p.k >= LONG_K) and p.m > 1:
         names += [f"split{s}" for s in GEMM_SPLITS if p.k // s >= THIN_MIN_DEPTH]
     return names
 

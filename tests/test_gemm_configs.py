@@ -196,6 +196,10 @@ def test_builtin_thin_split_rule() -> None:
     assert builtin_gemm_split(problem(128, 8192, 2048)) == 1  # 256 tiles already
     assert builtin_gemm_split(problem(1024, 1024, 1024)) == 1
     assert builtin_gemm_split(problem(64, 64, 64)) == 1  # too small to pay for a sum
+    # deep products whose 64x128 tiles fill one wave: cut in two (the ~1B prefill's down projection)
+    assert builtin_gemm_split(problem(512, 2048, 8192)) == 2
+    assert builtin_gemm_split(problem(512, 8192, 2048)) == 1  # k under LONG_K
+    assert builtin_gemm_split(problem(4096, 4096, 4096)) == 1  # many tiles
 
 
 @pytest.mark.parametrize(
@@ -259,3 +263,16 @@ def test_builtin_rule_for_large_exact_f32(
     monkeypatch.setenv("WGJIT_TRUSTED_SHADERS", "0")  # compiled with clamps it lost: the older rule
     _, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
     assert tile_text("b64x128u") not in gemm_dispatch(program).variant
+
+
+def test_long_k_split_rule_products_against_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deep-product rule (thresholds lowered to a small shape): a product of many 64x64 tiles but
+    one wave of 64x128 ones, cut in two along k, is a batched GEMM and a sum, right to the rounding."""
+    monkeypatch.setattr(sk, "LONG_K", 512)
+    monkeypatch.setattr(sk, "ONE_WAVE_TILES", 16)
+    monkeypatch.setattr(sk, "THIN_TILES", 8)
+    monkeypatch.setattr(sk, "THIN_MIN_FLOPS", 1)
+    a, b = randn(128, 1024), randn(1024, 512)  # 2 x 8 tiles of 64x128, 16 of 64x64
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
+    assert any(d.op == "sum" for d in program.dispatches), program.summary()
+    close(got, a.astype(np.float64) @ b.astype(np.float64), tol=1e-4)
