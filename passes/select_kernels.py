@@ -858,9 +858,10 @@ THIN_MIN_DEPTH = 256  # k per chunk at least
 
 
 # a product this deep whose 64x128 tiles fill at most one wave of an H200's 132 multiprocessors is cut
-# in two along k: twice the workgroups, each half as long (the ~1B decoder's down projection in a
-# 512-token prefill, 512x2048x8192: 128 tiles)
-LONG_K, ONE_WAVE_TILES = 4096, 132
+# in four along k: four times the workgroups, each a quarter as long. The ~1B decoder's down projection
+# in a 512-token prefill, 512x2048x8192 (128 tiles), H200 run L (benchmarks/runs/2026-12-01-L/
+# gemm_down512.txt): split4 0.4606 ms, split8 0.4720, split2 0.5052, unsplit at best 0.5866 (b64t8)
+LONG_K, ONE_WAVE_TILES, LONG_K_SPLIT = 4096, 132, 4
 
 
 def builtin_gemm_split(p: GemmProblem) -> int:
@@ -869,7 +870,8 @@ def builtin_gemm_split(p: GemmProblem) -> int:
         return 1
     if tiles >= THIN_TILES:
         wide = p.batch * -(-p.m // 64) * -(-p.n // 128)
-        return 2 if p.k >= LONG_K and wide <= ONE_WAVE_TILES and p.k // 2 >= THIN_MIN_DEPTH else 1
+        deep = p.k >= LONG_K and wide <= ONE_WAVE_TILES and p.k // LONG_K_SPLIT >= THIN_MIN_DEPTH
+        return LONG_K_SPLIT if deep else 1
     split = 1
     while tiles * split < 2 * THIN_TILES and p.k // (2 * split) >= THIN_MIN_DEPTH:
         split *= 2

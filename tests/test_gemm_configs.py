@@ -196,8 +196,8 @@ def test_builtin_thin_split_rule() -> None:
     assert builtin_gemm_split(problem(128, 8192, 2048)) == 1  # 256 tiles already
     assert builtin_gemm_split(problem(1024, 1024, 1024)) == 1
     assert builtin_gemm_split(problem(64, 64, 64)) == 1  # too small to pay for a sum
-    # deep products whose 64x128 tiles fill one wave: cut in two (the ~1B prefill's down projection)
-    assert builtin_gemm_split(problem(512, 2048, 8192)) == 2
+    # deep products whose 64x128 tiles fill one wave: cut in four (the ~1B prefill's down projection)
+    assert builtin_gemm_split(problem(512, 2048, 8192)) == 4
     assert builtin_gemm_split(problem(512, 8192, 2048)) == 1  # k under LONG_K
     assert builtin_gemm_split(problem(4096, 4096, 4096)) == 1  # many tiles
 
@@ -267,7 +267,7 @@ def test_builtin_rule_for_large_exact_f32(
 
 def test_long_k_split_rule_products_against_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The deep-product rule (thresholds lowered to a small shape): a product of many 64x64 tiles but
-    one wave of 64x128 ones, cut in two along k, is a batched GEMM and a sum, right to the rounding."""
+    one wave of 64x128 ones, cut in four along k, is a batched GEMM and a sum, right to the rounding."""
     monkeypatch.setattr(sk, "LONG_K", 512)
     monkeypatch.setattr(sk, "ONE_WAVE_TILES", 16)
     monkeypatch.setattr(sk, "THIN_TILES", 8)
