@@ -890,7 +890,7 @@ def gemm_candidates(p: GemmProblem, caps: DeviceCaps, f16_products: bool | None 
         name for name, c in GEMM_CONFIGS.items() if _config_runs(p, c, caps) and (f16_products or not c.half_products)
     ]
     tiles = p.batch * -(-p.m // 64) * -(-p.n // 64)
-    if (tiles < 2 * THIN_TILES or p.k >= LONG_K) and p.m > 1:
+    if (tiles < 2 * THIN_TILES or p.k >= LONG_K // 2) and p.m > 1:
         names += [f"split{s}" for s in GEMM_SPLITS if p.k // s >= THIN_MIN_DEPTH]
     return names
 
