@@ -167,6 +167,13 @@ def _buffers(program: Program, inputs: list[DeviceBuffer] | None) -> dict[int, D
     return buffers
 
 
+def _submit_and_read_stamps(dev: Any, encoder: Any, qset: Any, count: int, resolve: Any) -> np.ndarray:
+    """Resolve `count` timestamps into `resolve`, submit the encoder, and read them (int64 ticks)."""
+    encoder.resolve_query_set(qset, 0, count, resolve, 0)
+    dev.queue.submit([encoder.finish()])
+    return np.frombuffer(dev.queue.read_buffer(resolve), dtype=np.uint64).astype(np.int64)
+
+
 def _time_with_timestamps(program: Program, groups: list[Any], repeats: int, repeat_each: int) -> list[float]:
     dev = program.device
     launches = program._launches
@@ -193,9 +200,7 @@ def _time_with_timestamps(program: Program, groups: list[Any], repeats: int, rep
                 for _ in range(repeat_each):
                     cpass.dispatch_workgroups(*launch.count)
                 cpass.end()
-            encoder.resolve_query_set(qset, 0, count, resolve, 0)
-            dev.queue.submit([encoder.finish()])
-            stamps = np.frombuffer(dev.queue.read_buffer(resolve), dtype=np.uint64).astype(np.int64)
+            stamps = _submit_and_read_stamps(dev, encoder, qset, count, resolve)
             if rep > 0:
                 for i in range(len(chunk)):
                     samples[start + i].append(max(0, int(stamps[2 * i + 1] - stamps[2 * i])) * 1e-9 / repeat_each)
@@ -225,9 +230,7 @@ def _time_in_one_pass(program: Program, groups: list[Any], repeats: int) -> list
             cpass.dispatch_workgroups(*launch.count)
             write_timestamp(cpass, qset, i + 1)
         cpass.end()
-        encoder.resolve_query_set(qset, 0, count, resolve, 0)
-        dev.queue.submit([encoder.finish()])
-        stamps = np.frombuffer(dev.queue.read_buffer(resolve), dtype=np.uint64).astype(np.int64)
+        stamps = _submit_and_read_stamps(dev, encoder, qset, count, resolve)
         if rep > 0:
             for i in range(len(launches)):
                 samples[i].append(max(0, int(stamps[i + 1] - stamps[i])) * 1e-9)
