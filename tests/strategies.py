@@ -671,7 +671,7 @@ def _matmul(x: np.ndarray, y: np.ndarray) -> Result:
     dt = result_type(x, y)
     a, c = x.astype(dt), y.astype(dt)
     _refuse_overflowing_products(a, c)
-    r = np.matmul(_up(a), _up(c)).astype(dt)
+    r = np.matmul(_up(a), _up(c)).astype(dt) + dt.type(0)  # a sum starts at +0.0 (see _product)
     abs_prod = np.matmul(np.abs(a.astype(F64)), np.abs(c.astype(F64)))
     ok = sums_exact(abs_prod, granularity(a) * granularity(c), a, c)
     return Result(r, ok, abs_prod)
@@ -882,9 +882,12 @@ def _float_objects(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _product(fn: Callable[..., np.ndarray]) -> Callable[..., Result]:
+def _product(fn: Callable[..., np.ndarray], summed: bool = True) -> Callable[..., Result]:
     """A sum of products (dot, tensordot, einsum...) in wgjit's dtype: float16 operands in float32;
-    exact when every partial sum is representable, else within the sum of |terms|."""
+    exact when every partial sum is representable, else within the sum of |terms|. `summed`: the
+    result is a sum, which starts at +0.0 (NUMERICS.md: a sum of zeros, some -0.0, is +0.0, as BLAS
+    and np.vdot give; numpy's own loop for short vectors starts at the first product); `outer` is
+    products alone, whose signs stay."""
 
     def ref(*xs: np.ndarray, **params: Any) -> Result:
         dt = result_type(*xs)
@@ -899,6 +902,8 @@ def _product(fn: Callable[..., np.ndarray]) -> Callable[..., Result]:
             # NaN * 0); object arrays of numpy float32s multiply every pair, in float32
             ups = [_float_objects(u) for u in ups]
         r = np.asarray(fn(*ups, **params)).astype(dt)
+        if summed:
+            r = r + dt.type(0)  # -0.0 + 0.0 is +0.0; every other value stays
         abs_terms = np.asarray(fn(*[np.abs(o.astype(F64)) for o in ops], **params))
         grain = math.prod(granularity(o) for o in ops)
         return Result(r, sums_exact(abs_terms, grain, *ops), abs_terms)
@@ -2041,7 +2046,7 @@ OPS: dict[str, OpSpec] = {
         OpSpec(
             "vdot", d_outer, "tr.vdot({0}, {1})", _product(lambda a, c: np.dot(a.reshape(-1), c.reshape(-1))), eps=1e-6
         ),
-        OpSpec("outer", d_outer, "tr.outer({0}, {1})", _product(np.outer), eps=1e-6),
+        OpSpec("outer", d_outer, "tr.outer({0}, {1})", _product(np.outer, summed=False), eps=1e-6),
         OpSpec("tensordot", d_tensordot, "tr.tensordot({0}, {1}, {axes})", _product(np.tensordot), eps=1e-6),
         OpSpec(
             "einsum",

@@ -350,3 +350,18 @@ def test_round_to_decimals_as_numpy(dtype: str, decimals: int) -> None:
     got = tr.tensor(x).round(decimals).numpy()
     assert got.dtype == want.dtype
     check(got, want, rtol=2e-6 if dtype != "float16" else 9.8e-4)
+
+
+def test_sums_of_products_of_signed_zeros_are_positive_zero() -> None:
+    """NUMERICS.md: a matmul's sums start at +0.0, so 0 * -0.0 (and any sum of such zeros) is +0.0,
+    as BLAS and np.vdot give, in every product kernel a shape picks (GEMV, GEMM, batched)."""
+    zero, neg = np.zeros((1, 1), np.float32), np.full((1, 1), -0.0, np.float32)
+    cases = [
+        tr.vdot(tr.tensor(zero.reshape(1)), tr.tensor(neg.reshape(1))),
+        tr.tensor(zero) @ tr.tensor(neg),
+        tr.tensor(np.zeros((3, 5, 4), np.float32)) @ tr.tensor(np.full((3, 4, 2), -0.0, np.float32)),
+        tr.tensor(np.full((70, 33), -0.0, np.float32)) @ tr.tensor(np.ones((33, 65), np.float32)),
+    ]
+    for y in cases:
+        got = np.asarray(y.numpy())
+        assert (got == 0).all() and not np.signbit(got).any(), got
