@@ -330,3 +330,43 @@ def test_other_ops_raise_naming_the_op(rng: np.random.Generator) -> None:
     w, _ = q4k_weights(rng, 4, 256)
     with pytest.raises(tr.DTypeError, match=r"add: the q4_k tensor of shape \(4, 256\) holds quantized weight blocks"):
         _ = w + 1.0
+
+
+# --- step 3: routing in a decode step ----------------------------------------------------------
+
+
+def test_decode_fragment_with_q4_k_and_q4_0_weights(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
+    """A decoder's norm, SwiGLU and residual down projection: the q4_k matmuls stay qgemv of their own (fuse_gemv
+    groups no q4_k), the q4_0 ones beside them still group; fused and unfused runs match the interpreter."""
+    from tests.test_decode_fusion import reference, run
+
+    d, ff = 256, 512
+    x = rng.standard_normal((1, 1, d)).astype(np.float32)
+    wn = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    gate, up, down = (rng.standard_normal(s).astype(np.float32) * 0.1 for s in ((ff, d), (ff, d), (d, ff)))
+    g4, u4 = tr.quantize(gate, tr.q4_0), tr.quantize(up, tr.q4_0)
+    gk, uk, dk = tr.quantize(gate, tr.q4_k), tr.quantize(up, tr.q4_k), tr.quantize(down, tr.q4_k)
+
+    def build() -> tuple[tr.Tensor, ...]:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(wn), 1e-6)
+        k_mlp = tr.nn.linear(h, gk).silu() * tr.nn.linear(h, uk)
+        q_mlp = tr.nn.linear(h, g4).silu() * tr.nn.linear(h, u4)
+        return (tr.nn.linear(k_mlp, dk) + tr.tensor(x), q_mlp)
+
+    want = reference(build)
+    (fused, q_fused), fused_d = run(monkeypatch, build, True)
+    (unfused, q_unfused), unfused_d = run(monkeypatch, build, False)
+    for got in (fused, unfused):
+        np.testing.assert_allclose(got, want[0], rtol=1e-4, atol=1e-4)
+    for got in (q_fused, q_unfused):
+        np.testing.assert_allclose(got, want[1], rtol=1e-4, atol=1e-4)
+    kernels = [k.kernel for k in fused_d]
+    assert kernels.count("qgemv") == 3 and kernels.count("gemv_multi") == 1  # the q4_0 pair, norm folded in
+    assert [k.kernel for k in unfused_d].count("qgemv") == 5
+    # and against numpy on gguf's values of the q4_k blocks
+    vals = {n: gguf_values(quant.quantize_q4_k(v), v.shape) for n, v in (("g", gate), ("u", up), ("d", down))}
+    hx = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * wn
+    z = hx @ vals["g"].T
+    np.testing.assert_allclose(
+        fused, (z / (1 + np.exp(-z)) * (hx @ vals["u"].T)) @ vals["d"].T + x, rtol=1e-4, atol=1e-4
+    )
