@@ -370,3 +370,22 @@ def test_decode_fragment_with_q4_k_and_q4_0_weights(monkeypatch: pytest.MonkeyPa
     np.testing.assert_allclose(
         fused, (z / (1 + np.exp(-z)) * (hx @ vals["u"].T)) @ vals["d"].T + x, rtol=1e-4, atol=1e-4
     )
+
+
+@pytest.mark.parametrize("fmt", ["q4_k", "q4_0"])
+def test_dump_shows_format_and_bytes(fmt: str, tmp_path: Path) -> None:
+    """`wgjit dump` of a script reading a quantized w through its view w.T (its HTML used to ask the
+    view's itemsize, which a block format has not)."""
+    from tracer.cli import main
+
+    script = tmp_path / "q.py"
+    script.write_text(
+        "import numpy as np\nimport tracer as tr\n"
+        f"w = tr.quantize(np.random.default_rng(0).standard_normal((64, 512)).astype(np.float32), tr.{fmt})\n"
+        "(tr.randn(1, 512, seed=0) @ w.T).numpy()\n"
+    )
+    out = tmp_path / "out"
+    assert main(["dump", str(script), "-o", str(out)]) == 0
+    nbytes = {"q4_k": 18944, "q4_0": 18432}[fmt]
+    assert f"{fmt} 64x512, {nbytes} bytes" in (out / "index.html").read_text()
+    assert f"{nbytes} bytes, " in (out / "program_000" / "00_traced.txt").read_text()
