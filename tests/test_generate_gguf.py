@@ -264,7 +264,7 @@ def q4_k_config() -> L.LlamaConfig:
 
 
 def test_q4_k_file_stays_quantized_and_matches_numpy(tmp_path: Path) -> None:
-    """Every matrix of a Q4_K file stays q4_k on the GPU, read by qgather, qgemv (decode) and qgemm (prefill),
+    """Every matrix of a Q4_K file stays q4_k on the GPU, read by qgather, gemv_multi and qgemv (decode), qgemm (prefill),
     and the logits are numpy's of the values gguf reads from the file; --quantize q4_k of the same
     weights as a folder gives the same blocks, so the same logits."""
     cfg, mode = q4_k_config(), G.MODES[0]
@@ -285,8 +285,10 @@ def test_q4_k_file_stays_quantized_and_matches_numpy(tmp_path: Path) -> None:
     ids = G.tr.tensor(np.array([[3]], np.int32))
     pos = G.tr.tensor(np.array([0], np.int32))
     kernels = [d.kernel for d in G.tr.compile(model.step(ids, pos, *model.empty_cache().tensors())[0]).dispatches]
-    # per layer q, k, v, o, gate, up, down, and the head: each its own qgemv (gemv_multi reads no q4_k)
-    assert kernels.count("qgemv") == 7 * cfg.layers + 1 and kernels.count("qgather") == 1
+    # as for Q4_0: per layer q, k, v (norm folded) and gate, up read as blocks by gemv_multi; o and down by
+    # qgemv; the final norm and the head: gemv_multi
+    assert kernels.count("qgemv") == 2 * cfg.layers and kernels.count("gemv_multi") == 2 * cfg.layers + 1
+    assert kernels.count("qgather") == 1
     assert "dequant" not in kernels and "gemv" not in kernels
     L.write_checkpoint(tmp_path / "hf", cfg, w)
     folder = prompt_logits(tmp_path / "hf", quantize="q4_k", mode=mode)

@@ -7,6 +7,8 @@ values. ir/quant.py is the interpreter's reference, checked against gguf first.
 
 from __future__ import annotations
 
+import sys
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -336,8 +338,9 @@ def test_other_ops_raise_naming_the_op(rng: np.random.Generator) -> None:
 
 
 def test_decode_fragment_with_q4_k_and_q4_0_weights(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
-    """A decoder's norm, SwiGLU and residual down projection: the q4_k matmuls stay qgemv of their own (fuse_gemv
-    groups no q4_k), the q4_0 ones beside them still group; fused and unfused runs match the interpreter."""
+    """A decoder's norm, SwiGLU and residual down projection (q4_k), and a q4_0 SwiGLU beside it reading the
+    same normed row: fused and unfused runs match the interpreter and numpy; the q4_k gate and up are one
+    gemv_multi with the norm folded in."""
     from tests.test_decode_fusion import reference, run
 
     d, ff = 256, 512
@@ -361,7 +364,7 @@ def test_decode_fragment_with_q4_k_and_q4_0_weights(monkeypatch: pytest.MonkeyPa
     for got in (q_fused, q_unfused):
         np.testing.assert_allclose(got, want[1], rtol=1e-4, atol=1e-4)
     kernels = [k.kernel for k in fused_d]
-    assert kernels.count("qgemv") == 3 and kernels.count("gemv_multi") == 1  # the q4_0 pair, norm folded in
+    assert kernels.count("gemv_multi") == 1 and len(kernels) < len(unfused_d)
     assert [k.kernel for k in unfused_d].count("qgemv") == 5
     # and against numpy on gguf's values of the q4_k blocks
     vals = {n: gguf_values(quant.quantize_q4_k(v), v.shape) for n, v in (("g", gate), ("u", up), ("d", down))}
@@ -370,6 +373,113 @@ def test_decode_fragment_with_q4_k_and_q4_0_weights(monkeypatch: pytest.MonkeyPa
     np.testing.assert_allclose(
         fused, (z / (1 + np.exp(-z)) * (hx @ vals["u"].T)) @ vals["d"].T + x, rtol=1e-4, atol=1e-4
     )
+
+
+# --- q4_k in gemv_multi groups (blocks and staged variants) -------------------------------------
+
+
+def quantized(rng: np.random.Generator, n: int, k: int) -> tuple[tr.Tensor, np.ndarray]:
+    """tr.quantize of Gaussian weights (values near 1) and gguf's values of the blocks it makes."""
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    return tr.quantize(w, tr.q4_k), gguf_values(quant.quantize_q4_k(w), w.shape)
+
+
+def rms(x: np.ndarray, w: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    x = x.astype(np.float64)
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * w
+
+
+@pytest.mark.parametrize("layout", ["blocks", "staged", "staged_t32g8u3"])
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "tree"])
+@pytest.mark.parametrize("k", [256, 512, 2304])  # 8, 16 and 72 sub-blocks
+def test_group_swiglu(k: int, subgroups: bool, layout: str, rng: np.random.Generator, device, monkeypatch) -> None:
+    """norm, gate (q4_k), up (q4_0), SwiGLU: one gemv_multi, in the blocks layout and the staged one
+    (a step of 3 blocks that the row's blocks do not fill), against numpy on gguf's values."""
+    from passes import select_kernels as sk
+    from tests.test_kernels_perf_variants import run_with_caps
+    from tests.test_quant import staged_on
+
+    if subgroups and not device.caps.subgroups:
+        pytest.skip("no subgroups on this adapter")
+    if layout == "blocks":
+        monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
+        monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
+    else:
+        staged_on(monkeypatch, *((256, 16, 4) if layout == "staged" else (32, 8, 3)))
+    (g, g_ref), norm = quantized(rng, 23, k), rng.standard_normal(k).astype(np.float32)
+    up = rng.standard_normal((23, k)).astype(np.float32)
+    q40 = gguf.GGMLQuantizationType.Q4_0
+    up_ref = gguf.quants.dequantize(gguf.quants.quantize(up, q40), q40)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+
+    def swiglu() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        return tr.nn.linear(h, g).silu() * tr.nn.linear(h, tr.quantize(up, tr.q4_0))
+
+    got, program = run_with_caps(swiglu(), subgroups=subgroups)
+    (d,) = program.dispatches
+    assert d.kernel == "gemv_multi" and (("staged" in d.variant) == (layout != "blocks")), d.variant
+    a, b = rms(x, norm) @ g_ref.T, rms(x, norm) @ up_ref.reshape(23, k).T
+    np.testing.assert_allclose(got, a / (1 + np.exp(-a)) * b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["blocks", "staged"])
+def test_group_qkv_rope_and_cache_writes(staged: bool, rng: np.random.Generator, monkeypatch) -> None:
+    """q and k q4_k, v float32 (a mixed group), rope on q and k, k and v appended to caches: one dispatch."""
+    from passes import select_kernels as sk
+    from tests.test_quant import staged_on
+
+    if staged:
+        staged_on(monkeypatch, 64, 4, 1)
+    else:
+        monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
+        monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
+    d, heads, kv_heads, hd, ctx, pos = 512, 5, 3, 16, 6, 3
+    (wq, q_ref), (wk, k_ref) = quantized(rng, heads * hd, d), quantized(rng, kv_heads * hd, d)
+    wv = rng.standard_normal((kv_heads * hd, d)).astype(np.float32)
+    norm, x = rng.standard_normal(d).astype(np.float32), rng.standard_normal((1, 1, d)).astype(np.float32)
+    ang = np.arange(hd // 2) * 0.3
+    cos, sin = np.cos(ang).astype(np.float32)[None], np.sin(ang).astype(np.float32)[None]
+    ck, cv = (rng.standard_normal((1, kv_heads, ctx, hd)).astype(np.float32) for _ in range(2))
+    t_ck, t_cv = tr.tensor(ck), tr.tensor(cv)
+
+    def heads_of(y: tr.Tensor, n: int) -> tr.Tensor:
+        return y.reshape(1, 1, n, hd).permute(0, 2, 1, 3)
+
+    def step() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        q = tr.nn.rope(heads_of(tr.nn.linear(h, wq), heads), tr.tensor(cos), tr.tensor(sin))
+        k = tr.nn.rope(heads_of(tr.nn.linear(h, wk), kv_heads), tr.tensor(cos), tr.tensor(sin))
+        t_ck.index_write(k, (0, 0, pos, 0))
+        t_cv.index_write(heads_of(tr.nn.linear(h, tr.tensor(wv)), kv_heads), (0, 0, pos, 0))
+        return q
+
+    q = step()
+    (disp,) = tr.compile(q, t_ck, t_cv).dispatches
+    assert disp.kernel == "gemv_multi" and ("staged" in disp.variant) == staged
+
+    def rope_np(y: np.ndarray) -> np.ndarray:  # (n, hd), halves rotated
+        a, b = y[:, : hd // 2], y[:, hd // 2 :]
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=1)
+
+    hn = rms(x[0], norm)
+    np.testing.assert_allclose(q.numpy()[0, :, 0], rope_np((hn @ q_ref.T).reshape(heads, hd)), rtol=1e-4, atol=1e-4)
+    ck[0, :, pos] = rope_np((hn @ k_ref.T).reshape(kv_heads, hd))
+    cv[0, :, pos] = (hn @ wv.T).reshape(kv_heads, hd)
+    np.testing.assert_allclose(t_ck.numpy(), ck, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(t_cv.numpy(), cv, rtol=1e-4, atol=1e-4)
+
+
+def test_group_head_with_its_norm_and_bias(rng: np.random.Generator) -> None:
+    """The final norm and a q4_k vocabulary projection with a bias: one dispatch."""
+    k, n = 512, 50
+    (w, ref), norm = quantized(rng, n, k), rng.standard_normal(k).astype(np.float32)
+    bias, x = rng.standard_normal(n).astype(np.float32), rng.standard_normal((1, 1, k)).astype(np.float32)
+    h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-6)
+    y = tr.nn.linear(h, w, tr.tensor(bias)).reshape(1, n)
+    del h
+    assert [d.kernel for d in tr.compile(y).dispatches] == ["gemv_multi"]
+    np.testing.assert_allclose(y.numpy(), rms(x[0], norm, 1e-6) @ ref.T + bias, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("fmt", ["q4_k", "q4_0"])
