@@ -75,6 +75,19 @@ def test_layout_unit_is_a_sub_block_in_q4_0_order(rng: np.random.Generator) -> N
     np.testing.assert_allclose(values.reshape(2, 256), gguf_values(raw, (2, 256)), rtol=1e-6, atol=1e-7)
 
 
+def test_blocks_gguf_makes(rng: np.random.Generator) -> None:
+    """Blocks from gguf.quants.quantize (llama.cpp's search for scales), where the installed package has it."""
+    w = rng.standard_normal((4, 512)).astype(np.float32)
+    try:
+        raw = gguf.quants.quantize(w, Q4_K)
+    except NotImplementedError:
+        pytest.skip("the installed gguf package cannot quantize Q4_K (it reads Q4_K only)")
+    raw = raw.reshape(-1, 144)
+    words = quant.pack(raw, DType.q4_k)
+    np.testing.assert_array_equal(quant.unpack(words, DType.q4_k, w.size), raw)
+    np.testing.assert_array_equal(quant.dequantize(words, DType.q4_k, w.shape), gguf_values(raw, w.shape))
+
+
 @pytest.mark.parametrize("shape", [(1, 256), (7, 512), (3, 2, 2048)])
 def test_quantize_makes_valid_blocks(shape: tuple[int, ...], rng: np.random.Generator) -> None:
     w = (rng.standard_normal(shape) * rng.uniform(0.01, 3.0, shape[:-1] + (1,))).astype(np.float32)
