@@ -23,8 +23,8 @@ On the GPU a q4_k tensor holds, per 32-value sub-block, one 16-byte unit of nibb
 order (byte i: value i low, value i + 16 high; not centred), so the kernels read it as they
 read q4_0; then every sub-block's sc | m << 8 as a u16 (two per word); then every super-block's
 d and dmin as one word (an f16 pair); padded to 16 bytes: 148 bytes per 256 values. Why not the
-f32 scale d * sc and offset dmin * m per sub-block (exact too): 192 bytes per 256 values, a
-third more to read in a decode step's GEMVs, which are bound by memory; unpacking two 6-bit
+f32 scale d * sc and offset dmin * m per sub-block (exact too): 192 bytes per 256 values, 30%
+more to read in a decode step's GEMVs, which are bound by memory; unpacking two 6-bit
 integers and an f16 pair costs a few instructions per 32 values. Why not GGML's 12 bytes as
 they are: their bit fields cross sub-blocks, and the unpacked u16 costs 4 bytes per 256 values.
 A kernel's sub-block scale is d * sc (an f16 times a 6-bit integer: exact in f32) and offset
