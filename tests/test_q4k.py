@@ -483,6 +483,55 @@ def test_group_qkv_rope_and_cache_writes(staged: bool, rng: np.random.Generator,
     np.testing.assert_allclose(t_cv.numpy(), cv, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("staged", [False, True], ids=["blocks", "staged"])
+@pytest.mark.parametrize("offset", [2, 1])
+def test_group_of_a_row_read_narrow(offset: int, staged: bool, rng: np.random.Generator, monkeypatch) -> None:
+    """A row starting at an offset that allows only vec2 (or scalar) loads, no norm: q4_k, q4_0 and a float B."""
+    from passes import select_kernels as sk
+    from tests.test_quant import staged_on
+
+    if staged:
+        staged_on(monkeypatch, 64, 4, 1)
+    else:
+        monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
+        monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
+    k = 512
+    big = rng.standard_normal((1, k + 4)).astype(np.float32)
+    (w1, ref1), w2, w3 = quantized(rng, 12, k), *(rng.standard_normal((12, k)).astype(np.float32) for _ in range(2))
+    row = tr.tensor(big)[:, offset : offset + k]
+    y = tr.nn.linear(row, w1) * tr.nn.linear(row, tr.quantize(w2, tr.q4_0)) + tr.nn.linear(row, tr.tensor(w3))
+    assert [d.kernel for d in tr.compile(y).dispatches] == ["gemv_multi"]
+    x = big[:, offset : offset + k]
+    q40 = gguf.GGMLQuantizationType.Q4_0
+    ref2 = gguf.quants.dequantize(gguf.quants.quantize(w2, q40), q40).reshape(w2.shape)
+    np.testing.assert_allclose(y.numpy(), (x @ ref1.T) * (x @ ref2.T) + x @ w3.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["blocks", "staged"])
+def test_group_of_a_float16_row(staged: bool, rng: np.random.Generator, device, monkeypatch) -> None:
+    """A float16 row and norm: the normed row rounded to float16 before the q4_k products, as stored unfused."""
+    from passes import select_kernels as sk
+    from tests.test_quant import staged_on
+
+    if not device.caps.shader_f16:
+        pytest.skip("no shader-f16")
+    if staged:
+        staged_on(monkeypatch, 64, 4, 1)
+    else:
+        monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
+        monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
+    k = 256
+    (w1, ref1), (w2, ref2) = quantized(rng, 16, k), quantized(rng, 16, k)
+    x, norm = rng.standard_normal((1, k)).astype(np.float16), (1 + 0.1 * rng.standard_normal(k)).astype(np.float16)
+    h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+    y = tr.nn.linear(h, w1) + tr.nn.linear(h, w2)
+    del h
+    assert [d.kernel for d in tr.compile(y).dispatches] == ["gemv_multi"]
+    hn = rms(x.astype(np.float32), norm.astype(np.float32)).astype(np.float16).astype(np.float64)  # as stored
+    assert y.dtype is tr.float16
+    np.testing.assert_allclose(y.numpy().astype(np.float32), hn @ ref1.T + hn @ ref2.T, rtol=2e-3, atol=2e-3)
+
+
 def test_group_head_with_its_norm_and_bias(rng: np.random.Generator) -> None:
     """The final norm and a q4_k vocabulary projection with a bias: one dispatch."""
     k, n = 512, 50
