@@ -1,4 +1,4 @@
-"""Quantized weight formats: GGML's Q8_0 and Q4_0 blocks, and how wgjit lays them out on the GPU.
+"""Quantized weight formats: GGML's Q8_0, Q4_0 and Q4_K blocks, and how wgjit lays them out on the GPU.
 
 GGML (llama.cpp, GGUF files) stores a row of a weight matrix in blocks of 32 values, each
 an f16 scale `d` followed by the block's quants:
@@ -12,6 +12,24 @@ de-interleaved: first every block's quants (32 or 16 bytes each, so block i star
 Blocks follow the file's order: row by row, along the row. A kernel then reads a block's
 quants with one or two vec4<u32> loads (backend_wgpu/kernels/quant/).
 
+Q4_K (GGML's "k-quant"): super-blocks of 256 values, 144 bytes: f16 d, f16 dmin, 12 bytes
+packing eight 6-bit scales sc[j] and eight 6-bit mins m[j] (one each per 32-value sub-block j),
+then 128 bytes of 4-bit quants; value = d * sc[j] * q - dmin * m[j]. The 12 bytes: for j < 4,
+sc[j] and m[j] are the low 6 bits of bytes j and j + 4; for j >= 4 their low 4 bits are the
+low and high nibbles of byte j + 4 and their high 2 bits the top bits of bytes j - 4 and j.
+The quants come in four 32-byte groups: byte l of group g holds value l of sub-block 2g in its
+low nibble and value l of sub-block 2g + 1 in its high nibble.
+On the GPU a q4_k tensor holds, per 32-value sub-block, one 16-byte unit of nibbles in q4_0's
+order (byte i: value i low, value i + 16 high; not centred), so the kernels read it as they
+read q4_0; then every sub-block's sc | m << 8 as a u16 (two per word); then every super-block's
+d and dmin as one word (an f16 pair); padded to 16 bytes: 148 bytes per 256 values. Why not the
+f32 scale d * sc and offset dmin * m per sub-block (exact too): 192 bytes per 256 values, 30%
+more to read in a decode step's GEMVs, which are bound by memory; unpacking two 6-bit
+integers and an f16 pair costs a few instructions per 32 values. Why not GGML's 12 bytes as
+they are: their bit fields cross sub-blocks, and the unpacked u16 costs 4 bytes per 256 values.
+A kernel's sub-block scale is d * sc (an f16 times a 6-bit integer: exact in f32) and offset
+dmin * m; its dot product with x is scale * dot(q, x) - offset * sum(x).
+
 `dequantize` is written from the definitions above and shares no code with the kernels
 or the gguf package; it is what the reference interpreter (ir/interpret.py) computes with.
 """
@@ -23,7 +41,8 @@ import numpy as np
 from ir.dtypes import DType
 from ir.errors import DTypeError
 
-QUANTIZED = (DType.q8_0, DType.q4_0)
+QUANTIZED = (DType.q8_0, DType.q4_0, DType.q4_k)
+SUB = 32  # values per q4_k sub-block
 
 
 def quant_bytes(dtype: DType) -> int:
@@ -45,6 +64,8 @@ def pack(blocks: np.ndarray, dtype: DType) -> np.ndarray:
 
     The result holds dtype.nbytes(numel) bytes: every block's quants, then every scale.
     """
+    if dtype is DType.q4_k:
+        return _pack_q4_k(blocks)
     raw = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, dtype.block_bytes)
     n = raw.shape[0]
     out = np.zeros(dtype.nbytes(n * dtype.block), dtype=np.uint8)
@@ -56,6 +77,8 @@ def pack(blocks: np.ndarray, dtype: DType) -> np.ndarray:
 
 def unpack(words: np.ndarray, dtype: DType, numel: int) -> np.ndarray:
     """The GPU layout back to GGML blocks: uint8 of shape (blocks, block_bytes)."""
+    if dtype is DType.q4_k:
+        return _unpack_q4_k(words, numel)
     data = np.ascontiguousarray(words).view(np.uint8)
     n = numel // dtype.block
     qb = quant_bytes(dtype)
@@ -66,8 +89,12 @@ def unpack(words: np.ndarray, dtype: DType, numel: int) -> np.ndarray:
 
 
 def dequantize_blocks(raw: np.ndarray, dtype: DType) -> np.ndarray:
-    """GGML blocks (uint8 (n, block_bytes)) to float32 values (n, 32), from the definitions above."""
+    """GGML blocks (uint8 (n, block_bytes)) to float32 values (n, block), from the definitions above."""
     raw = np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1, dtype.block_bytes)
+    if dtype is DType.q4_k:
+        scale, offset, q = _fields_q4_k(raw)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return (scale[:, :, None] * q - offset[:, :, None]).reshape(-1, dtype.block)
     d = raw[:, :2].copy().view("<f2").astype(np.float32)  # (n, 1)
     qs = raw[:, 2:]
     if dtype is DType.q8_0:
@@ -84,3 +111,99 @@ def dequantize(words: np.ndarray, dtype: DType, shape: tuple[int, ...]) -> np.nd
     """A tensor in the GPU layout (u32 words) as float32 values of its logical shape."""
     numel = int(np.prod(shape, dtype=np.int64))
     return dequantize_blocks(unpack(words, dtype, numel), dtype).reshape(shape)
+
+
+# --- Q4_K ------------------------------------------------------------------------------------
+
+
+def _scale_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 12 packed bytes (n, 12) as the eight 6-bit scales and mins (n, 8) each, uint8."""
+    a, b, c = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
+    sc = np.concatenate([a & 63, (c & 15) | ((a >> 6) << 4)], axis=1)
+    m = np.concatenate([b & 63, (c >> 4) | ((b >> 6) << 4)], axis=1)
+    return sc, m
+
+
+def _pack_scale_mins(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Eight 6-bit scales and mins (n, 8) each as GGML's 12 bytes (n, 12): the inverse of _scale_mins."""
+    sc, m = sc.astype(np.uint8), m.astype(np.uint8)
+    a = (sc[:, :4] & 63) | ((sc[:, 4:] >> 4) << 6)
+    b = (m[:, :4] & 63) | ((m[:, 4:] >> 4) << 6)
+    c = (sc[:, 4:] & 15) | ((m[:, 4:] & 15) << 4)
+    return np.concatenate([a, b, c], axis=1).astype(np.uint8)
+
+
+def _nibbles_q4_k(qs: np.ndarray) -> np.ndarray:
+    """The 128 quant bytes (n, 128) as values (n, 8, 32): sub-block 2g from group g's low nibbles, 2g + 1 its high."""
+    groups = qs.reshape(-1, 4, 1, 32)
+    return ((groups >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 15).reshape(-1, 8, SUB)
+
+
+def _fields_q4_k(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each sub-block's scale d * sc and offset dmin * m (float32 (n, 8)), and its quants (float32 (n, 8, 32))."""
+    d = raw[:, 0:2].copy().view("<f2").astype(np.float32)
+    dmin = raw[:, 2:4].copy().view("<f2").astype(np.float32)
+    sc, m = _scale_mins(raw[:, 4:16])
+    with np.errstate(invalid="ignore", over="ignore"):  # an infinite d times sc = 0 is NaN, as on the GPU
+        scale, offset = d * sc.astype(np.float32), dmin * m.astype(np.float32)
+    return scale, offset, _nibbles_q4_k(raw[:, 16:]).astype(np.float32)
+
+
+def _pack_q4_k(blocks: np.ndarray) -> np.ndarray:
+    raw = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, DType.q4_k.block_bytes)
+    n = raw.shape[0]
+    q = _nibbles_q4_k(raw[:, 16:])  # (n, 8, 32)
+    units = q[:, :, :16] | (q[:, :, 16:] << 4)  # q4_0's order: byte i holds values i and i + 16
+    sc, m = _scale_mins(raw[:, 4:16])
+    sm = (sc.astype("<u2") | (m.astype("<u2") << 8)).view(np.uint8)  # (n, 16)
+    out = np.zeros(DType.q4_k.nbytes(n * 256), dtype=np.uint8)
+    out[: n * 128] = units.reshape(-1)
+    out[n * 128 : n * 144] = sm.reshape(-1)
+    out[n * 144 : n * 148] = raw[:, :4].reshape(-1)  # d, dmin
+    return out.view("<u4")
+
+
+def _unpack_q4_k(words: np.ndarray, numel: int) -> np.ndarray:
+    data = np.ascontiguousarray(words).view(np.uint8)
+    n = numel // 256
+    units = data[: n * 128].reshape(n, 8, 16)
+    q = np.concatenate([units & 15, units >> 4], axis=2)  # (n, 8, 32)
+    sm = data[n * 128 : n * 144].copy().view("<u2").reshape(n, 8)
+    raw = np.empty((n, 144), dtype=np.uint8)
+    raw[:, :4] = data[n * 144 : n * 148].reshape(n, 4)
+    raw[:, 4:16] = _pack_scale_mins(sm & 63, (sm >> 8) & 63)
+    pairs = q.reshape(n, 4, 2, SUB)
+    raw[:, 16:] = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
+    return raw
+
+
+def quantize_q4_k(values: np.ndarray) -> np.ndarray:
+    """float32 values (any shape, last dim a multiple of 256) as GGML Q4_K blocks (uint8 (n, 144)).
+
+    From the format's definition, not llama.cpp's search for the best scales: each sub-block
+    spans [min(lo, 0), hi] in 15 steps; d and dmin are the largest step and offset over 63 (f16),
+    sc and m those of each sub-block rounded to 6 bits, then q = round((x + dmin m) / (d sc)) in 0..15.
+    Values must be finite (the caller checks).
+    """
+    x = np.asarray(values, dtype=np.float32).reshape(-1, 8, SUB)
+    n = x.shape[0]
+    lo = np.minimum(x.min(axis=2), 0.0)
+    step = (x.max(axis=2) - lo) / 15.0  # (n, 8)
+    off = -lo
+    with np.errstate(over="ignore"):
+        d = (step.max(axis=1) / 63.0).astype(np.float16)  # (n,)
+        dmin = (off.max(axis=1) / 63.0).astype(np.float16)
+    d32, dmin32 = d.astype(np.float32)[:, None], dmin.astype(np.float32)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d32 > 0, np.clip(np.rint(step / d32), 0, 63), 0).astype(np.uint8)
+        m = np.where(dmin32 > 0, np.clip(np.rint(off / dmin32), 0, 63), 0).astype(np.uint8)
+        scale, offset = d32 * sc, dmin32 * m  # exact in float32
+        q = np.rint((x + offset[:, :, None]) / scale[:, :, None])
+    q = np.where(scale[:, :, None] > 0, np.clip(np.nan_to_num(q), 0, 15), 0).astype(np.uint8)  # (n, 8, 32)
+    raw = np.empty((n, 144), dtype=np.uint8)
+    raw[:, 0:2] = d.reshape(n, 1).view(np.uint8)
+    raw[:, 2:4] = dmin.reshape(n, 1).view(np.uint8)
+    raw[:, 4:16] = _pack_scale_mins(sc, m)
+    pairs = q.reshape(n, 4, 2, SUB)
+    raw[:, 16:] = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
+    return raw

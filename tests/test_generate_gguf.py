@@ -254,3 +254,49 @@ def test_clear_errors_for_bad_gguf_checkpoints(tmp_path: Path) -> None:
     with pytest.raises(L.CheckpointError, match="--quantize 'q2'"):
         G.Generator.load(good, quantize="q2")
     assert G.main(["--model", str(tmp_path / "g.gguf"), "--prompt-ids", "1,2"]) == 2
+
+
+# --- Q4_K: llama.cpp's most common matrices, kept as q4_k blocks --------------------------------
+
+
+def q4_k_config() -> L.LlamaConfig:
+    return config(dim=256, ff=512, head_dim=64)  # every matrix row whole super-blocks of 256
+
+
+def test_q4_k_file_stays_quantized_and_matches_numpy(tmp_path: Path) -> None:
+    """Every matrix of a Q4_K file stays q4_k on the GPU, read by qgather, gemv_multi and qgemv (decode), qgemm (prefill),
+    and the logits are numpy's of the values gguf reads from the file; --quantize q4_k of the same
+    weights as a folder gives the same blocks, so the same logits."""
+    cfg, mode = q4_k_config(), G.MODES[0]
+    w, hf = L.random_weights(cfg, seed=5, scale=0.2), cfg.to_hf()
+    held = {n: gguf.quants.dequantize(*encode(v, "Q4_K")).reshape(v.shape) if v.ndim == 2 else v for n, v in w.items()}
+    path = write_llama_gguf(tmp_path / "m.gguf", cfg, w, "Q4_K")
+    gen = G.Generator.load(path)
+    dtypes = {n: t.dtype for n, t in gen.weights.items()}
+    assert dtypes["model.layers.0.self_attn.q_proj.weight"] is G.tr.q4_k
+    assert dtypes["model.layers.1.mlp.down_proj.weight"] is G.tr.q4_k
+    assert dtypes["model.embed_tokens.weight"] is G.tr.q4_k and dtypes["lm_head.weight"] is G.tr.q4_k
+    assert dtypes["model.norm.weight"] is G.tr.float32
+    res = gen.generate(PROMPT, 4, want_prompt_logits=True, stop_at_eos=False)
+    want = np_logits(held, hf, PROMPT)
+    np.testing.assert_allclose(res.prompt_logits, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert res.ids == np_greedy(held, hf, PROMPT, 4)
+    model = gen.model(64)
+    ids = G.tr.tensor(np.array([[3]], np.int32))
+    pos = G.tr.tensor(np.array([0], np.int32))
+    kernels = [d.kernel for d in G.tr.compile(model.step(ids, pos, *model.empty_cache().tensors())[0]).dispatches]
+    # as for Q4_0: per layer q, k, v (norm folded) and gate, up read as blocks by gemv_multi; o and down by
+    # qgemv; the final norm and the head: gemv_multi
+    assert kernels.count("qgemv") == 2 * cfg.layers and kernels.count("gemv_multi") == 2 * cfg.layers + 1
+    assert kernels.count("qgather") == 1
+    assert "dequant" not in kernels and "gemv" not in kernels
+    L.write_checkpoint(tmp_path / "hf", cfg, w)
+    folder = prompt_logits(tmp_path / "hf", quantize="q4_k", mode=mode)
+    np.testing.assert_allclose(folder.prompt_logits, res.prompt_logits, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_quantize_q4_k_needs_rows_of_256(tmp_path: Path) -> None:
+    cfg = config()  # rows of 32 and 64
+    L.write_checkpoint(tmp_path, cfg, L.random_weights(cfg, 0, 0.2))
+    with pytest.raises(L.CheckpointError, match=r"--quantize q4_k: tensor .* has rows of 32, not whole blocks of 256"):
+        G.Generator.load(tmp_path, quantize="q4_k")

@@ -317,13 +317,13 @@ def block_units(units: int) -> Any:
 
 
 def format_model(cfg: Any, fmt: str, weights: dict[str, np.ndarray] | None = None) -> Any:
-    """examples/llama.py's model of cfg with f32, f16, q8_0 or q4_0 weights (random, or zeros), realized."""
+    """examples/llama.py's model of cfg with f32, f16, q8_0, q4_0 or q4_k weights (random, or zeros), realized."""
     from examples import llama as L
 
     if weights is None:
         weights = {n: np.zeros(shape, np.float32) for n, shape in cfg.tensor_shapes().items()}
     dtype = tr.float16 if fmt == "f16" else tr.float32
-    w = L.quantize_weights(weights, cfg, fmt) if fmt in ("q8_0", "q4_0") else weights
+    w = L.quantize_weights(weights, cfg, fmt) if fmt in L.QUANTIZE else weights
     model = L.Llama(cfg, L.check_weights(w, cfg, f"random {fmt}", dtype), cfg.max_positions, dtype)
     tr.realize(*model.w.values())
     return model

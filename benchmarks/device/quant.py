@@ -1,14 +1,15 @@
-"""H200 figures for quantized weights: the q8_0 and q4_0 GEMVs beside our f32 and f16 GEMVs and torch's.
+"""H200 figures for quantized weights: the q8_0, q4_0 and q4_k GEMVs beside our f32 and f16 GEMVs and torch's.
 
-    python benchmarks/device/quant.py [--quick] [--repeat 30]
+    python benchmarks/device/quant.py [--quick] [--repeat 30] [--formats q8_0,q4_0,q4_k]
 
 For y = x @ W.T with W (N, K) as GGUF and torch store it, at (K, N) = (4096, 4096) and
 (4096, 11008): wgjit's f32 and f16 GEMV (gemv[k_contig], what tr.nn.linear runs) and
-qgemv for q8_0 and q4_0 under every (wx, wy, rows, unroll) configuration in CONFIGS (the
+qgemv for each format (--formats) under every (wx, wy, rows, unroll) configuration in CONFIGS (the
 default one marked), torch's f16 and f32 GEMV (F.linear on CUDA) in the same process.
 Every wgjit case is checked against numpy (float64 of the values the weight holds) before
 it is timed with GPU timestamps around its pass; torch with CUDA events. GB/s counts the
-weight's bytes (34 per 32 weights for q8_0, 18 for q4_0). A prefill-sized product (128
+weight's bytes on the GPU (34 per 32 weights for q8_0, 18 for q4_0, 18.5 for q4_k). The sweep
+shares one time budget: list fewer formats to sweep each further. A prefill-sized product (128
 rows, qgemm) follows. Prints the sweep as it goes and a short table last; < 3 minutes.
 """
 
@@ -27,6 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
 SHAPES = ((4096, 4096), (4096, 11008))
+FORMATS = ["q8_0", "q4_0", "q4_k"]  # --formats
 SWEEP_BUDGET_S = 140  # configurations past this many seconds are skipped (said so), to stay under 3 minutes
 T0 = time.perf_counter()
 # qgemv (wx, wy, rows, unroll): threads along a row, row groups, rows per thread, units per step
@@ -125,7 +127,7 @@ def gemv_rows(k: int, n: int, repeat: int, quick: bool) -> list[dict[str, Any]]:
         x16.astype(np.float64) @ w16.T.astype(np.float64),
         w16.nbytes,
     )
-    for fmt in (tr.q8_0, tr.q4_0):
+    for fmt in (tr.DType(f) for f in FORMATS):
         q = quantize(w, fmt)
         held = q.astype(tr.float32).numpy().astype(np.float64)
         want = x.astype(np.float64) @ held.T
@@ -163,11 +165,8 @@ def prefill_rows(repeat: int) -> list[dict[str, Any]]:
     x = rng.standard_normal((m, k), dtype=np.float32)
     rows = []
     print(f"\n== prefill: x ({m}, {k}) @ W.T, W ({n}, {k})")
-    for name, weight, held in (
-        ("wgjit f32", tr.tensor(w), w),
-        ("wgjit q8_0", quantize(w, tr.q8_0), None),
-        ("wgjit q4_0", quantize(w, tr.q4_0), None),
-    ):
+    cases = [("wgjit f32", tr.tensor(w), w)] + [(f"wgjit {f}", quantize(w, tr.DType(f)), None) for f in FORMATS]
+    for name, weight, held in cases:
         values = held if held is not None else weight.astype(tr.float32).numpy()
         ms, kernel, ok = measure(tr.nn.linear(tr.tensor(x), weight), x.astype(np.float64) @ values.T, repeat)
         rows.append(
@@ -193,7 +192,7 @@ def table(results: dict[tuple[int, int], list[dict[str, Any]]]) -> None:
         by = {r["name"]: r for r in rows}
         f32, t16 = by["wgjit f32"]["ms"], by.get("torch f16", {}).get("ms")
         picks = [by["wgjit f32"], by["wgjit f16"]]
-        for fmt in ("q8_0", "q4_0"):
+        for fmt in FORMATS:
             picks.append(by[f"wgjit {fmt} (default)"])
             swept = [r for r in rows if r["name"].startswith(f"wgjit {fmt} ") and r["ok"]]
             if swept:
@@ -214,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="small shapes and every sixth config (a smoke run)")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="quantized formats to time (comma-separated)")
     args = ap.parse_args(argv)
+    FORMATS[:] = args.formats.split(",")
     from backend_wgpu import get_device
 
     t0 = time.perf_counter()

@@ -109,7 +109,7 @@ def node_rows(rec: RecordedProgram) -> list[list[Any]]:
         offset, nbytes = 0, n.nbytes
         if n.op.value == "view":
             lo, hi = n.arg.span()
-            offset, nbytes = lo * n.dtype.itemsize, max(0, hi - lo) * n.dtype.itemsize
+            offset, nbytes = n.dtype.nbytes(lo), n.dtype.nbytes(max(0, hi - lo))  # a quantized view: whole blocks
         rows.append(
             [
                 n.id,

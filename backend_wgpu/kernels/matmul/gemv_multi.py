@@ -19,10 +19,11 @@ unfused graph stores its row, so the products are those of the stored row (an el
 Thread 0 evaluates the part's terms at the unit's elements, stores the root and makes
 the side writes.
 
-Quantized weights (q8_0, q4_0: kernels/quant/formats.py) make the `blocks` variant: each
+Quantized weights (q8_0, q4_0, q4_k: kernels/quant/formats.py) make the `blocks` variant: each
 thread takes whole blocks of 32 values along k (one or two 16-byte loads of quants and a
 scale per B, eight vec4 of the row), dequantizes in registers as qgemv does and adds
-scale * (quants . row) to its sum; a float B of the same group is read 32 values a block.
+scale * (quants . row) to its sum (q4_k: less its offset times the block's sum of the row,
+once per 32 values); a float B of the same group is read 32 values a block.
 A part without rope pairs or side writes (SwiGLU's gate and up, a head) gives each
 workgroup `lanes` / (its matmuls) consecutive output elements, so each load of the row serves that many
 columns of every B (a block of quants is 16-18 bytes against the row's 128), and there are
@@ -668,7 +669,7 @@ class GemvMultiKernel(Kernel):
         b.line(f"for (var kb = lidx; kb < params.kb; kb += {wgx}u) {{")
         b.line("  let k0 = kb * 32u;")
         for n, i in enumerate(leaves):  # the quants first: the loads in flight together
-            if self.operands[i].dtype is DType.q4_0:
+            if self.operands[i].dtype in (DType.q4_0, DType.q4_k):  # one unit per 32 values
                 b.line(f"  let q{n} = in{i}[bb{n} + kb];")
             elif self.operands[i].dtype is DType.q8_0:
                 b.line(f"  let q{n}_0 = in{i}[bb{n} + 2u * kb];")
@@ -689,15 +690,21 @@ class GemvMultiKernel(Kernel):
                     b.helper(name, code)
                 normed = expr.f16_rounded(normed, "vec4<f32>")
             b.line(f"  let a{t} = {normed};")
+        if any(self.operands[i].dtype is DType.q4_k for i in leaves):  # for q4_k's offsets: offset * sum(a)
+            b.line(f"  let asum = dot({' + '.join(f'a{t}' for t in range(8))}, vec4<f32>(1.0));")
         for n, i in enumerate(leaves):
             dtype = self.operands[i].dtype
             if dtype.is_quantized:
                 fmt = quant_format(dtype)
-                units = [f"q{n}"] if dtype is DType.q4_0 else [f"q{n}_0", f"q{n}_1"]
+                units = [f"q{n}_0", f"q{n}_1"] if dtype is DType.q8_0 else [f"q{n}"]
                 values = [v for u in units for v, _ in fmt.lanes(u)]
                 blk = f"bb{n} / {fmt.units_per_block}u + kb" if fmt.units_per_block > 1 else f"bb{n} + kb"
                 terms = " + ".join(f"dot({v}, a{t})" for t, v in enumerate(values))
-                b.line(f"  acc{n} = fma(in{i}_scale({blk}), {terms}, acc{n});")
+                if fmt.has_offset:  # scale * dot(q, a) - offset * sum(a)
+                    b.line(f"  let sc{n} = in{i}_scale({blk});")
+                    b.line(f"  acc{n} = fma(sc{n}.x, {terms}, fma(-sc{n}.y, asum, acc{n}));")
+                else:
+                    b.line(f"  acc{n} = fma(in{i}_scale({blk}), {terms}, acc{n});")
             else:
                 g = globals_[lanes[n][0]]
 
@@ -812,7 +819,7 @@ class GemvMultiKernel(Kernel):
                 if not dtype.is_quantized:
                     continue
                 fmt = quant_format(dtype)
-                if dtype is DType.q4_0:
+                if dtype in (DType.q4_0, DType.q4_k):
                     b.line(f"  let q{n}_{s} = in{i}[bb{n} + kb{s}];")
                 else:
                     b.line(f"  let q{n}_{s}_0 = in{i}[bb{n} + 2u * kb{s}];")
@@ -822,13 +829,18 @@ class GemvMultiKernel(Kernel):
         for s in range(unroll):
             for t in range(8):
                 b.line(f"  let a{s}_{t} = row[kb{s} * 8u + (({t}u + kb{s}) & 7u)];  // swizzled (_stage_row)")
+            if any(self.operands[i].dtype is DType.q4_k for i in leaves):  # for q4_k's offsets: offset * sum(a)
+                b.line(f"  let asum{s} = dot({' + '.join(f'a{s}_{t}' for t in range(8))}, vec4<f32>(1.0));")
             for n, i in enumerate(leaves):
                 dtype = self.operands[i].dtype
                 if dtype.is_quantized:
-                    units = [f"q{n}_{s}"] if dtype is DType.q4_0 else [f"q{n}_{s}_0", f"q{n}_{s}_1"]
+                    units = [f"q{n}_{s}_0", f"q{n}_{s}_1"] if dtype is DType.q8_0 else [f"q{n}_{s}"]
                     values = [v for u in units for v, _ in quant_format(dtype).lanes(u)]
                     terms = " + ".join(f"dot({v}, a{s}_{t})" for t, v in enumerate(values))
-                    value = f"fma(sc{n}_{s}, {terms}, acc{n})"
+                    if dtype is DType.q4_k:  # scale * dot(q, a) - offset * sum(a)
+                        value = f"fma(sc{n}_{s}.x, {terms}, fma(-sc{n}_{s}.y, asum{s}, acc{n}))"
+                    else:
+                        value = f"fma(sc{n}_{s}, {terms}, acc{n})"
                 else:
                     g = globals_[lanes[n][0]]
 

@@ -59,6 +59,6 @@ class DequantKernel(PerElementKernel):
                 b.helper(name, code)
         per = fmt.values_per_unit // 4
         for value, offset in fmt.lanes("q"):
-            v = f"d * {value}"
+            v = fmt.value("d", value)
             v = f"vec4<f16>({expr.f16_rounded(v, 'vec4<f32>')})" if f16 else v
             b.line(f"out[{idx} * {per}u + {offset // 4}u] = {v};")

@@ -5,6 +5,12 @@ vec4<u32> load (16 bytes), half a q8_0 block (16 int8 values) or a whole q4_0 bl
 nibbles); unit u of the tensor is element u of the binding, so a row's units are
 consecutive and a thread walking them issues one 16-byte load each. The f16 scales follow,
 from element `s4` (the tensor's unit count) on, two per u32 word, eight per element.
+
+q4_k's unit is one 32-value sub-block, its nibbles in q4_0's order but not centred; its
+`{binding}_scale(unit)` is a vec2<f32>: the sub-block's scale d * sc and offset dmin * m,
+unpacked from the 6-bit pair (u16 words from word 4 * s4 on) and the super-block's f16
+pair (d, dmin; words from 4 * s4 + 2 * s4 / 4 on). A kernel writes a value as `fmt.value(d, q)`
+and, in a dot product, subtracts offset * sum(x) once per unit (`fmt.has_offset`).
 """
 
 from __future__ import annotations
@@ -29,9 +35,21 @@ class QuantFormat:
         """Units (vec4<u32> loads of quants) of a tensor of `numel` values; also where its scales start."""
         return numel // self.values_per_unit
 
+    @property
+    def has_offset(self) -> bool:
+        """Its values are scale * q - offset (q4_k): `{binding}_scale` returns vec2(scale, offset)."""
+        return self.dtype is DType.q4_k
+
+    def value(self, d: str, q: str) -> str:
+        """WGSL: the dequantized values of lanes `q` (vec4<f32>) given the scale expression `d`."""
+        return f"({d}.x * {q} - vec4<f32>({d}.y))" if self.has_offset else f"{d} * {q}"
+
     def define(self, b: WgslBuilder, binding: str, s4: str = "s4") -> None:
         """The helpers: `{binding}_scale(block)` (its scales from uniform field `s4` on) and the
         unpacking of one word into four f32 values."""
+        if self.dtype is DType.q4_k:
+            self._define_q4_k(b, binding, s4)
+            return
         b.helper(
             f"{binding}_scale",
             f"fn {binding}_scale(blk: u32) -> f32 {{\n"
@@ -56,10 +74,37 @@ class QuantFormat:
                 "  return vec4<f32>((vec4<u32>(w) >> vec4<u32>(4u, 12u, 20u, 28u)) & vec4<u32>(15u)) - vec4<f32>(8.0);\n}",
             )
 
+    def _define_q4_k(self, b: WgslBuilder, binding: str, s4: str) -> None:
+        b.helper(
+            f"{binding}_word",
+            f"fn {binding}_word(i: u32) -> u32 {{\n  return {binding}[i / 4u][i % 4u];\n}}",
+        )
+        b.helper(
+            f"{binding}_scale",
+            f"fn {binding}_scale(sub: u32) -> vec2<f32> {{  // (d * sc, dmin * m) of one 32-value sub-block\n"
+            f"  let sm = {binding}_word(params.{s4} * 4u + sub / 2u) >> ((sub & 1u) * 16u);  // sc | m << 8\n"
+            f"  let dm = unpack2x16float({binding}_word(params.{s4} * 4u + params.{s4} / 2u + sub / 8u));\n"
+            f"  return dm * vec2<f32>(f32(sm & 63u), f32((sm >> 8u) & 63u));\n}}",
+        )
+        b.helper(
+            "q4klo",
+            "fn q4klo(w: u32) -> vec4<f32> {  // the low nibbles of four bytes (q4_k: not centred)\n"
+            "  return vec4<f32>((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(15u));\n}",
+        )
+        b.helper(
+            "q4khi",
+            "fn q4khi(w: u32) -> vec4<f32> {  // the high nibbles: values 16..31 of the sub-block\n"
+            "  return vec4<f32>((vec4<u32>(w) >> vec4<u32>(4u, 12u, 20u, 28u)) & vec4<u32>(15u));\n}",
+        )
+
     def lanes(self, q: str) -> list[tuple[str, int]]:
         """The unit `q` (a vec4<u32>) as vec4<f32> values before scaling, each with its first value's offset in the unit."""
         if self.dtype is DType.q8_0:
             return [(f"q8x4({q}.{c})", 4 * j) for j, c in enumerate("xyzw")]
+        if self.dtype is DType.q4_k:
+            return [(f"q4klo({q}.{c})", 4 * j) for j, c in enumerate("xyzw")] + [
+                (f"q4khi({q}.{c})", 16 + 4 * j) for j, c in enumerate("xyzw")
+            ]
         return [(f"q4lo({q}.{c})", 4 * j) for j, c in enumerate("xyzw")] + [
             (f"q4hi({q}.{c})", 16 + 4 * j) for j, c in enumerate("xyzw")
         ]
@@ -72,6 +117,7 @@ class QuantFormat:
 FORMATS = {
     DType.q8_0: QuantFormat(DType.q8_0, values_per_unit=16, units_per_block=2),
     DType.q4_0: QuantFormat(DType.q4_0, values_per_unit=32, units_per_block=1),
+    DType.q4_k: QuantFormat(DType.q4_k, values_per_unit=32, units_per_block=1),  # a "block" here: a sub-block
 }
 
 
@@ -84,4 +130,6 @@ def describe(dtype: DType, shape: tuple[int, ...]) -> str:
     numel = 1
     for d in shape:
         numel *= d
+    if dtype is DType.q4_k:  # its GPU bytes differ from the file's (ir/quant.py)
+        return f"q4_k {'x'.join(map(str, shape))}, {dtype.nbytes(numel)} bytes (148 per 256 weights; 144 in GGUF)"
     return f"{dtype.value} {'x'.join(map(str, shape))}, {dtype.nbytes(numel)} bytes ({dtype.block_bytes} per {dtype.block} weights)"

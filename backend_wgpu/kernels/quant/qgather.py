@@ -70,4 +70,4 @@ class QuantGatherKernel(PerElementKernel):
         b.line(f"let d = in0_scale({fmt.block_of('unit')});")
         per = fmt.values_per_unit // 4
         for value, offset in fmt.lanes("q"):
-            b.line(f"out[{idx} * {per}u + {offset // 4}u] = d * {value};")
+            b.line(f"out[{idx} * {per}u + {offset // 4}u] = {fmt.value('d', value)};")

@@ -70,7 +70,7 @@ class QuantGemmKernel(QuantMatmulKernel):
         b.line(f"    let q = {in_b}[unit];")
         b.line(f"    let d = {in_b}_scale({fmt.block_of('unit')});")
         for j, (value, offset) in enumerate(fmt.lanes("q")):
-            b.line(f"    let w{j} = d * {value};")
+            b.line(f"    let w{j} = {fmt.value('d', value)};")
             for c, lane in enumerate("xyzw"):
                 b.line(f"    ws[(sub * {fmt.values_per_unit}u + {offset + c}u) * {TILE}u + nn] = w{j}.{lane};")
         b.line("  }")
