@@ -439,62 +439,23 @@ def test_group_swiglu(k: int, subgroups: bool, layout: str, rng: np.random.Gener
 @pytest.mark.parametrize("staged", [False, True], ids=["blocks", "staged"])
 def test_group_qkv_rope_and_cache_writes(staged: bool, rng: np.random.Generator, monkeypatch) -> None:
     """q and k q4_k, v float32 (a mixed group), rope on q and k, k and v appended to caches: one dispatch."""
-    from passes import select_kernels as sk
-    from tests.test_quant import staged_on
+    from tests.test_quant import check_qkv_group
 
-    if staged:
-        staged_on(monkeypatch, 64, 4, 1)
-    else:
-        monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
-        monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
-    d, heads, kv_heads, hd, ctx, pos = 512, 5, 3, 16, 6, 3
-    (wq, q_ref), (wk, k_ref) = quantized(rng, heads * hd, d), quantized(rng, kv_heads * hd, d)
-    wv = rng.standard_normal((kv_heads * hd, d)).astype(np.float32)
-    norm, x = rng.standard_normal(d).astype(np.float32), rng.standard_normal((1, 1, d)).astype(np.float32)
-    ang = np.arange(hd // 2) * 0.3
-    cos, sin = np.cos(ang).astype(np.float32)[None], np.sin(ang).astype(np.float32)[None]
-    ck, cv = (rng.standard_normal((1, kv_heads, ctx, hd)).astype(np.float32) for _ in range(2))
-    t_ck, t_cv = tr.tensor(ck), tr.tensor(cv)
+    group_layout(monkeypatch, staged)
 
-    def heads_of(y: tr.Tensor, n: int) -> tr.Tensor:
-        return y.reshape(1, 1, n, hd).permute(0, 2, 1, 3)
+    def one_group(q: tr.Tensor, t_ck: tr.Tensor, t_cv: tr.Tensor) -> None:
+        (disp,) = tr.compile(q, t_ck, t_cv).dispatches
+        assert disp.kernel == "gemv_multi" and ("staged" in disp.variant) == staged
 
-    def step() -> tr.Tensor:
-        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
-        q = tr.nn.rope(heads_of(tr.nn.linear(h, wq), heads), tr.tensor(cos), tr.tensor(sin))
-        k = tr.nn.rope(heads_of(tr.nn.linear(h, wk), kv_heads), tr.tensor(cos), tr.tensor(sin))
-        t_ck.index_write(k, (0, 0, pos, 0))
-        t_cv.index_write(heads_of(tr.nn.linear(h, tr.tensor(wv)), kv_heads), (0, 0, pos, 0))
-        return q
-
-    q = step()
-    (disp,) = tr.compile(q, t_ck, t_cv).dispatches
-    assert disp.kernel == "gemv_multi" and ("staged" in disp.variant) == staged
-
-    def rope_np(y: np.ndarray) -> np.ndarray:  # (n, hd), halves rotated
-        a, b = y[:, : hd // 2], y[:, hd // 2 :]
-        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=1)
-
-    hn = rms(x[0], norm)
-    np.testing.assert_allclose(q.numpy()[0, :, 0], rope_np((hn @ q_ref.T).reshape(heads, hd)), rtol=1e-4, atol=1e-4)
-    ck[0, :, pos] = rope_np((hn @ k_ref.T).reshape(kv_heads, hd))
-    cv[0, :, pos] = (hn @ wv.T).reshape(kv_heads, hd)
-    np.testing.assert_allclose(t_ck.numpy(), ck, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(t_cv.numpy(), cv, rtol=1e-4, atol=1e-4)
+    check_qkv_group(rng, 512, 5, 3, lambda n, d: quantized(rng, n, d), one_group)
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["blocks", "staged"])
 @pytest.mark.parametrize("offset", [2, 1])
 def test_group_of_a_row_read_narrow(offset: int, staged: bool, rng: np.random.Generator, monkeypatch) -> None:
     """A row starting at an offset that allows only vec2 (or scalar) loads, no norm: q4_k, q4_0 and a float B."""
-    from passes import select_kernels as sk
-    from tests.test_quant import staged_on
 
-    if staged:
-        staged_on(monkeypatch, 64, 4, 1)
-    else:
-        monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
-        monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
+    group_layout(monkeypatch, staged)
     k = 512
     big = rng.standard_normal((1, k + 4)).astype(np.float32)
     (w1, ref1), w2, w3 = quantized(rng, 12, k), *(rng.standard_normal((12, k)).astype(np.float32) for _ in range(2))
@@ -510,16 +471,10 @@ def test_group_of_a_row_read_narrow(offset: int, staged: bool, rng: np.random.Ge
 @pytest.mark.parametrize("staged", [False, True], ids=["blocks", "staged"])
 def test_group_of_a_float16_row(staged: bool, rng: np.random.Generator, device, monkeypatch) -> None:
     """A float16 row and norm: the normed row rounded to float16 before the q4_k products, as stored unfused."""
-    from passes import select_kernels as sk
-    from tests.test_quant import staged_on
 
     if not device.caps.shader_f16:
         pytest.skip("no shader-f16")
-    if staged:
-        staged_on(monkeypatch, 64, 4, 1)
-    else:
-        monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
-        monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
+    group_layout(monkeypatch, staged)
     k = 256
     (w1, ref1), (w2, ref2) = quantized(rng, 16, k), quantized(rng, 16, k)
     x, norm = rng.standard_normal((1, k)).astype(np.float16), (1 + 0.1 * rng.standard_normal(k)).astype(np.float16)
@@ -561,3 +516,15 @@ def test_dump_shows_format_and_bytes(fmt: str, tmp_path: Path) -> None:
     nbytes = {"q4_k": 18944, "q4_0": 18432}[fmt]
     assert f"{fmt} 64x512, {nbytes} bytes" in (out / "index.html").read_text()
     assert f"{nbytes} bytes, " in (out / "program_000" / "00_traced.txt").read_text()
+
+
+def group_layout(monkeypatch: pytest.MonkeyPatch, staged: bool) -> None:
+    """GEMV groups in the staged layout (a small sizing) or the blocks one, with a program cache of the test's own."""
+    from passes import select_kernels as sk
+    from tests.test_quant import staged_on
+
+    if staged:
+        staged_on(monkeypatch, 64, 4, 1)
+    else:
+        monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
+        monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())

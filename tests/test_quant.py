@@ -9,6 +9,7 @@ reroute a case silently.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -389,8 +390,31 @@ def test_quantized_swiglu_is_one_gemv_multi(k: int, subgroups: bool, rng: np.ran
 @pytest.mark.parametrize("dt", FORMATS)
 def test_quantized_qkv_rope_and_cache_writes_are_one_dispatch(dt: DType, rng: np.random.Generator) -> None:
     """q and k quantized, v float32 (a mixed group), rope on q and k, k and v appended to caches."""
-    d, heads, kv_heads, hd, ctx, pos = 64, 4, 2, 16, 6, 3
-    wq, wk, wv = weights(rng, heads * hd, d), weights(rng, kv_heads * hd, d), weights(rng, kv_heads * hd, d)
+
+    def weight(n: int, d: int) -> tuple[tr.Tensor, np.ndarray]:
+        w = weights(rng, n, d)
+        return tr.quantize(w, dt), reference(w, dt)
+
+    def one_group(q: tr.Tensor, t_ck: tr.Tensor, t_cv: tr.Tensor) -> None:
+        assert [k for k, _, _ in group_kernels(q, t_ck, t_cv)] == ["gemv_multi"]
+
+    check_qkv_group(rng, 64, 4, 2, weight, one_group)
+
+
+def check_qkv_group(
+    rng: np.random.Generator,
+    d: int,
+    heads: int,
+    kv_heads: int,
+    weight: Callable[[int, int], tuple[tr.Tensor, np.ndarray]],
+    check_dispatches: Callable[[tr.Tensor, tr.Tensor, tr.Tensor], None],
+) -> None:
+    """A decode step's q/k/v group: q and k from `weight(rows, d)` (a tensor and the values numpy uses), v
+    float32, rope on q and k, k and v appended to caches; `check_dispatches(q, k_cache, v_cache)` sees
+    what it compiles to, then q and both caches are checked against numpy."""
+    hd, ctx, pos = 16, 6, 3
+    (wq, q_ref), (wk, k_ref) = weight(heads * hd, d), weight(kv_heads * hd, d)
+    wv = weights(rng, kv_heads * hd, d)
     norm, x = rng.standard_normal(d).astype(np.float32), rng.standard_normal((1, 1, d)).astype(np.float32)
     ang = np.arange(hd // 2) * 0.3
     cos, sin = np.cos(ang).astype(np.float32)[None], np.sin(ang).astype(np.float32)[None]
@@ -400,24 +424,21 @@ def test_quantized_qkv_rope_and_cache_writes_are_one_dispatch(dt: DType, rng: np
     def heads_of(y: tr.Tensor, n: int) -> tr.Tensor:
         return y.reshape(1, 1, n, hd).permute(0, 2, 1, 3)
 
-    def step() -> tr.Tensor:
-        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
-        q = tr.nn.rope(heads_of(tr.nn.linear(h, tr.quantize(wq, dt)), heads), tr.tensor(cos), tr.tensor(sin))
-        k = tr.nn.rope(heads_of(tr.nn.linear(h, tr.quantize(wk, dt)), kv_heads), tr.tensor(cos), tr.tensor(sin))
-        t_ck.index_write(k, (0, 0, pos, 0))
-        t_cv.index_write(heads_of(tr.nn.linear(h, tr.tensor(wv)), kv_heads), (0, 0, pos, 0))
-        return q
-
-    q = step()
-    assert [k for k, _, _ in group_kernels(q, t_ck, t_cv)] == ["gemv_multi"]
+    h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+    q = tr.nn.rope(heads_of(tr.nn.linear(h, wq), heads), tr.tensor(cos), tr.tensor(sin))
+    k = tr.nn.rope(heads_of(tr.nn.linear(h, wk), kv_heads), tr.tensor(cos), tr.tensor(sin))
+    t_ck.index_write(k, (0, 0, pos, 0))
+    t_cv.index_write(heads_of(tr.nn.linear(h, tr.tensor(wv)), kv_heads), (0, 0, pos, 0))
+    del h, k
+    check_dispatches(q, t_ck, t_cv)
 
     def rope_np(y: np.ndarray) -> np.ndarray:  # (n, hd), halves rotated
         a, b = y[:, : hd // 2], y[:, hd // 2 :]
         return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=1)
 
     hn = rms(x[0], norm)
-    assert_close(q.numpy()[0, :, 0], rope_np((hn @ reference(wq, dt).T).reshape(heads, hd)), rtol=1e-4, atol=1e-4)
-    ck[0, :, pos] = rope_np((hn @ reference(wk, dt).T).reshape(kv_heads, hd))
+    assert_close(q.numpy()[0, :, 0], rope_np((hn @ q_ref.T).reshape(heads, hd)), rtol=1e-4, atol=1e-4)
+    ck[0, :, pos] = rope_np((hn @ k_ref.T).reshape(kv_heads, hd))
     cv[0, :, pos] = (hn @ wv.T).reshape(kv_heads, hd)
     assert_close(t_ck.numpy(), ck, rtol=1e-4, atol=1e-4)
     assert_close(t_cv.numpy(), cv, rtol=1e-4, atol=1e-4)
