@@ -1,0 +1,341 @@
+"""q6_k (GGML's Q6_K) kept in its block format: the GPU layout, the quantizer, loading, and the kernels.
+
+References that share no code with wgjit's: gguf.quants.dequantize (the package llama.cpp's
+Python tools use) reads every block made here, and numpy computes the products from those
+values. ir/quant.py is the interpreter's reference, checked against gguf first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracer as tr
+from ir import quant
+from ir.dtypes import DType
+from tests.helpers import kernels_of
+
+gguf = pytest.importorskip("gguf", reason="q6_k tests read blocks with the gguf package (pip install 'wgjit[gguf]')")
+
+from tests.gguf_files import write_gguf  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+Q6_K = gguf.GGMLQuantizationType.Q6_K
+
+
+def random_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n valid Q6_K blocks with every byte random but d: a finite f16 of either sign, and zero."""
+    raw = rng.integers(0, 256, (n, 210), dtype=np.uint8)
+    d = rng.standard_normal((n, 1)).astype(np.float16) * np.float16(0.01)
+    d[0] = 0.0  # a block that is all zeros whatever its quants
+    raw[:, 208:210] = d.view(np.uint8)
+    return raw
+
+
+def gguf_values(raw: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return gguf.quants.dequantize(raw, Q6_K).reshape(shape)
+
+
+# --- step 1: layout, quantizer, loading --------------------------------------------------------
+
+
+def test_dtype_facts() -> None:
+    assert (tr.q6_k.block, tr.q6_k.block_bytes, tr.q6_k.is_quantized) == (256, 210, True)
+    assert tr.q6_k.nbytes(256) == 224  # 210 bytes (128 of nibbles, 64 of high bits, 16 scales, 2 of d), padded
+    assert tr.q6_k.nbytes(4096 * 4096) == 4096 * 4096 // 256 * 210
+    assert DType("q6_k") is tr.q6_k and repr(tr.q6_k) == "tr.q6_k"
+
+
+@pytest.mark.parametrize("n", [1, 3, 16])
+def test_random_blocks_pack_unpack_and_references_agree(n: int, rng: np.random.Generator) -> None:
+    raw = random_blocks(rng, n)
+    words = quant.pack(raw, DType.q6_k)
+    assert words.dtype == np.uint32 and words.nbytes == DType.q6_k.nbytes(n * 256) and words.nbytes % 16 == 0
+    np.testing.assert_array_equal(quant.unpack(words, DType.q6_k, n * 256), raw)
+    ours = quant.dequantize(words, DType.q6_k, (n, 256))
+    np.testing.assert_array_equal(ours, gguf_values(raw, (n, 256)))
+    assert not ours[0].any()
+
+
+def test_layout_as_the_docstring_says(rng: np.random.Generator) -> None:
+    """Unit j (16 bytes) holds sub-block j's low nibbles in q4_0's order; its 8 bytes of high bits follow all
+    units (word 0: values 0..15, value 4c + b at bits 8b + 2c); then the int8 scales; then d per super-block."""
+    raw = random_blocks(rng, 2)
+    data = quant.pack(raw, DType.q6_k).view(np.uint8)
+    units = data[: 2 * 128].reshape(16, 16)
+    lo = np.concatenate([units & 15, units >> 4], axis=1).astype(np.int32)  # (16 sub-blocks, 32)
+    words = data[256:384].view("<u4").reshape(16, 2).astype(np.int64)
+    v = np.arange(16)
+    shift = 8 * (v % 4) + 2 * (v // 4)
+    hi = np.concatenate([(words[:, 0:1] >> shift) & 3, (words[:, 1:2] >> shift) & 3], axis=1)
+    q = lo | (hi << 4)
+    sc = data[384:416].view(np.int8).reshape(2, 16).astype(np.float32)
+    d = data[416:420].view("<f2").astype(np.float32)
+    scale = (d[:, None] * sc).reshape(32)  # one per 16 values
+    values = scale[:, None] * (q.reshape(32, 16) - 32)
+    np.testing.assert_array_equal(values.reshape(2, 256), gguf_values(raw, (2, 256)))
+    assert not data[420:].any()  # padding to 16 bytes
+
+
+@pytest.mark.parametrize("shape", [(1, 256), (7, 512), (3, 2, 2048)])
+def test_quantize_makes_valid_blocks(shape: tuple[int, ...], rng: np.random.Generator) -> None:
+    w = (rng.standard_normal(shape) * rng.uniform(0.01, 3.0, shape[:-1] + (1,))).astype(np.float32)
+    w[..., :16] = np.abs(w[..., :16])  # 16 values of one sign
+    raw = quant.quantize_q6_k(w)
+    assert raw.shape == (w.size // 256, 210)
+    values = gguf_values(raw, w.shape)
+    q = tr.quantize(w, tr.q6_k)
+    assert q.dtype is tr.q6_k and q.shape == shape
+    np.testing.assert_array_equal(quant.dequantize(q._lazy.host, DType.q6_k, shape), values)
+    # 6 bits over each 16 values' range (plus the 8-bit rounding of their scale): a real bound
+    err = np.abs(values - w).reshape(-1, 16)
+    amax = np.abs(w.reshape(-1, 16)).max(axis=1, keepdims=True)
+    assert (err <= amax / 31 * 0.6 + 1e-6).all(), (err / amax).max()
+    assert np.sqrt((err**2).mean() / (w**2).mean()) < 0.03
+
+
+def test_quantize_constant_and_zero_rows() -> None:
+    w = np.zeros((3, 256), np.float32)
+    w[1] = 2.5
+    w[2, :128] = -0.75
+    values = gguf_values(quant.quantize_q6_k(w), w.shape)
+    np.testing.assert_allclose(values, w, rtol=1e-3)
+    assert not values[0].any() and not values[2, 128:].any()
+
+
+def test_quantize_bad_input() -> None:
+    with pytest.raises(tr.DTypeError, match=r"quantize: shape \(4, 128\) cannot be q6_k: .* multiple of 256"):
+        tr.quantize(np.ones((4, 128), np.float32), tr.q6_k)
+    with pytest.raises(tr.DTypeError, match="cannot be q6_k"):
+        tr.quantize(np.ones(()), tr.q6_k)
+    w = np.ones((1, 256), np.float32)
+    w[0, 3] = np.inf
+    with pytest.raises(tr.DTypeError, match="inf or NaN, which q6_k blocks cannot hold"):
+        tr.quantize(w, tr.q6_k)
+    with pytest.raises(tr.DTypeError, match=r"reaches \|1e\+12\|, whose q6_k scale overflows"):
+        tr.quantize(np.full((1, 256), 1e12, np.float32), tr.q6_k)
+
+
+def test_truncated_blocks_name_the_tensor(rng: np.random.Generator) -> None:
+    from tracer.gguf import quantized_tensor
+
+    raw = random_blocks(rng, 2)
+    with pytest.raises(tr.FormatError, match=r"weights: 419 bytes of q6_k blocks for shape \(2, 256\)"):
+        quantized_tensor(raw.reshape(-1)[:-1], DType.q6_k, (2, 256), "weights")
+    with pytest.raises(tr.DTypeError, match=r"weights: shape \(2, 320\) cannot be q6_k"):
+        quantized_tensor(raw, DType.q6_k, (2, 320), "weights")
+
+
+@pytest.fixture
+def q6k_file(tmp_path: Path, rng: np.random.Generator) -> tuple[Path, np.ndarray]:
+    raw = random_blocks(rng, 6)  # a (3, 512) matrix
+    w = raw.reshape(3, 2 * 210)  # GGUFWriter reads the rows (3, 512) from the bytes per row
+    return write_gguf(tmp_path / "q6k.gguf", {"w": (w, Q6_K), "b": (np.ones(3, np.float32), None)}), raw
+
+
+def test_load_gguf_keeps_q6_k(q6k_file: tuple[Path, np.ndarray]) -> None:
+    path, raw = q6k_file
+    got = tr.load_gguf(path)
+    w = got["w"]
+    assert w.dtype is tr.q6_k and w.shape == (3, 512)
+    np.testing.assert_array_equal(quant.unpack(w._lazy.host, DType.q6_k, w.size), raw)
+    np.testing.assert_array_equal(w.astype(tr.float32).numpy(), gguf_values(raw, (3, 512)))
+    flat = tr.load_gguf(path, dequantize=True)["w"]
+    assert flat.dtype is tr.float32
+    np.testing.assert_array_equal(flat.numpy(), gguf_values(raw, (3, 512)))
+
+
+def test_load_gguf_q6_k_bad_rows_name_the_tensor(q6k_file: tuple[Path, np.ndarray]) -> None:
+    path, _ = q6k_file
+    reader = gguf.GGUFReader(path, "r+")
+    entry = next(t for t in reader.tensors if t.name == "w")
+    entry.field.parts[3][0] = 384  # rows of one and a half super-blocks
+    reader.data.flush()
+    del reader
+    with pytest.raises(tr.FormatError, match=r"tensor 'w' .* rows of 384 values, not whole Q6_K blocks of 256"):
+        tr.load_gguf(path)
+
+
+def test_load_gguf_q6_k_truncated(tmp_path: Path, rng: np.random.Generator) -> None:
+    path = write_gguf(tmp_path / "t.gguf", {"w": (random_blocks(rng, 4), Q6_K)})
+    path.write_bytes(path.read_bytes()[:-50])
+    with pytest.raises(tr.FormatError, match=r"tensor 'w' .* \(Q6_K, .* reaches past the end of the file"):
+        tr.load_gguf(path)
+
+
+def quantized_tensor_of(raw: np.ndarray, shape: tuple[int, ...]) -> tr.Tensor:
+    from tracer.gguf import quantized_tensor
+
+    return quantized_tensor(raw, DType.q6_k, shape)
+
+
+def test_interpreter_reads_q6_k(rng: np.random.Generator) -> None:
+    """The reference interpreter evaluates a q6_k input from its GPU words (ir/quant.dequantize)."""
+    from ir.interpret import interpret
+
+    raw = random_blocks(rng, 8)  # (4, 512)
+    w = quantized_tensor_of(raw, (4, 512))
+    x = rng.standard_normal((2, 512)).astype(np.float32)
+    graph = tr.nn.linear(tr.tensor(x), w).graph()
+    feed = {n.arg.index: w._lazy.host if n.dtype.is_quantized else x for n in graph if n.op.value == "input"}
+    (out,) = interpret(graph, [feed[i] for i in range(len(feed))])
+    np.testing.assert_allclose(out, x @ gguf_values(raw, (4, 512)).T, rtol=1e-5, atol=1e-4)
+
+
+# --- step 2: the kernels against numpy on gguf's values ----------------------------------------
+
+
+def q6k_weights(rng: np.random.Generator, n: int, k: int) -> tuple[tr.Tensor, np.ndarray]:
+    """A (n, k) q6_k weight from random valid blocks and the values gguf reads from them."""
+    raw = random_blocks(rng, n * k // 256)
+    raw[0, 208:210] = np.array([0.01], np.float16).view(np.uint8)  # the zero block of random_blocks, undone
+    return quantized_tensor_of(raw, (n, k)), gguf_values(raw, (n, k))
+
+
+def assert_product(got: np.ndarray, x: np.ndarray, ref: np.ndarray) -> None:
+    """got == x @ ref.T up to float32 rounding of its terms: random blocks make values up to ~|41|,
+    whose products cancel, so the tolerance follows the sum of |terms| (|x| @ |ref|.T), not the result."""
+    bound = 1e-5 * (np.abs(x.astype(np.float32)) @ np.abs(ref).T) + 1e-6
+    assert got.shape == bound.shape
+    assert (np.abs(got - x.astype(np.float32) @ ref.T) <= bound).all(), np.abs(got - x @ ref.T).max()
+
+
+def quant_kernels(y: tr.Tensor) -> list[tuple[str, str]]:
+    return [(k, v.split(":")[0]) for k, v, _ in kernels_of(y)]
+
+
+@pytest.mark.parametrize("out_dtype", [tr.float32, tr.float16])
+def test_astype_dequantizes(out_dtype: DType, rng: np.random.Generator, device) -> None:
+    if out_dtype is tr.float16 and not device.caps.shader_f16:
+        pytest.skip("no shader-f16")
+    w, ref = q6k_weights(rng, 9, 512)
+    y = w.astype(out_dtype)
+    assert [k for k, _, _ in kernels_of(y)] == ["dequant"]
+    got = y.numpy()
+    if out_dtype is tr.float32:  # (d * scale) * (q - 32): the same two roundings as gguf's
+        np.testing.assert_array_equal(got, ref)
+    else:
+        np.testing.assert_array_equal(got, ref.astype(np.float16))
+
+
+def test_quantized_values_dequantize_on_the_gpu(rng: np.random.Generator) -> None:
+    w = rng.standard_normal((5, 768)).astype(np.float32)
+    q = tr.quantize(w, tr.q6_k)
+    ref = gguf_values(quant.quantize_q6_k(w), w.shape)
+    np.testing.assert_array_equal(q.astype(tr.float32).numpy(), ref)
+    np.testing.assert_array_equal(q.T.astype(tr.float32).numpy(), ref.T)
+
+
+@pytest.mark.parametrize("n,k", [(1, 256), (17, 512), (70, 2048), (5, 2304)])
+def test_gemv(n: int, k: int, rng: np.random.Generator) -> None:
+    """One row of x: qgemv, rows past a workgroup's and units past its threads' tails."""
+    w, ref = q6k_weights(rng, n, k)
+    x = rng.standard_normal(k).astype(np.float32)
+    y = tr.nn.linear(tr.tensor(x), w)
+    assert quant_kernels(y) == [("qgemv", "x4.q6_k")]
+    assert_product(y.numpy(), x, ref)
+
+
+@pytest.mark.parametrize("wx,wy,rows,unroll", [(16, 1, 1, 1), (64, 2, 3, 3), (32, 8, 8, 2), (128, 1, 2, 1)])
+def test_gemv_configurations(wx: int, wy: int, rows: int, unroll: int, rng: np.random.Generator) -> None:
+    """Every qgemv knob, forced: the values stay right (1280: units past any step; 37 rows: odd)."""
+    from backend_wgpu import get_device
+    from benchmarks.device.quant import program_for
+    from ir.node import KernelChoice
+
+    w, ref = q6k_weights(rng, 37, 1280)
+    x = rng.standard_normal((1, 1280)).astype(np.float32)
+    y = tr.nn.linear(tr.tensor(x), w, tr.tensor(np.ones(37, np.float32))).relu()
+    choice = KernelChoice("qgemv", "x4", 1, (wx, wy, 1), (("rows", rows), ("unroll", unroll)))
+    program, bufs = program_for(y, choice)
+    assert [(d.kernel, d.workgroup_size) for d in program.dispatches] == [("qgemv", (wx, wy, 1))]
+    got = np.frombuffer(get_device().read(program.run(bufs)[0]), np.float32).reshape(y.shape)
+    bound = 1e-5 * (np.abs(x) @ np.abs(ref).T) + 1e-6
+    assert (np.abs(got - np.maximum(x @ ref.T + 1, 0)) <= bound).all()  # relu moves no value further apart
+
+
+def test_gemv_strided_x(rng: np.random.Generator) -> None:
+    """x read through strides (x1): a column of a matrix."""
+    w, ref = q6k_weights(rng, 40, 256)
+    big = rng.standard_normal((256, 3)).astype(np.float32)
+    y = tr.nn.linear(tr.tensor(big)[:, 1], w)
+    assert quant_kernels(y)[-1] == ("qgemv", "x1.q6_k")
+    assert_product(y.numpy(), big[:, 1], ref)
+
+
+@pytest.mark.parametrize("m,n,k", [(2, 3, 256), (65, 71, 512), (7, 64, 2048), (130, 33, 256)])
+def test_gemm(m: int, n: int, k: int, rng: np.random.Generator) -> None:
+    """Several rows (prefill): qgemm, edges in m and n."""
+    w, ref = q6k_weights(rng, n, k)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    y = tr.tensor(x) @ w.T
+    assert quant_kernels(y) == [("qgemm", "x4.q6_k")]
+    assert_product(y.numpy(), x, ref)
+
+
+@pytest.mark.parametrize("m", [1, 5])
+def test_fused_epilogue(m: int, rng: np.random.Generator) -> None:
+    """bias + silu + residual after the q6_k matmul: one dispatch (weights from tr.quantize: values near 1)."""
+    f = rng.standard_normal((48, 256)).astype(np.float32)
+    w, ref = tr.quantize(f, tr.q6_k), gguf_values(quant.quantize_q6_k(f), f.shape)
+    x = rng.standard_normal((m, 256)).astype(np.float32)
+    bias, res = rng.standard_normal(48).astype(np.float32), rng.standard_normal((m, 48)).astype(np.float32)
+    y = tr.nn.linear(tr.tensor(x), w, tr.tensor(bias)).silu() + tr.tensor(res)
+    program = tr.compile(y)
+    assert [(d.kernel, d.op) for d in program.dispatches] == [("qgemv" if m == 1 else "qgemm", "fused")]
+    z = x @ ref.T + bias
+    np.testing.assert_allclose(y.numpy(), z / (1 + np.exp(-z)) + res, rtol=1e-4, atol=1e-4)
+
+
+def test_float16_x(rng: np.random.Generator, device) -> None:
+    if not device.caps.shader_f16:
+        pytest.skip("no shader-f16")
+    f = rng.standard_normal((21, 256)).astype(np.float32)
+    w, ref = tr.quantize(f, tr.q6_k), gguf_values(quant.quantize_q6_k(f), f.shape)
+    x = rng.standard_normal((3, 256)).astype(np.float16)
+    for rows in (x[:1], x):
+        y = tr.nn.linear(tr.tensor(rows), w)
+        assert y.dtype is tr.float16
+        np.testing.assert_allclose(y.numpy().astype(np.float32), rows.astype(np.float32) @ ref.T, rtol=3e-3, atol=3e-3)
+
+
+def test_embedding_rows(rng: np.random.Generator) -> None:
+    """A q6_k table (a tied embedding's head): rows at ids, and ids computed on the GPU, clamped."""
+    table, ref = q6k_weights(rng, 51, 512)
+    ids = np.array([[3, 0, 50], [7, 7, 1]])
+    y = tr.nn.embedding(ids, table)
+    assert y.shape == (2, 3, 512) and y.dtype is tr.float32
+    assert kernels_of(y)[0][0] == "qgather"
+    np.testing.assert_array_equal(y.numpy(), ref[ids])
+    computed = tr.tensor(np.array([2, 0, 9], np.int32)) * 7 - 5  # 9, -5, 58: computed on the GPU, so clamped
+    np.testing.assert_array_equal(tr.nn.embedding(computed, table).numpy(), ref[[9, 0, 50]])
+
+
+def test_interpreter_agrees_with_the_gpu(rng: np.random.Generator) -> None:
+    from ir.interpret import interpret
+
+    w, ref = q6k_weights(rng, 8, 512)
+    x = rng.standard_normal((2, 512)).astype(np.float32)
+    y = tr.nn.linear(tr.tensor(x), w).relu()
+    graph = y.graph()
+    feed = {n.arg.index: w._lazy.host if n.dtype.is_quantized else x for n in graph if n.op.value == "input"}
+    (out,) = interpret(graph, [feed[i] for i in range(len(feed))])
+    np.testing.assert_allclose(out, y.numpy(), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(out, np.maximum(x @ ref.T, 0), rtol=1e-5, atol=1e-4)
+
+
+def test_explain_and_text_show_format_and_bytes(rng: np.random.Generator) -> None:
+    w, _ = q6k_weights(rng, 64, 512)
+    y = tr.nn.linear(tr.randn(1, 512, seed=0), w)
+    text = str(tr.explain(y))
+    assert "qgemv" in text and "q6_k 64x512, 26880 bytes (210 per 256 weights)" in text
+    assert "q6_k[64x512]" in str(y.graph()) and "26880 bytes, 210-byte blocks of 256" in str(y.graph())
+
+
+def test_other_ops_raise_naming_the_op(rng: np.random.Generator) -> None:
+    w, _ = q6k_weights(rng, 4, 256)
+    with pytest.raises(tr.DTypeError, match=r"add: the q6_k tensor of shape \(4, 256\) holds quantized weight blocks"):
+        _ = w + 1.0
