@@ -339,3 +339,47 @@ def test_other_ops_raise_naming_the_op(rng: np.random.Generator) -> None:
     w, _ = q6k_weights(rng, 4, 256)
     with pytest.raises(tr.DTypeError, match=r"add: the q6_k tensor of shape \(4, 256\) holds quantized weight blocks"):
         _ = w + 1.0
+
+
+# --- step 3: routing in a decode step ----------------------------------------------------------
+
+
+def test_decode_fragment_with_q4_k_and_q6_k_weights(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
+    """A Q4_K_M-like decoder fragment: norm, q4_k gate and up (one gemv_multi with the norm folded in),
+    SwiGLU, a q6_k down projection with the residual, then a q6_k head: fused and unfused runs match the
+    interpreter, and numpy on gguf's values of the blocks; the q6_k matmuls stay qgemv dispatches of their own."""
+    from tests.test_decode_fusion import reference, run
+
+    d, ff, vocab = 256, 512, 77
+    x = rng.standard_normal((1, 1, d)).astype(np.float32)
+    wn = (1 + 0.1 * rng.standard_normal(d)).astype(np.float32)
+    gate, up, down, head = (
+        rng.standard_normal(s).astype(np.float32) * 0.1 for s in ((ff, d), (ff, d), (d, ff), (vocab, d))
+    )
+    gk, uk = tr.quantize(gate, tr.q4_k), tr.quantize(up, tr.q4_k)
+    dk, hk = tr.quantize(down, tr.q6_k), tr.quantize(head, tr.q6_k)
+
+    def build() -> tuple[tr.Tensor, ...]:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(wn), 1e-6)
+        mlp = tr.nn.linear(h, gk).silu() * tr.nn.linear(h, uk)
+        out = tr.nn.linear(mlp, dk) + tr.tensor(x)
+        return (out, tr.nn.linear(out, hk))
+
+    want = reference(build)
+    fused, fused_d = run(monkeypatch, build, True)
+    unfused, unfused_d = run(monkeypatch, build, False)
+    for got in (fused, unfused):
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    kernels = [k.kernel for k in fused_d]
+    assert kernels.count("gemv_multi") == 1 and kernels.count("qgemv") == 2, kernels
+    assert [k.kernel for k in unfused_d].count("qgemv") == 4
+    # and against numpy on gguf's values of the blocks
+    q4k = gguf.GGMLQuantizationType.Q4_K
+    g_v, u_v = (gguf.quants.dequantize(quant.quantize_q4_k(v), q4k).reshape(v.shape) for v in (gate, up))
+    d_v, h_v = (gguf_values(quant.quantize_q6_k(v), v.shape) for v in (down, head))
+    hx = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * wn
+    z = hx @ g_v.T
+    out = (z / (1 + np.exp(-z)) * (hx @ u_v.T)) @ d_v.T + x
+    np.testing.assert_allclose(fused[0], out, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fused[1], out @ h_v.T, rtol=1e-4, atol=1e-4)
