@@ -267,7 +267,7 @@ def load_weights(
 ) -> dict[str, tr.Tensor]:
     """The checkpoint's tensors (model.safetensors or a sharded index), checked by name and shape.
 
-    quantize ("q8_0", "q4_0", "q4_k") quantizes the matrices on the host as they load (quantize_weights).
+    quantize ("q8_0", "q4_0", "q4_k", "q6_k") quantizes the matrices on the host as they load (quantize_weights).
     """
     folder = Path(path)
     index = folder / "model.safetensors.index.json"
@@ -306,7 +306,7 @@ def check_weights(
 
 # --- quantized weights and GGUF files (llama.cpp) ---------------------------------------------------
 
-QUANTIZE = {"q8_0": tr.q8_0, "q4_0": tr.q4_0, "q4_k": tr.q4_k}
+QUANTIZE = {"q8_0": tr.q8_0, "q4_0": tr.q4_0, "q4_k": tr.q4_k, "q6_k": tr.q6_k}
 
 
 def quantized_names(cfg: LlamaConfig) -> list[str]:
@@ -315,7 +315,7 @@ def quantized_names(cfg: LlamaConfig) -> list[str]:
 
 
 def quantize_weights(weights: dict[str, Any], cfg: LlamaConfig, fmt: str) -> dict[str, Any]:
-    """The checkpoint (Tensors or arrays) with its matrices quantized to `fmt` (q8_0, q4_0, q4_k) on the host;
+    """The checkpoint (Tensors or arrays) with its matrices quantized to `fmt` (q8_0, q4_0, q4_k, q6_k) on the host;
     norms and biases kept."""
     if fmt not in QUANTIZE:
         raise CheckpointError(f"--quantize {fmt!r}: choose one of {', '.join(QUANTIZE)}")
@@ -324,7 +324,7 @@ def quantize_weights(weights: dict[str, Any], cfg: LlamaConfig, fmt: str) -> dic
         w = weights.get(name)
         if w is None or (isinstance(w, tr.Tensor) and w.dtype.is_quantized):
             continue  # missing (check_weights says so) or already quantized (a GGUF file)
-        block = QUANTIZE[fmt].block  # 32 values, 256 for q4_k
+        block = QUANTIZE[fmt].block  # 32 values, 256 for q4_k and q6_k
         if w.shape[-1] % block:
             raise CheckpointError(
                 f"--quantize {fmt}: tensor {name!r} has rows of {w.shape[-1]}, not whole blocks of {block}"
@@ -427,9 +427,9 @@ def rope_rows(heads: int, head_dim: int) -> np.ndarray:
 def load_gguf_checkpoint(
     path: str | os.PathLike, dtype: tr.DType = tr.float32, quantize: str | None = None
 ) -> tuple[LlamaConfig, dict[str, tr.Tensor]]:
-    """A llama.cpp GGUF file as (config, weights by Hugging Face name); Q8_0/Q4_0/Q4_K stay quantized.
+    """A llama.cpp GGUF file as (config, weights by Hugging Face name); Q8_0/Q4_0/Q4_K/Q6_K stay quantized.
 
-    quantize ("q8_0", "q4_0", "q4_k") quantizes its float matrices too (quantize_weights).
+    quantize ("q8_0", "q4_0", "q4_k", "q6_k") quantizes its float matrices too (quantize_weights).
     """
     where = str(path)
     try:
