@@ -302,15 +302,20 @@ def quantize_q6_k(values: np.ndarray) -> np.ndarray:
     """float32 values (any shape, last dim a multiple of 256) as GGML Q6_K blocks (uint8 (n, 210)).
 
     From the format's definition, not llama.cpp's search for the best scales: each 16 values
-    step by max |x| / 31 (q - 32 in -31..31); d is the largest step over 127 (f16), each scale
-    its step rounded to an integer multiple of d, then q - 32 = round(x / (d scale)) in -32..31.
+    step by max |x| / 31 (q - 32 in -31..31); d is the largest step over 127 (f16, rounded up), each
+    scale its step rounded to an integer multiple of d, then q - 32 = round(x / (d scale)) in -32..31.
     Values must be finite (the caller checks).
     """
     x = np.asarray(values, dtype=np.float32).reshape(-1, 16, 16)
     n = x.shape[0]
     step = np.abs(x).max(axis=2) / 31.0  # (n, 16)
+    want = step.max(axis=1) / 127.0
     with np.errstate(over="ignore"):
-        d = (step.max(axis=1) / 127.0).astype(np.float16)
+        d = want.astype(np.float16)
+    # rounded up, not to nearest: every step is then at most 127 d (no scale clipped), which matters
+    # where d is an f16 subnormal of few bits (largest |x| below about 0.24)
+    low = d.astype(np.float32) < want
+    d[low] = np.nextafter(d[low], np.float16(np.inf))
     d32 = d.astype(np.float32)[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
         sc = np.where(d32 > 0, np.clip(np.rint(step / d32), 0, 127), 0).astype(np.int8)

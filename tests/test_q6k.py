@@ -97,6 +97,17 @@ def test_quantize_makes_valid_blocks(shape: tuple[int, ...], rng: np.random.Gene
     assert np.sqrt((err**2).mean() / (w**2).mean()) < 0.03
 
 
+@pytest.mark.parametrize("scale", [1e-2, 1e-3, 1e-4])
+def test_quantize_small_weights_keep_their_precision(scale: float, rng: np.random.Generator) -> None:
+    """Weights whose f16 d is subnormal (largest |x| below ~0.24): d rounded up keeps every scale unclipped,
+    so the error stays that of 6 bits over each 16 values' range."""
+    w = (rng.standard_normal((16, 256)) * scale).astype(np.float32)
+    values = gguf_values(quant.quantize_q6_k(w), w.shape)
+    err = np.abs(values - w).reshape(-1, 16)
+    amax = np.abs(w.reshape(-1, 16)).max(axis=1, keepdims=True)
+    assert (err <= amax / 31 * 0.6).all(), (err / amax).max()
+
+
 def test_quantize_constant_and_zero_rows() -> None:
     w = np.zeros((3, 256), np.float32)
     w[1] = 2.5
