@@ -17,8 +17,7 @@ dispatches nothing). No weight is copied: each matmul keeps its own B operand.
 
 A matmul is a candidate when it is one row (M = 1, no batch) of floats with B read
 contiguously along k (x @ W.T, torch's Linear layout), or B a whole quantized weight w.T
-(q8_0, q4_0, q4_k: the kernel dequantizes its blocks in registers, as qgemv; a q6_k matmul stays a qgemv of
-its own). Epilogue terms join while every
+(q8_0, q4_0, q4_k, q6_k: the kernel dequantizes its blocks in registers, as qgemv). Epilogue terms join while every
 operand is a member (through a plain reshape) or a value that does not depend on the
 group; each connected part of the epilogue (its matmuls, the terms between them) must
 end in side writes or in the root, and at most one part holds the root. A side write
@@ -130,8 +129,6 @@ def _is_core(graph: Graph, node: Node) -> bool:
     a_owner, b_owner = (view_of_operand(graph, s)[0] for s in node.srcs)
     b_view = view_of_operand(graph, node.srcs[1])[1]
     if a_owner.dtype.is_quantized:
-        return False
-    if b_owner.dtype is DType.q6_k:  # gemv_multi reads q8_0, q4_0 and q4_k blocks: q6_k runs its own qgemv
         return False
     if b_owner.dtype.is_quantized:  # x @ w.T of a whole quantized w (N, K): gemv_multi reads its blocks
         k, n = b_view.shape[-2:]

@@ -330,7 +330,7 @@ def q4_k_m_file(path: Path, cfg: L.LlamaConfig, w: dict[str, np.ndarray]) -> tup
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_q4_k_m_file_keeps_q6_k_and_matches_numpy(tmp_path: Path, tied: bool) -> None:
     """The Q6_K tensors of a Q4_K_M-like file stay q6_k (a tied q6_k embedding is read by qgather and as the
-    head by qgemv), no weight becomes float32, and the logits and greedy ids are numpy's on gguf's values."""
+    head by gemv_multi), no weight becomes float32, and the logits and greedy ids are numpy's on gguf's values."""
     cfg = config(tied, dim=256, ff=512, head_dim=64)
     w, hf = L.random_weights(cfg, seed=7, scale=0.2), cfg.to_hf()
     path, held = q4_k_m_file(tmp_path / "m.gguf", cfg, w)
@@ -351,9 +351,9 @@ def test_q4_k_m_file_keeps_q6_k_and_matches_numpy(tmp_path: Path, tied: bool) ->
     ids = G.tr.tensor(np.array([[3]], np.int32))
     pos = G.tr.tensor(np.array([0], np.int32))
     kernels = [d.kernel for d in G.tr.compile(model.step(ids, pos, *model.empty_cache().tensors())[0]).dispatches]
-    # q6_k matmuls are qgemv dispatches of their own (gemv_multi reads no q6_k): per layer v (q6_k), o and down
-    # (q4_k in layer 1, as for Q4_K files; q6_k in layer 0) and the head; q/k and gate/up: gemv_multi groups
-    assert kernels.count("qgemv") == 3 * cfg.layers + 1 and kernels.count("gemv_multi") == 2 * cfg.layers, kernels
+    # as for Q4_K files: per layer q, k (q4_k) and v (q6_k) with the norm folded, and gate, up, read as blocks by
+    # gemv_multi; o and down (q6_k in layer 0) by qgemv; the final norm and the q6_k head: gemv_multi
+    assert kernels.count("qgemv") == 2 * cfg.layers and kernels.count("gemv_multi") == 2 * cfg.layers + 1, kernels
     assert kernels.count("qgather") == 1 and "dequant" not in kernels and "gemv" not in kernels
 
 

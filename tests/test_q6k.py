@@ -7,6 +7,8 @@ values. ir/quant.py is the interpreter's reference, checked against gguf first.
 
 from __future__ import annotations
 
+import sys
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -356,9 +358,9 @@ def test_other_ops_raise_naming_the_op(rng: np.random.Generator) -> None:
 
 
 def test_decode_fragment_with_q4_k_and_q6_k_weights(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
-    """A Q4_K_M-like decoder fragment: norm, q4_k gate and up (one gemv_multi with the norm folded in),
-    SwiGLU, a q6_k down projection with the residual, then a q6_k head: fused and unfused runs match the
-    interpreter, and numpy on gguf's values of the blocks; the q6_k matmuls stay qgemv dispatches of their own."""
+    """A Q4_K_M-like decoder fragment: norm, a q4_k gate and a q6_k up (one gemv_multi with the norm folded
+    in), SwiGLU, a q6_k down projection with the residual, then a q6_k head: fused and unfused runs match
+    the interpreter, and numpy on gguf's values of the blocks."""
     from tests.test_decode_fusion import reference, run
 
     d, ff, vocab = 256, 512, 77
@@ -367,7 +369,7 @@ def test_decode_fragment_with_q4_k_and_q6_k_weights(monkeypatch: pytest.MonkeyPa
     gate, up, down, head = (
         rng.standard_normal(s).astype(np.float32) * 0.1 for s in ((ff, d), (ff, d), (d, ff), (vocab, d))
     )
-    gk, uk = tr.quantize(gate, tr.q4_k), tr.quantize(up, tr.q4_k)
+    gk, uk = tr.quantize(gate, tr.q4_k), tr.quantize(up, tr.q6_k)
     dk, hk = tr.quantize(down, tr.q6_k), tr.quantize(head, tr.q6_k)
 
     def build() -> tuple[tr.Tensor, ...]:
@@ -383,14 +385,136 @@ def test_decode_fragment_with_q4_k_and_q6_k_weights(monkeypatch: pytest.MonkeyPa
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     kernels = [k.kernel for k in fused_d]
-    assert kernels.count("gemv_multi") == 1 and kernels.count("qgemv") == 2, kernels
+    # gate (q4_k) and up (q6_k): one group with the norm; down with its residual and the head: a qgemv each
+    assert kernels.count("gemv_multi") == 1 and kernels.count("qgemv") == 2 and len(kernels) < len(unfused_d), kernels
     assert [k.kernel for k in unfused_d].count("qgemv") == 4
     # and against numpy on gguf's values of the blocks
     q4k = gguf.GGMLQuantizationType.Q4_K
-    g_v, u_v = (gguf.quants.dequantize(quant.quantize_q4_k(v), q4k).reshape(v.shape) for v in (gate, up))
-    d_v, h_v = (gguf_values(quant.quantize_q6_k(v), v.shape) for v in (down, head))
+    g_v = gguf.quants.dequantize(quant.quantize_q4_k(gate), q4k).reshape(gate.shape)
+    u_v, d_v, h_v = (gguf_values(quant.quantize_q6_k(v), v.shape) for v in (up, down, head))
     hx = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * wn
     z = hx @ g_v.T
     out = (z / (1 + np.exp(-z)) * (hx @ u_v.T)) @ d_v.T + x
     np.testing.assert_allclose(fused[0], out, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(fused[1], out @ h_v.T, rtol=1e-4, atol=1e-4)
+
+
+# --- q6_k in gemv_multi groups (blocks and staged variants) -------------------------------------
+
+
+def quantized(rng: np.random.Generator, n: int, k: int) -> tuple[tr.Tensor, np.ndarray]:
+    """tr.quantize of Gaussian weights (values near 1) and gguf's values of the blocks it makes."""
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    return tr.quantize(w, tr.q6_k), gguf_values(quant.quantize_q6_k(w), w.shape)
+
+
+def rms(x: np.ndarray, w: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    x = x.astype(np.float64)
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * w
+
+
+def group_layout(monkeypatch: pytest.MonkeyPatch, staged: bool) -> None:
+    """GEMV groups in the staged layout (a small sizing) or the blocks one, with a program cache of the test's own."""
+    from passes import select_kernels as sk
+    from tests.test_quant import staged_on
+
+    if staged:
+        staged_on(monkeypatch, 64, 4, 1)
+    else:
+        monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
+        monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
+
+
+@pytest.mark.parametrize("layout", ["blocks", "staged", "staged_t32g8u3"])
+@pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "tree"])
+@pytest.mark.parametrize("k", [256, 512, 2304])  # 8, 16 and 72 sub-blocks
+def test_group_swiglu(k: int, subgroups: bool, layout: str, rng: np.random.Generator, device, monkeypatch) -> None:
+    """norm, gate (q6_k), up (q4_k), SwiGLU: one gemv_multi, in the blocks layout and the staged one
+    (a step of 3 blocks that the row's blocks do not fill), against numpy on gguf's values; 23 rows: odd."""
+    from passes import select_kernels as sk
+    from tests.test_kernels_perf_variants import run_with_caps
+    from tests.test_quant import staged_on
+
+    if subgroups and not device.caps.subgroups:
+        pytest.skip("no subgroups on this adapter")
+    if layout == "blocks":
+        monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
+        monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
+    else:
+        staged_on(monkeypatch, *((256, 16, 4) if layout == "staged" else (32, 8, 3)))
+    (g, g_ref), norm = quantized(rng, 23, k), rng.standard_normal(k).astype(np.float32)
+    up = rng.standard_normal((23, k)).astype(np.float32)
+    q4k = gguf.GGMLQuantizationType.Q4_K
+    up_ref = gguf.quants.dequantize(quant.quantize_q4_k(up), q4k).reshape(up.shape)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+
+    def swiglu() -> tr.Tensor:
+        h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+        return tr.nn.linear(h, g).silu() * tr.nn.linear(h, tr.quantize(up, tr.q4_k))
+
+    got, program = run_with_caps(swiglu(), subgroups=subgroups)
+    (d,) = program.dispatches
+    assert d.kernel == "gemv_multi" and (("staged" in d.variant) == (layout != "blocks")), d.variant
+    a, b = rms(x, norm) @ g_ref.T, rms(x, norm) @ up_ref.T
+    np.testing.assert_allclose(got, a / (1 + np.exp(-a)) * b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["blocks", "staged"])
+def test_group_qkv_rope_and_cache_writes(staged: bool, rng: np.random.Generator, monkeypatch) -> None:
+    """q and k q6_k, v float32 (a mixed group), rope on q and k, k and v appended to caches: one dispatch."""
+    from tests.test_quant import check_qkv_group
+
+    group_layout(monkeypatch, staged)
+
+    def one_group(q: tr.Tensor, t_ck: tr.Tensor, t_cv: tr.Tensor) -> None:
+        (disp,) = tr.compile(q, t_ck, t_cv).dispatches
+        assert disp.kernel == "gemv_multi" and ("staged" in disp.variant) == staged
+
+    check_qkv_group(rng, 512, 5, 3, lambda n, d: quantized(rng, n, d), one_group)
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["blocks", "staged"])
+@pytest.mark.parametrize("offset", [2, 1])
+def test_group_of_a_row_read_narrow(offset: int, staged: bool, rng: np.random.Generator, monkeypatch) -> None:
+    """A row starting at an offset that allows only vec2 (or scalar) loads, no norm: q6_k, q4_0 and a float B."""
+    group_layout(monkeypatch, staged)
+    k = 512
+    big = rng.standard_normal((1, k + 4)).astype(np.float32)
+    (w1, ref1), w2, w3 = quantized(rng, 12, k), *(rng.standard_normal((12, k)).astype(np.float32) for _ in range(2))
+    row = tr.tensor(big)[:, offset : offset + k]
+    y = tr.nn.linear(row, w1) * tr.nn.linear(row, tr.quantize(w2, tr.q4_0)) + tr.nn.linear(row, tr.tensor(w3))
+    assert [d.kernel for d in tr.compile(y).dispatches] == ["gemv_multi"]
+    x = big[:, offset : offset + k]
+    q40 = gguf.GGMLQuantizationType.Q4_0
+    ref2 = gguf.quants.dequantize(gguf.quants.quantize(w2, q40), q40).reshape(w2.shape)
+    np.testing.assert_allclose(y.numpy(), (x @ ref1.T) * (x @ ref2.T) + x @ w3.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["blocks", "staged"])
+def test_group_of_a_float16_row(staged: bool, rng: np.random.Generator, device, monkeypatch) -> None:
+    """A float16 row and norm: the normed row rounded to float16 before the q6_k products, as stored unfused."""
+    if not device.caps.shader_f16:
+        pytest.skip("no shader-f16")
+    group_layout(monkeypatch, staged)
+    k = 256
+    (w1, ref1), (w2, ref2) = quantized(rng, 16, k), quantized(rng, 16, k)
+    x, norm = rng.standard_normal((1, k)).astype(np.float16), (1 + 0.1 * rng.standard_normal(k)).astype(np.float16)
+    h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-5)
+    y = tr.nn.linear(h, w1) + tr.nn.linear(h, w2)
+    del h
+    assert [d.kernel for d in tr.compile(y).dispatches] == ["gemv_multi"]
+    hn = rms(x.astype(np.float32), norm.astype(np.float32)).astype(np.float16).astype(np.float64)  # as stored
+    assert y.dtype is tr.float16
+    np.testing.assert_allclose(y.numpy().astype(np.float32), hn @ ref1.T + hn @ ref2.T, rtol=2e-3, atol=2e-3)
+
+
+def test_group_head_with_its_norm_and_bias(rng: np.random.Generator) -> None:
+    """The final norm and a q6_k vocabulary projection (51 rows) with a bias: one dispatch."""
+    k, n = 512, 51
+    (w, ref), norm = quantized(rng, n, k), rng.standard_normal(k).astype(np.float32)
+    bias, x = rng.standard_normal(n).astype(np.float32), rng.standard_normal((1, 1, k)).astype(np.float32)
+    h = tr.nn.rms_norm(tr.tensor(x), tr.tensor(norm), 1e-6)
+    y = tr.nn.linear(h, w, tr.tensor(bias)).reshape(1, n)
+    del h
+    assert [d.kernel for d in tr.compile(y).dispatches] == ["gemv_multi"]
+    np.testing.assert_allclose(y.numpy(), rms(x[0], norm, 1e-6) @ ref.T + bias, rtol=1e-4, atol=1e-4)
