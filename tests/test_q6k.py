@@ -518,3 +518,19 @@ def test_group_head_with_its_norm_and_bias(rng: np.random.Generator) -> None:
     del h
     assert [d.kernel for d in tr.compile(y).dispatches] == ["gemv_multi"]
     np.testing.assert_allclose(y.numpy(), rms(x[0], norm, 1e-6) @ ref.T + bias, rtol=1e-4, atol=1e-4)
+
+
+def test_dump_shows_format_and_bytes(tmp_path: Path) -> None:
+    """`wgjit dump` of a script reading a q6_k w through its view w.T."""
+    from tracer.cli import main
+
+    script = tmp_path / "q.py"
+    script.write_text(
+        "import numpy as np\nimport tracer as tr\n"
+        "w = tr.quantize(np.random.default_rng(0).standard_normal((64, 512)).astype(np.float32), tr.q6_k)\n"
+        "(tr.randn(1, 512, seed=0) @ w.T).numpy()\n"
+    )
+    out = tmp_path / "out"
+    assert main(["dump", str(script), "-o", str(out)]) == 0
+    assert "q6_k 64x512, 26880 bytes" in (out / "index.html").read_text()
+    assert "26880 bytes, " in (out / "program_000" / "00_traced.txt").read_text()
