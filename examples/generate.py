@@ -2,11 +2,11 @@
 
 Reads a Hugging Face checkpoint folder (config.json, model.safetensors or a sharded
 model.safetensors.index.json, tokenizer.json when present) or a llama.cpp GGUF file (Llama
-metadata; Q8_0, Q4_0 and Q4_K weights stay quantized on the GPU, Q6_K and the other types
-become float32; the tokenizer from the file's metadata, or --tokenizer), prefills the
+metadata; Q8_0, Q4_0, Q4_K and Q6_K weights stay quantized on the GPU (a Q4_K_M file's Q6_K
+head and projections too), the other types become float32; the tokenizer from the file's metadata, or --tokenizer), prefills the
 prompt, then decodes one token at a time with a KV cache; greedy, or seeded sampling with
 temperature, top-k and top-p drawn on the GPU (tr.sample: one id read back per token).
---quantize q8_0 (or q4_0, q4_k) quantizes a checkpoint's matrices as it loads. The model code is in examples/llama.py.
+--quantize q8_0 (or q4_0, q4_k, q6_k, q4_k_m: llama.cpp's Q4_K_M mix) quantizes a checkpoint's matrices as it loads. The model code is in examples/llama.py.
 
     python examples/generate.py --model DIR --prompt "The capital of France is" --max-new-tokens 32
     python examples/generate.py --model DIR --quantize q4_0 --prompt "The capital of France is"
@@ -133,7 +133,7 @@ class Generator:
         quantize: str | None = None,
         tokenizer: str | Path | None = None,
     ) -> Generator:
-        """A Hugging Face folder or a GGUF file; `quantize` ("q8_0", "q4_0", "q4_k") its matrices as they load;
+        """A Hugging Face folder or a GGUF file; `quantize` ("q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m") its matrices as they load;
         `tokenizer`: a tokenizer.json (or a folder holding one) instead of the checkpoint's own."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")

@@ -267,7 +267,7 @@ def load_weights(
 ) -> dict[str, tr.Tensor]:
     """The checkpoint's tensors (model.safetensors or a sharded index), checked by name and shape.
 
-    quantize ("q8_0", "q4_0", "q4_k") quantizes the matrices on the host as they load (quantize_weights).
+    quantize ("q8_0", "q4_0", "q4_k", "q6_k") quantizes the matrices on the host as they load (quantize_weights).
     """
     folder = Path(path)
     index = folder / "model.safetensors.index.json"
@@ -306,7 +306,23 @@ def check_weights(
 
 # --- quantized weights and GGUF files (llama.cpp) ---------------------------------------------------
 
-QUANTIZE = {"q8_0": tr.q8_0, "q4_0": tr.q4_0, "q4_k": tr.q4_k}
+# q4_k_m: q4_k, but q6_k where llama.cpp's Q4_K_M mix puts Q6_K (format_of)
+QUANTIZE = {"q8_0": tr.q8_0, "q4_0": tr.q4_0, "q4_k": tr.q4_k, "q6_k": tr.q6_k, "q4_k_m": tr.q4_k}
+
+
+def format_of(fmt: str, name: str, cfg: LlamaConfig) -> tr.DType:
+    """The format `--quantize fmt` gives matrix `name`. q4_k_m follows llama.cpp's Q4_K_M mix: q6_k for the
+    output head (the embedding when tied), and for attn_v and ffn_down of the first and last eighth of the
+    layers and every third layer between; q4_k for the rest."""
+    if fmt != "q4_k_m":
+        return QUANTIZE[fmt]
+    if name == ("model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight"):
+        return tr.q6_k
+    if name.endswith(("self_attn.v_proj.weight", "mlp.down_proj.weight")):
+        i, n = int(name.split(".")[2]), cfg.layers
+        if i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2:
+            return tr.q6_k
+    return tr.q4_k
 
 
 def quantized_names(cfg: LlamaConfig) -> list[str]:
@@ -315,8 +331,8 @@ def quantized_names(cfg: LlamaConfig) -> list[str]:
 
 
 def quantize_weights(weights: dict[str, Any], cfg: LlamaConfig, fmt: str) -> dict[str, Any]:
-    """The checkpoint (Tensors or arrays) with its matrices quantized to `fmt` (q8_0, q4_0, q4_k) on the host;
-    norms and biases kept."""
+    """The checkpoint (Tensors or arrays) with its matrices quantized to `fmt` (q8_0, q4_0, q4_k, q6_k, or the
+    q4_k_m mix: format_of) on the host; norms and biases kept."""
     if fmt not in QUANTIZE:
         raise CheckpointError(f"--quantize {fmt!r}: choose one of {', '.join(QUANTIZE)}")
     out = dict(weights)
@@ -324,12 +340,13 @@ def quantize_weights(weights: dict[str, Any], cfg: LlamaConfig, fmt: str) -> dic
         w = weights.get(name)
         if w is None or (isinstance(w, tr.Tensor) and w.dtype.is_quantized):
             continue  # missing (check_weights says so) or already quantized (a GGUF file)
-        block = QUANTIZE[fmt].block  # 32 values, 256 for q4_k
+        dtype = format_of(fmt, name, cfg)
+        block = dtype.block  # 32 values, 256 for q4_k and q6_k
         if w.shape[-1] % block:
             raise CheckpointError(
                 f"--quantize {fmt}: tensor {name!r} has rows of {w.shape[-1]}, not whole blocks of {block}"
             )
-        out[name] = tr.quantize(w, QUANTIZE[fmt])
+        out[name] = tr.quantize(w, dtype)
     return out
 
 
@@ -427,9 +444,9 @@ def rope_rows(heads: int, head_dim: int) -> np.ndarray:
 def load_gguf_checkpoint(
     path: str | os.PathLike, dtype: tr.DType = tr.float32, quantize: str | None = None
 ) -> tuple[LlamaConfig, dict[str, tr.Tensor]]:
-    """A llama.cpp GGUF file as (config, weights by Hugging Face name); Q8_0/Q4_0/Q4_K stay quantized.
+    """A llama.cpp GGUF file as (config, weights by Hugging Face name); Q8_0/Q4_0/Q4_K/Q6_K stay quantized.
 
-    quantize ("q8_0", "q4_0", "q4_k") quantizes its float matrices too (quantize_weights).
+    quantize ("q8_0", "q4_0", "q4_k", "q6_k") quantizes its float matrices too (quantize_weights).
     """
     where = str(path)
     try:

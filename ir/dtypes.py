@@ -19,6 +19,7 @@ class DType(enum.Enum):
     q8_0 = "q8_0"
     q4_0 = "q4_0"
     q4_k = "q4_k"
+    q6_k = "q6_k"
 
     # the properties read facts computed once per member (below the class): tracing asks
     # them for every op, and an Enum member's own lookups cost microseconds each
@@ -42,14 +43,14 @@ class DType(enum.Enum):
     def nbytes(self, numel: int) -> int:
         """Bytes that `numel` elements take in a GPU buffer (quantized: whole blocks, padded to 16 bytes).
 
-        q4_k's GPU layout takes 148 bytes per 256-value block where GGUF's takes 144 (ir/quant.py)."""
+        q4_k's GPU layout takes 148 bytes per 256-value block where GGUF's takes 144; q6_k's 210 as GGUF's (ir/quant.py)."""
         if not self.is_quantized:
             return numel * self.itemsize
         return -(-(numel // self.block * _GPU_BLOCK_BYTES.get(self, self.block_bytes)) // 16) * 16
 
     @property
     def is_quantized(self) -> bool:
-        """A block format (q8_0, q4_0, q4_k): read by tr.nn.linear, tr.nn.embedding and .astype only."""
+        """A block format (q8_0, q4_0, q4_k, q6_k): read by tr.nn.linear, tr.nn.embedding and .astype only."""
         return self._facts[4]
 
     @property
@@ -59,7 +60,7 @@ class DType(enum.Enum):
 
     @property
     def block_bytes(self) -> int:
-        """Bytes per block in a GGUF file: 34 for q8_0, 18 for q4_0 (an f16 scale and the quants), 144 for q4_k."""
+        """Bytes per block in a GGUF file: 34 for q8_0, 18 for q4_0 (an f16 scale and the quants), 144 for q4_k, 210 for q6_k."""
         return _BLOCKS[self][1] if self in _BLOCKS else self.itemsize
 
     @property
@@ -123,9 +124,10 @@ _WGSL = {
     DType.q8_0: "u32",  # storage words; kernels unpack the blocks (backend_wgpu/kernels/quant/)
     DType.q4_0: "u32",
     DType.q4_k: "u32",
+    DType.q6_k: "u32",
 }
 # quantized formats: (elements per block, bytes per block), as GGML defines them
-_BLOCKS = {DType.q8_0: (32, 34), DType.q4_0: (32, 18), DType.q4_k: (256, 144)}
+_BLOCKS = {DType.q8_0: (32, 34), DType.q4_0: (32, 18), DType.q4_k: (256, 144), DType.q6_k: (256, 210)}
 # bytes per block on the GPU where they differ from GGML's (ir/quant.py: q4_k's scales unpacked to bytes)
 _GPU_BLOCK_BYTES = {DType.q4_k: 148}
 
@@ -150,6 +152,7 @@ bool_ = DType.bool
 q8_0 = DType.q8_0
 q4_0 = DType.q4_0
 q4_k = DType.q4_k
+q6_k = DType.q6_k
 
 # Promotion lattice over the supported types, as numpy does it (int32 with uint32 would be
 # int64 in numpy, which we cannot store: that pair is refused rather than silently narrowed).

@@ -1,4 +1,4 @@
-"""Quantized weight formats: GGML's Q8_0, Q4_0 and Q4_K blocks, and how wgjit lays them out on the GPU.
+"""Quantized weight formats: GGML's Q8_0, Q4_0, Q4_K and Q6_K blocks, and how wgjit lays them out on the GPU.
 
 GGML (llama.cpp, GGUF files) stores a row of a weight matrix in blocks of 32 values, each
 an f16 scale `d` followed by the block's quants:
@@ -30,6 +30,27 @@ they are: their bit fields cross sub-blocks, and the unpacked u16 costs 4 bytes 
 A kernel's sub-block scale is d * sc (an f16 times a 6-bit integer: exact in f32) and offset
 dmin * m; its dot product with x is scale * dot(q, x) - offset * sum(x).
 
+Q6_K: super-blocks of 256 values, 210 bytes: ql[128] (low 4 bits), qh[64] (high 2 bits), 16
+int8 scales (one per 16 values), f16 d; value = d * scale[v / 16] * (q - 32), q the 6-bit
+value. The block is two halves of 128 values (ql 64 bytes, qh 32 bytes each); in a half, value
+32 s + l (s < 4, l < 32) has its low 4 bits in ql byte 32 (s % 2) + l (low nibble for s < 2,
+high for s >= 2) and its high 2 bits in bits 2 s, 2 s + 1 of qh byte l.
+On the GPU a q6_k tensor holds, per 32-value sub-block, one 16-byte unit of low nibbles in
+q4_0's order (byte i: value i low, value i + 16 high); then per sub-block an 8-byte piece of
+high bits, its word 0 for values 0..15 and word 1 for 16..31, value 4 c + b of a word's half
+at bits 8 b + 2 c (so the same byte shifts that pick the nibbles of the unit's word c pick
+the high bits of the word shifted right by 2 c); then the 16 int8 scales of every
+super-block as they are; then every super-block's f16 d (two per word); padded to 16 bytes:
+210 bytes per 256 values, GGUF's size. Every part starts on a 16-byte boundary (the nibbles
+take 128 and the high bits 64 bytes per super-block), so a unit is one vec4<u32> load and two
+sub-blocks' high bits another. Why not one 24-byte record per sub-block (nibbles and high bits
+together): it is not 16-byte aligned every other sub-block, so a kernel would need three
+8-byte loads instead of a 16-byte and a shared 16-byte one. Why not f32 scales d * scale
+per 16 values (exact too): 64 bytes more per 256 values (30% more to read in a memory-bound
+GEMV) to save one multiply per 16 values. A kernel's scale for a unit is the pair
+(d * scale[2 j], d * scale[2 j + 1]) (an f16 times an int8: exact in f32), the first for
+the unit's values 0..15, the second for 16..31: dot = s0 * dot(q - 32, x)[:16] + s1 * ...[16:].
+
 `dequantize` is written from the definitions above and shares no code with the kernels
 or the gguf package; it is what the reference interpreter (ir/interpret.py) computes with.
 """
@@ -41,7 +62,7 @@ import numpy as np
 from ir.dtypes import DType
 from ir.errors import DTypeError
 
-QUANTIZED = (DType.q8_0, DType.q4_0, DType.q4_k)
+QUANTIZED = (DType.q8_0, DType.q4_0, DType.q4_k, DType.q6_k)
 SUB = 32  # values per q4_k sub-block
 
 
@@ -66,6 +87,8 @@ def pack(blocks: np.ndarray, dtype: DType) -> np.ndarray:
     """
     if dtype is DType.q4_k:
         return _pack_q4_k(blocks)
+    if dtype is DType.q6_k:
+        return _pack_q6_k(blocks)
     raw = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, dtype.block_bytes)
     n = raw.shape[0]
     out = np.zeros(dtype.nbytes(n * dtype.block), dtype=np.uint8)
@@ -79,6 +102,8 @@ def unpack(words: np.ndarray, dtype: DType, numel: int) -> np.ndarray:
     """The GPU layout back to GGML blocks: uint8 of shape (blocks, block_bytes)."""
     if dtype is DType.q4_k:
         return _unpack_q4_k(words, numel)
+    if dtype is DType.q6_k:
+        return _unpack_q6_k(words, numel)
     data = np.ascontiguousarray(words).view(np.uint8)
     n = numel // dtype.block
     qb = quant_bytes(dtype)
@@ -95,6 +120,11 @@ def dequantize_blocks(raw: np.ndarray, dtype: DType) -> np.ndarray:
         scale, offset, q = _fields_q4_k(raw)
         with np.errstate(invalid="ignore", over="ignore"):
             return (scale[:, :, None] * q - offset[:, :, None]).reshape(-1, dtype.block)
+    if dtype is DType.q6_k:
+        q, sc, d = _fields_q6_k(raw)
+        with np.errstate(invalid="ignore", over="ignore"):  # (d * scale) * (q - 32), GGML's order
+            scale = d[:, None] * sc.astype(np.float32)  # (n, 16)
+            return (scale[:, :, None] * (q.reshape(-1, 16, 16).astype(np.float32) - 32.0)).reshape(-1, dtype.block)
     d = raw[:, :2].copy().view("<f2").astype(np.float32)  # (n, 1)
     qs = raw[:, 2:]
     if dtype is DType.q8_0:
@@ -207,3 +237,89 @@ def quantize_q4_k(values: np.ndarray) -> np.ndarray:
     pairs = q.reshape(n, 4, 2, SUB)
     raw[:, 16:] = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
     return raw
+
+
+# --- Q6_K ------------------------------------------------------------------------------------
+
+
+def _fields_q6_k(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GGML Q6_K blocks (n, 210) as their 6-bit quants in value order (uint8 (n, 8, 32)), the 16 int8
+    scales (n, 16) and d (float32 (n,))."""
+    n = raw.shape[0]
+    ql = raw[:, 0:128].reshape(n, 2, 2, 32)  # (half, s % 2, l)
+    qh = raw[:, 128:192].reshape(n, 2, 1, 32)  # (half, -, l)
+    lo = (ql[:, :, None] >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1, 1)) & 15  # (half, s // 2, s % 2, l)
+    hi = (qh >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3  # (half, s, l)
+    q = lo.reshape(n, 2, 4, 32) | (hi << 4)
+    sc = raw[:, 192:208].view(np.int8)
+    d = raw[:, 208:210].copy().view("<f2").astype(np.float32).reshape(n)
+    return q.reshape(n, 8, SUB), sc, d
+
+
+def _raw_q6_k(q: np.ndarray, sc: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The inverse of _fields_q6_k: quants (n, 8, 32) in 0..63, int8 scales (n, 16), f16 d (n,) as blocks (n, 210)."""
+    n = q.shape[0]
+    q = q.astype(np.uint8).reshape(n, 2, 2, 2, 32)  # (half, s // 2, s % 2, l)
+    ql = (q[:, :, 0] & 15) | ((q[:, :, 1] & 15) << 4)  # (half, s % 2, l)
+    hi = (q.reshape(n, 2, 4, 32) >> 4) << np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    raw = np.empty((n, 210), dtype=np.uint8)
+    raw[:, 0:128] = ql.reshape(n, 128)
+    raw[:, 128:192] = np.bitwise_or.reduce(hi, axis=2).reshape(n, 64)
+    raw[:, 192:208] = np.asarray(sc).astype(np.int8).view(np.uint8)
+    raw[:, 208:210] = np.asarray(d, dtype=np.float16).reshape(n, 1).view(np.uint8)
+    return raw
+
+
+def _pack_q6_k(blocks: np.ndarray) -> np.ndarray:
+    raw = np.ascontiguousarray(blocks, dtype=np.uint8).reshape(-1, DType.q6_k.block_bytes)
+    n = raw.shape[0]
+    q, sc, _ = _fields_q6_k(raw)
+    lo = q & 15
+    units = lo[:, :, :16] | (lo[:, :, 16:] << 4)  # (n, 8, 16): q4_0's order
+    hi = (q >> 4).reshape(n, 8, 2, 4, 4)  # (sub-block, word, c, b): value 16 word + 4 c + b
+    pieces = np.bitwise_or.reduce(hi << np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 1, 4, 1), axis=3)  # byte b
+    out = np.zeros(DType.q6_k.nbytes(n * 256), dtype=np.uint8)
+    out[: n * 128] = units.reshape(-1)
+    out[n * 128 : n * 192] = pieces.reshape(-1)
+    out[n * 192 : n * 208] = sc.view(np.uint8).reshape(-1)
+    out[n * 208 : n * 210] = raw[:, 208:210].reshape(-1)
+    return out.view("<u4")
+
+
+def _unpack_q6_k(words: np.ndarray, numel: int) -> np.ndarray:
+    data = np.ascontiguousarray(words).view(np.uint8)
+    n = numel // 256
+    units = data[: n * 128].reshape(n, 8, 16)
+    pieces = data[n * 128 : n * 192].reshape(n, 8, 2, 1, 4)  # (sub-block, word, -, byte b)
+    hi = (pieces >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 1, 4, 1)) & 3  # (.., c, b)
+    q = np.concatenate([units & 15, units >> 4], axis=2) | (hi.reshape(n, 8, 32) << 4)
+    sc = data[n * 192 : n * 208].reshape(n, 16).view(np.int8)
+    d = data[n * 208 : n * 210].copy().view("<f2").reshape(n)
+    return _raw_q6_k(q, sc, d)
+
+
+def quantize_q6_k(values: np.ndarray) -> np.ndarray:
+    """float32 values (any shape, last dim a multiple of 256) as GGML Q6_K blocks (uint8 (n, 210)).
+
+    From the format's definition, not llama.cpp's search for the best scales: each 16 values
+    step by max |x| / 31 (q - 32 in -31..31); d is the largest step over 127 (f16, rounded up), each
+    scale its step rounded to an integer multiple of d, then q - 32 = round(x / (d scale)) in -32..31.
+    Values must be finite (the caller checks).
+    """
+    x = np.asarray(values, dtype=np.float32).reshape(-1, 16, 16)
+    n = x.shape[0]
+    step = np.abs(x).max(axis=2) / 31.0  # (n, 16)
+    want = step.max(axis=1) / 127.0
+    with np.errstate(over="ignore"):
+        d = want.astype(np.float16)
+    # rounded up, not to nearest: every step is then at most 127 d (no scale clipped), which matters
+    # where d is an f16 subnormal of few bits (largest |x| below about 0.24)
+    low = d.astype(np.float32) < want
+    d[low] = np.nextafter(d[low], np.float16(np.inf))
+    d32 = d.astype(np.float32)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d32 > 0, np.clip(np.rint(step / d32), 0, 127), 0).astype(np.int8)
+        scale = d32 * sc  # exact in float32
+        q = np.rint(x / scale[:, :, None])
+    q = np.where(scale[:, :, None] > 0, np.clip(np.nan_to_num(q), -32, 31), 0) + 32
+    return _raw_q6_k(q.reshape(n, 8, SUB), sc, d)

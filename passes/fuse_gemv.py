@@ -17,7 +17,7 @@ dispatches nothing). No weight is copied: each matmul keeps its own B operand.
 
 A matmul is a candidate when it is one row (M = 1, no batch) of floats with B read
 contiguously along k (x @ W.T, torch's Linear layout), or B a whole quantized weight w.T
-(q8_0, q4_0, q4_k: the kernel dequantizes its blocks in registers, as qgemv). Epilogue terms join while every
+(q8_0, q4_0, q4_k, q6_k: the kernel dequantizes its blocks in registers, as qgemv). Epilogue terms join while every
 operand is a member (through a plain reshape) or a value that does not depend on the
 group; each connected part of the epilogue (its matmuls, the terms between them) must
 end in side writes or in the root, and at most one part holds the root. A side write

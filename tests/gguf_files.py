@@ -33,10 +33,11 @@ def encode(values: np.ndarray, kind: str) -> tuple[np.ndarray, Any]:
     qtype = gguf.GGMLQuantizationType[kind]
     if kind in ("F32", "F16", "I32"):
         return values.astype({"F32": np.float32, "F16": np.float16, "I32": np.int32}[kind]), None
-    if kind == "Q4_K":  # gguf.quants cannot quantize Q4_K: wgjit's quantizer makes the blocks (gguf reads them back)
-        from ir.quant import quantize_q4_k
+    if kind in ("Q4_K", "Q6_K"):  # gguf.quants cannot quantize these: wgjit's quantizers make the blocks
+        from ir.quant import quantize_q4_k, quantize_q6_k
 
-        rows = quantize_q4_k(values).reshape(values.shape[:-1] + (-1,))  # GGUFWriter reads the shape from bytes per row
+        blocks = (quantize_q4_k if kind == "Q4_K" else quantize_q6_k)(values)
+        rows = blocks.reshape(values.shape[:-1] + (-1,))  # GGUFWriter reads the shape from bytes per row
         return rows, qtype
     return gguf.quants.quantize(np.ascontiguousarray(values, dtype=np.float32), qtype), qtype
 

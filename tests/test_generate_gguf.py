@@ -300,3 +300,114 @@ def test_quantize_q4_k_needs_rows_of_256(tmp_path: Path) -> None:
     L.write_checkpoint(tmp_path, cfg, L.random_weights(cfg, 0, 0.2))
     with pytest.raises(L.CheckpointError, match=r"--quantize q4_k: tensor .* has rows of 32, not whole blocks of 256"):
         G.Generator.load(tmp_path, quantize="q4_k")
+
+
+# --- Q4_K_M: Q4_K matrices with a Q6_K head, attn_v and some ffn_down, all kept as blocks ---------------
+
+
+def q4_k_m_file(
+    path: Path, cfg: L.LlamaConfig, w: dict[str, np.ndarray], six: list[str] | None = None
+) -> tuple[Path, dict[str, np.ndarray]]:
+    """A file laid out like llama.cpp's Q4_K_M mix: Q4_K matrices, but Q6_K for `six` (by default the output
+    head (the token embedding when tied), every attn_v and layer 0's ffn_down); and the values gguf reads
+    from it by HF name."""
+    tensors = llama_tensors(cfg, w, "Q4_K")
+    if six is None:
+        six = [f"model.layers.{i}.self_attn.v_proj.weight" for i in range(cfg.layers)]
+        six += ["model.layers.0.mlp.down_proj.weight"]
+        six += ["model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight"]
+    for name in six:
+        gname = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}.get(name)
+        if gname is None:
+            _, _, layer, rest = name.split(".", 3)
+            gname = f"blk.{layer}.{'attn_v' if 'v_proj' in rest else 'ffn_down'}.weight"
+        assert gname in tensors
+        tensors[gname] = encode(w[name], "Q6_K")
+    held = {
+        n: gguf.quants.dequantize(*encode(v, "Q6_K" if n in six else "Q4_K")).reshape(v.shape) if v.ndim == 2 else v
+        for n, v in w.items()
+    }
+    return write_gguf(path, tensors, llama_meta(cfg)), held
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_q4_k_m_file_keeps_q6_k_and_matches_numpy(tmp_path: Path, tied: bool) -> None:
+    """The Q6_K tensors of a Q4_K_M-like file stay q6_k (a tied q6_k embedding is read by qgather and as the
+    head by gemv_multi), no weight becomes float32, and the logits and greedy ids are numpy's on gguf's values."""
+    cfg = config(tied, dim=256, ff=512, head_dim=64)
+    w, hf = L.random_weights(cfg, seed=7, scale=0.2), cfg.to_hf()
+    path, held = q4_k_m_file(tmp_path / "m.gguf", cfg, w)
+    gen = G.Generator.load(path)
+    dtypes = {n: t.dtype for n, t in gen.weights.items()}
+    assert dtypes["model.layers.0.self_attn.q_proj.weight"] is G.tr.q4_k
+    assert dtypes["model.layers.1.mlp.down_proj.weight"] is G.tr.q4_k
+    assert dtypes["model.layers.0.mlp.down_proj.weight"] is G.tr.q6_k
+    assert dtypes["model.layers.1.self_attn.v_proj.weight"] is G.tr.q6_k
+    head = "model.embed_tokens.weight" if tied else "lm_head.weight"
+    assert dtypes[head] is G.tr.q6_k and ("lm_head.weight" in dtypes) != tied
+    assert all(t.is_quantized for n, t in dtypes.items() if n.endswith("proj.weight"))
+    res = gen.generate(PROMPT, 4, want_prompt_logits=True, stop_at_eos=False)
+    want = np_logits(held, hf, PROMPT)
+    np.testing.assert_allclose(res.prompt_logits, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert res.ids == np_greedy(held, hf, PROMPT, 4)
+    model = gen.model(64)
+    ids = G.tr.tensor(np.array([[3]], np.int32))
+    pos = G.tr.tensor(np.array([0], np.int32))
+    kernels = [d.kernel for d in G.tr.compile(model.step(ids, pos, *model.empty_cache().tensors())[0]).dispatches]
+    # as for Q4_K files: per layer q, k (q4_k) and v (q6_k) with the norm folded, and gate, up, read as blocks by
+    # gemv_multi; o and down (q6_k in layer 0) by qgemv; the final norm and the q6_k head: gemv_multi
+    assert kernels.count("qgemv") == 2 * cfg.layers and kernels.count("gemv_multi") == 2 * cfg.layers + 1, kernels
+    assert kernels.count("qgather") == 1 and "dequant" not in kernels and "gemv" not in kernels
+
+
+def test_quantize_q6_k_folder_matches_its_gguf(tmp_path: Path) -> None:
+    """--quantize q6_k of a folder makes the blocks a Q6_K file of the same weights holds: the same logits."""
+    cfg = config(dim=256, ff=512, head_dim=64)
+    w = L.random_weights(cfg, seed=3, scale=0.2)
+    gen = G.Generator.load(write_llama_gguf(tmp_path / "m.gguf", cfg, w, "Q6_K"))
+    assert {t.dtype for n, t in gen.weights.items() if n.endswith("proj.weight")} == {G.tr.q6_k}
+    res = gen.generate(PROMPT, 4, want_prompt_logits=True, stop_at_eos=False)
+    L.write_checkpoint(tmp_path / "hf", cfg, w)
+    folder = prompt_logits(tmp_path / "hf", quantize="q6_k")
+    scale = np.abs(res.prompt_logits).max()
+    np.testing.assert_allclose(folder.prompt_logits, res.prompt_logits, rtol=1e-5, atol=1e-5 * scale)
+    assert folder.ids == res.ids
+
+
+def test_quantize_q6_k_needs_rows_of_256(tmp_path: Path) -> None:
+    cfg = config()  # rows of 32 and 64
+    L.write_checkpoint(tmp_path, cfg, L.random_weights(cfg, 0, 0.2))
+    with pytest.raises(L.CheckpointError, match=r"--quantize q6_k: tensor .* has rows of 32, not whole blocks of 256"):
+        G.Generator.load(tmp_path, quantize="q6_k")
+
+
+def test_quantize_q4_k_m_folder_matches_the_mixed_gguf(tmp_path: Path) -> None:
+    """--quantize q4_k_m: q6_k where llama.cpp's Q4_K_M mix puts Q6_K (for 4 layers: the head, and v and down of
+    layer 3, the last eighth, and layer 2, every third from the first eighth's end), q4_k elsewhere; the same logits and ids as a GGUF file of
+    that mix, and as numpy on gguf's values."""
+    cfg = config(dim=256, ff=512, head_dim=64, layers=4)
+    w, hf = L.random_weights(cfg, seed=11, scale=0.2), cfg.to_hf()
+    six = [n for n in L.quantized_names(cfg) if L.format_of("q4_k_m", n, cfg) is G.tr.q6_k]
+    assert sorted(six) == sorted(
+        ["lm_head.weight"]
+        + [f"model.layers.{i}.{m}.weight" for i in (2, 3) for m in ("self_attn.v_proj", "mlp.down_proj")]
+    )
+    eight = config(layers=8)  # the first and last eighths (layers 0 and 7), every third between (3, 6)
+    mixed = {
+        int(n.split(".")[2])
+        for n in L.quantized_names(eight)
+        if L.format_of("q4_k_m", n, eight) is G.tr.q6_k and "layers" in n
+    }
+    assert mixed == {0, 3, 6, 7}
+    path, held = q4_k_m_file(tmp_path / "m.gguf", cfg, w, six)
+    L.write_checkpoint(tmp_path / "hf", cfg, w)
+    folder = G.Generator.load(tmp_path / "hf", quantize="q4_k_m")
+    gguf_gen = G.Generator.load(path)
+    for name, t in gguf_gen.weights.items():
+        assert folder.weights[name].dtype is t.dtype, name
+    res = gguf_gen.generate(PROMPT, 4, want_prompt_logits=True, stop_at_eos=False)
+    mine = folder.generate(PROMPT, 4, want_prompt_logits=True, stop_at_eos=False)
+    want = np_logits(held, hf, PROMPT)
+    np.testing.assert_allclose(res.prompt_logits, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    np.testing.assert_allclose(mine.prompt_logits, res.prompt_logits, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert mine.ids == res.ids == np_greedy(held, hf, PROMPT, 4)

@@ -71,8 +71,8 @@ def test_every_type_loads_with_numpy_order(mixed_file: tuple[Path, dict], device
         t = got[name]
         want = data if qtype is None else dequantized(data, qtype)
         assert t.shape == want.shape, name  # (out, in): GGUF's reversed dims turned back
-        if name in ("q8", "q4", "q4k"):  # Q4_K stays quantized too; Q6_K becomes float32
-            assert t.dtype is {"q8": tr.q8_0, "q4": tr.q4_0, "q4k": tr.q4_k}[name]
+        if name in ("q8", "q4", "q4k", "q6k"):  # Q4_K and Q6_K stay quantized too
+            assert t.dtype is {"q8": tr.q8_0, "q4": tr.q4_0, "q4k": tr.q4_k, "q6k": tr.q6_k}[name]
             np.testing.assert_array_equal(t.astype(tr.float32).numpy(), want)
         elif name == "f16":
             assert t.dtype is (tr.float16 if device.caps.shader_f16 else tr.float32)

@@ -6,7 +6,7 @@ y = (x @ x.T).softmax(axis=-1)   # nothing has run yet
 y.numpy()                        # compile, run in one submission, read back
 """
 
-from ir.dtypes import DType, bool_, float16, float32, int32, q4_0, q4_k, q8_0, uint32
+from ir.dtypes import DType, bool_, float16, float32, int32, q4_0, q4_k, q6_k, q8_0, uint32
 from ir.errors import (
     DeviceError,
     DTypeError,
@@ -170,7 +170,7 @@ __all__ = [
     "array_split", "chunk", "concatenate", "eye", "flip", "linspace", "moveaxis", "repeat", "roll", "split",
     "swapaxes", "tile", "tril", "triu", "dot", "einsum", "outer", "tensordot", "vdot", "index_select", "load_safetensors", "masked_fill", "nn", "pow",
     # quantized weights and GGUF files (tracer/gguf.py, tracer/quantized.py)
-    "FormatError", "gguf_metadata", "load_gguf", "q4_0", "q4_k", "q8_0", "quantize",
+    "FormatError", "gguf_metadata", "load_gguf", "q4_0", "q4_k", "q6_k", "q8_0", "quantize",
     # runtime positions and lengths (tracer/runtime_ints.py)
     "RuntimeInt", "dynamic",
 ]  # fmt: skip

@@ -6,10 +6,10 @@ tensor type becomes:
   F16                               float16 (float32 where the adapter has no shader-f16)
   BF16, F64                         float32 (WGSL has no bfloat16 or float64)
   I8, I16, I64                      int32, by tr.tensor's rules
-  Q8_0, Q4_0, Q4_K                  quantized tensors (tr.q8_0, tr.q4_0, tr.q4_k): the blocks
-                                    stay blocks on the GPU (ir/quant.py), read by tr.nn.linear,
-                                    tr.nn.embedding and .astype
-  other quantizations (Q6_K, Q5_K...) dequantized to float32 on load by gguf.quants
+  Q8_0, Q4_0, Q4_K, Q6_K            quantized tensors (tr.q8_0, tr.q4_0, tr.q4_k, tr.q6_k): the
+                                    blocks stay blocks on the GPU (ir/quant.py), read by
+                                    tr.nn.linear, tr.nn.embedding and .astype
+  other quantizations (Q5_K, Q3_K...) dequantized to float32 on load by gguf.quants
 GGUF lists a tensor's dims innermost first (ne[0] is the row length); the tensors here have
 numpy's order, so a weight stored as ne = (in, out) is (out, in): torch's layout, which
 tr.nn.linear(x, w) takes as x @ w.T.
@@ -40,7 +40,7 @@ log = logging.getLogger("wgjit")
 
 MAGIC = b"GGUF"
 # GGML type names that stay quantized on the GPU
-KEPT = {"Q8_0": DType.q8_0, "Q4_0": DType.q4_0, "Q4_K": DType.q4_k}
+KEPT = {"Q8_0": DType.q8_0, "Q4_0": DType.q4_0, "Q4_K": DType.q4_k, "Q6_K": DType.q6_k}
 
 
 def _gguf() -> Any:
@@ -68,10 +68,10 @@ def quantized_tensor(blocks: np.ndarray, dtype: DType, shape: tuple[int, ...], w
 
 
 def quantize(x: Any, dtype: DType | str) -> Tensor:
-    """x (a float array or Tensor) quantized to q8_0, q4_0 (last dim a multiple of 32) or q4_k (of 256).
+    """x (a float array or Tensor) quantized to q8_0, q4_0 (last dim a multiple of 32), q4_k or q6_k (of 256).
 
     The blocks are made on the host: q8_0 and q4_0 by gguf.quants (bit-identical to llama.cpp's
-    reference quantizers), q4_k by ir/quant.py from the format's definition (simpler scales than
+    reference quantizers), q4_k and q6_k by ir/quant.py from the format's definition (simpler scales than
     llama.cpp's search, valid blocks all the same); weights (out, in) are quantized along `in`,
     the rows tr.nn.linear reads.
     """
@@ -80,13 +80,13 @@ def quantize(x: Any, dtype: DType | str) -> Tensor:
     except ValueError:
         dt = None
     if not isinstance(dt, DType) or not dt.is_quantized:
-        raise DTypeError(f"quantize: {dtype!r} is not a quantized format (tr.q8_0, tr.q4_0 or tr.q4_k)")
+        raise DTypeError(f"quantize: {dtype!r} is not a quantized format (tr.q8_0, tr.q4_0, tr.q4_k or tr.q6_k)")
     data = np.asarray(x.numpy() if isinstance(x, Tensor) else x, dtype=np.float32)  # host data: no GPU run
     quant.check_shape(dt, data.shape, "quantize")
-    if dt is DType.q4_k:
+    if dt in (DType.q4_k, DType.q6_k):
         if not np.isfinite(data).all():
-            raise DTypeError(f"quantize: the {data.shape} weights hold inf or NaN, which q4_k blocks cannot hold")
-        blocks = quant.quantize_q4_k(data)
+            raise DTypeError(f"quantize: the {data.shape} weights hold inf or NaN, which {dt.value} blocks cannot hold")
+        blocks = quant.quantize_q4_k(data) if dt is DType.q4_k else quant.quantize_q6_k(data)
     else:
         gguf = _gguf()
         blocks = gguf.quants.quantize(np.ascontiguousarray(data), gguf.GGMLQuantizationType[dt.value.upper()])
@@ -97,9 +97,10 @@ def quantize(x: Any, dtype: DType | str) -> Tensor:
 def _check_scales(data: np.ndarray, blocks: np.ndarray, dt: DType) -> None:
     """Finite weights must stay finite (NUMERICS.md "Values entering wgjit"): a block's float16
     scale overflows when its largest |value| is past about 65504 * 127 (q8_0), 65504 * 8 (q4_0)
-    or 65504 * 63 * 15 / 2 (q4_k's d and dmin, the first four bytes)."""
-    head = 4 if dt is DType.q4_k else 2
-    scales = blocks.reshape(-1, dt.block_bytes)[:, :head].copy().view(np.float16).reshape(-1, head // 2)
+    or 65504 * 63 * 15 / 2 (q4_k's d and dmin, the first four bytes), 65504 * 127 * 31 (q6_k's d, the last two)."""
+    blocks = blocks.reshape(-1, dt.block_bytes)
+    head = blocks[:, 208:210] if dt is DType.q6_k else blocks[:, :4] if dt is DType.q4_k else blocks[:, :2]
+    scales = head.copy().view(np.float16).reshape(len(blocks), -1)
     scales = np.isfinite(scales).all(axis=1)  # every scale of the block finite
     finite = np.isfinite(data.reshape(-1, dt.block)).all(axis=1)
     bad = finite & ~scales
@@ -185,7 +186,7 @@ def gguf_metadata(path: str | os.PathLike) -> dict[str, Any]:
 def load_gguf(path: str | os.PathLike, dequantize: bool = False) -> dict[str, Tensor]:
     """Every tensor of a GGUF file by name, in the file's order, uploaded to the GPU when first used.
 
-    Q8_0, Q4_0 and Q4_K stay quantized (dequantize=True makes them float32 instead); the module
+    Q8_0, Q4_0, Q4_K and Q6_K stay quantized (dequantize=True makes them float32 instead); the module
     docstring lists what every other type becomes.
     """
     path = os.fspath(path)

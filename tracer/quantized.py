@@ -1,4 +1,4 @@
-"""Which ops read a quantized tensor (tr.q8_0, tr.q4_0, tr.q4_k; ir/quant.py), checked as each op is traced.
+"""Which ops read a quantized tensor (tr.q8_0, tr.q4_0, tr.q4_k, tr.q6_k; ir/quant.py), checked as each op is traced.
 
 A quantized tensor holds a weight matrix's blocks; the kernels that read it dequantize in
 registers (backend_wgpu/kernels/quant/). It comes from the host (tr.load_gguf, tr.quantize),

@@ -317,7 +317,7 @@ def block_units(units: int) -> Any:
 
 
 def format_model(cfg: Any, fmt: str, weights: dict[str, np.ndarray] | None = None) -> Any:
-    """examples/llama.py's model of cfg with f32, f16, q8_0, q4_0 or q4_k weights (random, or zeros), realized."""
+    """examples/llama.py's model of cfg with f32, f16, q8_0, q4_0, q4_k or q6_k weights (random, or zeros), realized."""
     from examples import llama as L
 
     if weights is None:

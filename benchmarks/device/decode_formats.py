@@ -1,11 +1,11 @@
-"""Decode wall time per token by weight format (f32, f16, q8_0, q4_0, q4_k), one process (GPU machine, ~2-3 min).
+"""Decode wall time per token by weight format (f32, f16, q8_0, q4_0, q4_k, q6_k, q4_k_m), one process (GPU machine, ~2-3 min).
 
     python -m benchmarks.device.decode_formats [--config 1B] [--formats f32,f16,q8_0,q4_0] [--loops sync,ahead]
 
 Issue 13's targets are ratios of wgjit to itself: f16 weights >= 1.8x our f32 per token, q8_0
 >= 3x, q4_0 >= 4.5x, end to end (the `@tr.jit` decode step of benchmarks/e2e/decoder.py, the
 next id read back, after a 128-token prefill). Every format's model is built first (random
-weights, seed 0; q8_0/q4_0/q4_k by tr.quantize of the same matrices, f16 computes in float16 with
+weights, seed 0; q8_0/q4_0/q4_k/q6_k/q4_k_m (llama.cpp's mix: examples/llama.format_of) by tr.quantize of the same matrices, f16 computes in float16 with
 float16 caches), then the formats' token loops run interleaved in blocks after a warm-up, so each
 sees the same clocks. Two loops per format: `sync` reads id t before submitting step t+1,
 `ahead` submits step t+1 (fed with id t on the GPU) and then reads id t, as examples/generate.py

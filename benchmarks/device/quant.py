@@ -1,6 +1,6 @@
-"""H200 figures for quantized weights: the q8_0, q4_0 and q4_k GEMVs beside our f32 and f16 GEMVs and torch's.
+"""H200 figures for quantized weights: the q8_0, q4_0, q4_k and q6_k GEMVs beside our f32 and f16 GEMVs and torch's.
 
-    python benchmarks/device/quant.py [--quick] [--repeat 30] [--formats q8_0,q4_0,q4_k]
+    python benchmarks/device/quant.py [--quick] [--repeat 30] [--formats q8_0,q4_0,q4_k,q6_k]
 
 For y = x @ W.T with W (N, K) as GGUF and torch store it, at (K, N) = (4096, 4096) and
 (4096, 11008): wgjit's f32 and f16 GEMV (gemv[k_contig], what tr.nn.linear runs) and
@@ -8,7 +8,7 @@ qgemv for each format (--formats) under every (wx, wy, rows, unroll) configurati
 default one marked), torch's f16 and f32 GEMV (F.linear on CUDA) in the same process.
 Every wgjit case is checked against numpy (float64 of the values the weight holds) before
 it is timed with GPU timestamps around its pass; torch with CUDA events. GB/s counts the
-weight's bytes on the GPU (34 per 32 weights for q8_0, 18 for q4_0, 18.5 for q4_k). The sweep
+weight's bytes on the GPU (34 per 32 weights for q8_0, 18 for q4_0, 18.5 for q4_k, 26.25 for q6_k). The sweep
 shares one time budget: list fewer formats to sweep each further. A prefill-sized product (128
 rows, qgemm) follows. Prints the sweep as it goes and a short table last; < 3 minutes.
 """
@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
 SHAPES = ((4096, 4096), (4096, 11008))
-FORMATS = ["q8_0", "q4_0", "q4_k"]  # --formats
+FORMATS = ["q8_0", "q4_0", "q4_k"]  # --formats (q6_k too: not swept by default)
 SWEEP_BUDGET_S = 140  # configurations past this many seconds are skipped (said so), to stay under 3 minutes
 T0 = time.perf_counter()
 # qgemv (wx, wy, rows, unroll): threads along a row, row groups, rows per thread, units per step

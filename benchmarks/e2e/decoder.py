@@ -6,7 +6,7 @@ position, attention over `cache[:, :, :pos + 1]`) with the position a runtime in
 two), not per token; and `jit`, the same step under `@tr.jit` (`Llama.step_into_jit`: the
 caches are arguments written in place, one trace per bucket, replayed per token). A decode call is one token: the step plus
 reading back the next id (greedy, argmax on the GPU), which the next call feeds in.
-WGJIT_E2E_WEIGHTS=q8_0 (or q4_0, q4_k) runs wgjit with the matrices quantized (tr.quantize) and
+WGJIT_E2E_WEIGHTS=q8_0 (or q4_0, q4_k, q6_k, q4_k_m) runs wgjit with the matrices quantized (tr.quantize) and
 gives torch and the check their dequantized values; the default, f32, keeps them float32;
 f16 runs both wgjit and torch in float16 (weights, activations, cache).
 torch runs the same architecture eagerly and as a replayed CUDA graph
@@ -48,11 +48,11 @@ def describe(cfg: Any) -> str:
     )
 
 
-WEIGHTS = ("f32", "f16", "q8_0", "q4_0", "q4_k")
+WEIGHTS = ("f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m")
 
 
 def weights_format() -> str:
-    """WGJIT_E2E_WEIGHTS: f32 (the default), f16, q8_0, q4_0 or q4_k (rows of whole 256: not the tiny config)."""
+    """WGJIT_E2E_WEIGHTS: f32 (the default), f16, q8_0, q4_0, q4_k, q6_k or q4_k_m (rows of whole 256: not the tiny config)."""
     fmt = os.environ.get("WGJIT_E2E_WEIGHTS", "f32").strip() or "f32"
     if fmt not in WEIGHTS:
         raise ValueError(f"WGJIT_E2E_WEIGHTS={fmt!r}: choose one of {', '.join(WEIGHTS)}")
@@ -258,7 +258,7 @@ def decoder_cases(ctx: Any, name: str, prompt_len: int, check_tokens: int, plan:
     t0 = time.perf_counter()
     weights = L.random_weights(cfg, seed=0)
     ours = weights
-    if fmt in ("q8_0", "q4_0", "q4_k"):
+    if fmt in ("q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m"):
         ours, weights = quantized(weights, cfg, fmt)
     if fmt != "f32":
         name = f"{name} {fmt}"

@@ -19,11 +19,12 @@ unfused graph stores its row, so the products are those of the stored row (an el
 Thread 0 evaluates the part's terms at the unit's elements, stores the root and makes
 the side writes.
 
-Quantized weights (q8_0, q4_0, q4_k: kernels/quant/formats.py) make the `blocks` variant: each
+Quantized weights (q8_0, q4_0, q4_k, q6_k: kernels/quant/formats.py) make the `blocks` variant: each
 thread takes whole blocks of 32 values along k (one or two 16-byte loads of quants and a
 scale per B, eight vec4 of the row), dequantizes in registers as qgemv does and adds
 scale * (quants . row) to its sum (q4_k: less its offset times the block's sum of the row,
-once per 32 values); a float B of the same group is read 32 values a block.
+once per 32 values; q6_k: its high bits loaded beside the unit, its two halves scaled apart);
+a float B of the same group is read 32 values a block.
 A part without rope pairs or side writes (SwiGLU's gate and up, a head) gives each
 workgroup `lanes` / (its matmuls) consecutive output elements, so each load of the row serves that many
 columns of every B (a block of quants is 16-18 bytes against the row's 128), and there are
@@ -669,8 +670,10 @@ class GemvMultiKernel(Kernel):
         b.line(f"for (var kb = lidx; kb < params.kb; kb += {wgx}u) {{")
         b.line("  let k0 = kb * 32u;")
         for n, i in enumerate(leaves):  # the quants first: the loads in flight together
-            if self.operands[i].dtype in (DType.q4_0, DType.q4_k):  # one unit per 32 values
+            if self.operands[i].dtype in (DType.q4_0, DType.q4_k, DType.q6_k):  # one unit per 32 values
                 b.line(f"  let q{n} = in{i}[bb{n} + kb];")
+                for load in quant_format(self.operands[i].dtype).loads(f"in{i}", f"q{n}", f"bb{n} + kb"):
+                    b.line(f"  {load}")  # q6_k's high bits
             elif self.operands[i].dtype is DType.q8_0:
                 b.line(f"  let q{n}_0 = in{i}[bb{n} + 2u * kb];")
                 b.line(f"  let q{n}_1 = in{i}[bb{n} + 2u * kb + 1u];")
@@ -700,7 +703,13 @@ class GemvMultiKernel(Kernel):
                 values = [v for u in units for v, _ in fmt.lanes(u)]
                 blk = f"bb{n} / {fmt.units_per_block}u + kb" if fmt.units_per_block > 1 else f"bb{n} + kb"
                 terms = " + ".join(f"dot({v}, a{t})" for t, v in enumerate(values))
-                if fmt.has_offset:  # scale * dot(q, a) - offset * sum(a)
+                if fmt.half_scales:  # q6_k: values 0..15 (a0..a3) and 16..31 (a4..a7) scaled apart
+                    lo, hi = (
+                        " + ".join(f"dot({v}, a{t})" for t, v in enumerate(values) if (t < 4) == h) for h in (1, 0)
+                    )
+                    b.line(f"  let sc{n} = in{i}_scale({blk});")
+                    b.line(f"  acc{n} = fma(sc{n}.x, {lo}, fma(sc{n}.y, {hi}, acc{n}));")
+                elif fmt.has_offset:  # scale * dot(q, a) - offset * sum(a)
                     b.line(f"  let sc{n} = in{i}_scale({blk});")
                     b.line(f"  acc{n} = fma(sc{n}.x, {terms}, fma(-sc{n}.y, asum, acc{n}));")
                 else:
@@ -819,8 +828,10 @@ class GemvMultiKernel(Kernel):
                 if not dtype.is_quantized:
                     continue
                 fmt = quant_format(dtype)
-                if dtype in (DType.q4_0, DType.q4_k):
+                if dtype in (DType.q4_0, DType.q4_k, DType.q6_k):
                     b.line(f"  let q{n}_{s} = in{i}[bb{n} + kb{s}];")
+                    for load in fmt.loads(f"in{i}", f"q{n}_{s}", f"bb{n} + kb{s}"):
+                        b.line(f"  {load}")  # q6_k's high bits
                 else:
                     b.line(f"  let q{n}_{s}_0 = in{i}[bb{n} + 2u * kb{s}];")
                     b.line(f"  let q{n}_{s}_1 = in{i}[bb{n} + 2u * kb{s} + 1u];")
@@ -837,7 +848,13 @@ class GemvMultiKernel(Kernel):
                     units = [f"q{n}_{s}_0", f"q{n}_{s}_1"] if dtype is DType.q8_0 else [f"q{n}_{s}"]
                     values = [v for u in units for v, _ in quant_format(dtype).lanes(u)]
                     terms = " + ".join(f"dot({v}, a{s}_{t})" for t, v in enumerate(values))
-                    if dtype is DType.q4_k:  # scale * dot(q, a) - offset * sum(a)
+                    if dtype is DType.q6_k:  # values 0..15 (a0..a3) and 16..31 (a4..a7) scaled apart
+                        lo, hi = (
+                            " + ".join(f"dot({v}, a{s}_{t})" for t, v in enumerate(values) if (t < 4) == h)
+                            for h in (1, 0)
+                        )
+                        value = f"fma(sc{n}_{s}.x, {lo}, fma(sc{n}_{s}.y, {hi}, acc{n}))"
+                    elif dtype is DType.q4_k:  # scale * dot(q, a) - offset * sum(a)
                         value = f"fma(sc{n}_{s}.x, {terms}, fma(-sc{n}_{s}.y, asum{s}, acc{n}))"
                     else:
                         value = f"fma(sc{n}_{s}, {terms}, acc{n})"

@@ -52,6 +52,8 @@ class DequantKernel(PerElementKernel):
         self.fmt.define(b, "in0")
         idx = self.thread_index(b)
         b.line(f"let q = in0[{idx}];")
+        for load in fmt.loads("in0", "q", idx):
+            b.line(load)
         b.line(f"let d = in0_scale({fmt.block_of(idx)});")
         f16 = self.node.dtype is DType.float16
         if f16:  # rounded on the bits, as every f32 -> f16 cast in registers (kernels/expr.py)
@@ -59,6 +61,6 @@ class DequantKernel(PerElementKernel):
                 b.helper(name, code)
         per = fmt.values_per_unit // 4
         for value, offset in fmt.lanes("q"):
-            v = fmt.value("d", value)
+            v = fmt.value("d", value, offset)
             v = f"vec4<f16>({expr.f16_rounded(v, 'vec4<f32>')})" if f16 else v
             b.line(f"out[{idx} * {per}u + {offset // 4}u] = {v};")

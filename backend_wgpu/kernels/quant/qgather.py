@@ -67,7 +67,9 @@ class QuantGatherKernel(PerElementKernel):
         b.line("let id = u32(clamp(raw_id, 0, params.vocab - 1));  // out-of-range ids are clamped (documented)")
         b.line("let unit = id * params.upr + u;")
         b.line("let q = in0[unit];")
+        for load in fmt.loads("in0", "q", "unit"):
+            b.line(load)
         b.line(f"let d = in0_scale({fmt.block_of('unit')});")
         per = fmt.values_per_unit // 4
         for value, offset in fmt.lanes("q"):
-            b.line(f"out[{idx} * {per}u + {offset // 4}u] = {fmt.value('d', value)};")
+            b.line(f"out[{idx} * {per}u + {offset // 4}u] = {fmt.value('d', value, offset)};")

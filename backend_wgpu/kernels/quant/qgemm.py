@@ -68,9 +68,11 @@ class QuantGemmKernel(QuantMatmulKernel):
         b.line(f"    let sub = lidx % {upb}u;")
         b.line(f"    let unit = min(n0 + nn, params.n - 1u) * params.upr + kb * {upb}u + sub;")
         b.line(f"    let q = {in_b}[unit];")
+        for load in fmt.loads(in_b, "q", "unit"):
+            b.line(f"    {load}")
         b.line(f"    let d = {in_b}_scale({fmt.block_of('unit')});")
         for j, (value, offset) in enumerate(fmt.lanes("q")):
-            b.line(f"    let w{j} = {fmt.value('d', value)};")
+            b.line(f"    let w{j} = {fmt.value('d', value, offset)};")
             for c, lane in enumerate("xyzw"):
                 b.line(f"    ws[(sub * {fmt.values_per_unit}u + {offset + c}u) * {TILE}u + nn] = w{j}.{lane};")
         b.line("  }")

@@ -1,13 +1,13 @@
 """qgemv: one row of x times a quantized weight, x @ w.T, dequantizing in registers (decode).
 
 A GEMV reads each weight once, so it runs at the speed of memory: q8_0 reads 34 bytes,
-q4_0 18 bytes and q4_k 18.5 per 32 weights where f32 reads 128. A workgroup of (wx, wy) threads owns
+q4_0 18 bytes, q4_k 18.5 and q6_k 26.25 per 32 weights where f32 reads 128. A workgroup of (wx, wy) threads owns
 wy * rows weight rows; each thread owns `rows` of them and walks their units (one
 16-byte vec4<u32> load of quants each, formats.py) with stride wx, so the wx threads of a
 row group read consecutive 16-byte pieces of every row. One load of x (four vec4<f32>
 for q8_0, eight for q4_0) serves all `rows` rows; the block's f16 scale multiplies the
 unit's dot product once (q4_k: its scale, less its offset times the sum of x over the
-unit, formats.py). The wx partial sums of each row are added by the workgroup
+unit, formats.py; q6_k: two scales, one per 16 values). The wx partial sums of each row are added by the workgroup
 tree over x (blocks.tree_fold), and the sum goes out through the fused epilogue (bias,
 activation, residual), as in the float GEMVs. All arithmetic in f32.
 
@@ -110,6 +110,8 @@ class QuantGemvKernel(QuantMatmulKernel):
         for i, u in enumerate(units):
             for r in range(rows):
                 b.line(f"  let q{i}_{r} = {in_b}[unit{r} + {u}];")
+                for load in fmt.loads(in_b, f"q{i}_{r}", f"unit{r} + {u}"):
+                    b.line(f"  {load}")
         for i, u in enumerate(units):
             for r in range(rows):
                 b.line(f"  let d{i}_{r} = {in_b}_scale({fmt.block_of(f'unit{r} + {u}')});")
@@ -122,7 +124,13 @@ class QuantGemvKernel(QuantMatmulKernel):
             for r in range(rows):
                 lanes = fmt.lanes(f"q{i}_{r}")
                 terms = " + ".join(f"dot({value}, x{i}_{j})" for j, (value, _) in enumerate(lanes))
-                if fmt.has_offset:
+                if fmt.half_scales:  # values 0..15 (the first four lanes) and 16..31 scaled apart
+                    lo, hi = (
+                        " + ".join(f"dot({v}, x{i}_{j})" for j, (v, o) in enumerate(lanes) if (o < 16) == h)
+                        for h in (1, 0)
+                    )
+                    b.line(f"  acc{r} = fma(d{i}_{r}.x, {lo}, fma(d{i}_{r}.y, {hi}, acc{r}));")
+                elif fmt.has_offset:
                     b.line(f"  acc{r} = fma(d{i}_{r}.x, {terms}, fma(-d{i}_{r}.y, s{i}, acc{r}));")
                 else:
                     b.line(f"  acc{r} = fma(d{i}_{r}, {terms}, acc{r});")
