@@ -281,15 +281,9 @@ def test_q4_k_file_stays_quantized_and_matches_numpy(tmp_path: Path) -> None:
     want = np_logits(held, hf, PROMPT)
     np.testing.assert_allclose(res.prompt_logits, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     assert res.ids == np_greedy(held, hf, PROMPT, 4)
-    model = gen.model(64)
-    ids = G.tr.tensor(np.array([[3]], np.int32))
-    pos = G.tr.tensor(np.array([0], np.int32))
-    kernels = [d.kernel for d in G.tr.compile(model.step(ids, pos, *model.empty_cache().tensors())[0]).dispatches]
     # as for Q4_0: per layer q, k, v (norm folded) and gate, up read as blocks by gemv_multi; o and down by
     # qgemv; the final norm and the head: gemv_multi
-    assert kernels.count("qgemv") == 2 * cfg.layers and kernels.count("gemv_multi") == 2 * cfg.layers + 1
-    assert kernels.count("qgather") == 1
-    assert "dequant" not in kernels and "gemv" not in kernels
+    assert_quantized_step(gen, cfg)
     L.write_checkpoint(tmp_path / "hf", cfg, w)
     folder = prompt_logits(tmp_path / "hf", quantize="q4_k", mode=mode)
     np.testing.assert_allclose(folder.prompt_logits, res.prompt_logits, rtol=1e-5, atol=1e-5 * np.abs(want).max())
@@ -350,12 +344,18 @@ def test_q4_k_m_file_keeps_q6_k_and_matches_numpy(tmp_path: Path, tied: bool) ->
     want = np_logits(held, hf, PROMPT)
     np.testing.assert_allclose(res.prompt_logits, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     assert res.ids == np_greedy(held, hf, PROMPT, 4)
+    # as for Q4_K files: per layer q, k (q4_k) and v (q6_k) with the norm folded, and gate, up, read as blocks by
+    # gemv_multi; o and down (q6_k in layer 0) by qgemv; the final norm and the q6_k head: gemv_multi
+    assert_quantized_step(gen, cfg)
+
+
+def assert_quantized_step(gen: G.Generator, cfg: L.LlamaConfig) -> None:
+    """A decode step of quantized weights: per layer q/k/v and gate/up as gemv_multi groups (norm folded), o and
+    down by qgemv, the final norm and the head one more group, the embedding by qgather; nothing dequantized."""
     model = gen.model(64)
     ids = G.tr.tensor(np.array([[3]], np.int32))
     pos = G.tr.tensor(np.array([0], np.int32))
     kernels = [d.kernel for d in G.tr.compile(model.step(ids, pos, *model.empty_cache().tensors())[0]).dispatches]
-    # as for Q4_K files: per layer q, k (q4_k) and v (q6_k) with the norm folded, and gate, up, read as blocks by
-    # gemv_multi; o and down (q6_k in layer 0) by qgemv; the final norm and the q6_k head: gemv_multi
     assert kernels.count("qgemv") == 2 * cfg.layers and kernels.count("gemv_multi") == 2 * cfg.layers + 1, kernels
     assert kernels.count("qgather") == 1 and "dequant" not in kernels and "gemv" not in kernels
 
