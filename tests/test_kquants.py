@@ -1,12 +1,14 @@
 """The k-quants (q4_k, q6_k: GGML's Q4_K and Q6_K) read by every quantized kernel, against numpy.
 
-Each test runs for both formats (the `kq` fixture): dequant (`.astype`), qgather (`embedding`),
+Each test runs for both formats (the `kq` fixture): blocks packed to the GPU layout and back,
+tensors and GGUF files of them (loaded, truncated, with rows of no whole blocks), the reference
+interpreter, dequant (`.astype`), qgather (`embedding`),
 qgemv and qgemm (one row, several rows, every qgemv knob), fused epilogues, float16 activations,
 and the gemv_multi groups of a decode step (SwiGLU, q/k/v with rope and cache appends, narrow
 rows, float16 rows, the head with its norm), in the blocks and staged layouts. The references
 share no code with wgjit's: gguf.quants.dequantize reads the blocks (random valid ones from
 tests/test_q4k.py and tests/test_q6k.py, or tr.quantize's), numpy computes the products.
-Each format's layout, quantizer and loading are tested in its own module.
+Each format's own layout and quantizer are tested in its own module.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tests.helpers import kernels_of
 gguf = pytest.importorskip("gguf", reason="k-quant tests read blocks with the gguf package (pip install 'wgjit[gguf]')")
 
 from tests import test_q4k, test_q6k  # noqa: E402
+from tests.gguf_files import write_gguf  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -131,6 +134,81 @@ def group_layout(monkeypatch: pytest.MonkeyPatch, staged: bool) -> None:
     else:
         monkeypatch.setattr(sk, "GEMV_STAGED_ROW", 0)
         monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
+
+
+# --- blocks, tensors and GGUF files ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 3, 16])
+def test_random_blocks_pack_unpack_and_references_agree(n: int, kq: KQuant, rng: np.random.Generator) -> None:
+    raw = kq.random_blocks(rng, n)
+    words = quant.pack(raw, kq.dtype)
+    assert words.dtype == np.uint32 and words.nbytes == kq.dtype.nbytes(n * 256) and words.nbytes % 16 == 0
+    np.testing.assert_array_equal(quant.unpack(words, kq.dtype, n * 256), raw)
+    ours = quant.dequantize(words, kq.dtype, (n, 256))
+    assert_values(ours, kq.values(raw, (n, 256)), kq)
+    assert not ours[0].any()
+
+
+def test_truncated_blocks_name_the_tensor(kq: KQuant, rng: np.random.Generator) -> None:
+    from tracer.gguf import quantized_tensor
+
+    raw = kq.random_blocks(rng, 2)
+    short = 2 * kq.dtype.block_bytes - 1
+    with pytest.raises(tr.FormatError, match=rf"weights: {short} bytes of {kq.name} blocks for shape \(2, 256\)"):
+        quantized_tensor(raw.reshape(-1)[:-1], kq.dtype, (2, 256), "weights")
+    with pytest.raises(tr.DTypeError, match=rf"weights: shape \(2, 320\) cannot be {kq.name}"):
+        quantized_tensor(raw, kq.dtype, (2, 320), "weights")
+
+
+@pytest.fixture
+def kq_file(kq: KQuant, tmp_path: Path, rng: np.random.Generator) -> tuple[Path, np.ndarray]:
+    raw = kq.random_blocks(rng, 6)  # a (3, 512) matrix
+    w = raw.reshape(3, 2 * kq.dtype.block_bytes)  # GGUFWriter reads the rows (3, 512) from the bytes per row
+    return write_gguf(tmp_path / "kq.gguf", {"w": (w, kq.ggml), "b": (np.ones(3, np.float32), None)}), raw
+
+
+def test_load_gguf_keeps_the_blocks(kq: KQuant, kq_file: tuple[Path, np.ndarray]) -> None:
+    path, raw = kq_file
+    w = tr.load_gguf(path)["w"]
+    assert w.dtype is kq.dtype and w.shape == (3, 512)
+    np.testing.assert_array_equal(quant.unpack(w._lazy.host, kq.dtype, w.size), raw)
+    assert_values(w.astype(tr.float32).numpy(), kq.values(raw, (3, 512)), kq)
+    flat = tr.load_gguf(path, dequantize=True)["w"]
+    assert flat.dtype is tr.float32
+    np.testing.assert_array_equal(flat.numpy(), kq.values(raw, (3, 512)))
+
+
+def test_load_gguf_bad_rows_name_the_tensor(kq: KQuant, kq_file: tuple[Path, np.ndarray]) -> None:
+    path, _ = kq_file
+    reader = gguf.GGUFReader(path, "r+")
+    entry = next(t for t in reader.tensors if t.name == "w")
+    entry.field.parts[3][0] = 384  # rows of one and a half super-blocks
+    reader.data.flush()
+    del reader
+    with pytest.raises(tr.FormatError, match=rf"tensor 'w' .* rows of 384 values, not whole {kq.ggml.name} blocks"):
+        tr.load_gguf(path)
+
+
+def test_load_gguf_truncated(kq: KQuant, tmp_path: Path, rng: np.random.Generator) -> None:
+    path = write_gguf(tmp_path / "t.gguf", {"w": (kq.random_blocks(rng, 4), kq.ggml)})
+    path.write_bytes(path.read_bytes()[:-50])
+    with pytest.raises(tr.FormatError, match=rf"tensor 'w' .* \({kq.ggml.name}, .* reaches past the end of the file"):
+        tr.load_gguf(path)
+
+
+def test_interpreter_reads_the_blocks(kq: KQuant, rng: np.random.Generator) -> None:
+    """The reference interpreter evaluates a quantized input from its GPU words (ir/quant.dequantize)."""
+    from ir.interpret import interpret
+    from tracer.gguf import quantized_tensor
+
+    raw = kq.random_blocks(rng, 8)  # (4, 512)
+    w = quantized_tensor(raw, kq.dtype, (4, 512))
+    x = rng.standard_normal((2, 512)).astype(np.float32)
+    graph = tr.nn.linear(tr.tensor(x), w).graph()
+    feed = {n.arg.index: w._lazy.host if n.dtype.is_quantized else x for n in graph if n.op.value == "input"}
+    (out,) = interpret(graph, [feed[i] for i in range(len(feed))])
+    np.testing.assert_allclose(out, x @ kq.values(raw, (4, 512)).T, rtol=1e-5, atol=1e-4)
 
 
 # --- dequant, qgather, qgemv, qgemm --------------------------------------------------------------

@@ -8,8 +8,6 @@ values. ir/quant.py is the interpreter's reference, checked against gguf first.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -19,7 +17,6 @@ from ir.dtypes import DType
 
 gguf = pytest.importorskip("gguf", reason="q6_k tests read blocks with the gguf package (pip install 'wgjit[gguf]')")
 
-from tests.gguf_files import write_gguf  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -47,17 +44,6 @@ def test_dtype_facts() -> None:
     assert tr.q6_k.nbytes(256) == 224  # 210 bytes (128 of nibbles, 64 of high bits, 16 scales, 2 of d), padded
     assert tr.q6_k.nbytes(4096 * 4096) == 4096 * 4096 // 256 * 210
     assert DType("q6_k") is tr.q6_k and repr(tr.q6_k) == "tr.q6_k"
-
-
-@pytest.mark.parametrize("n", [1, 3, 16])
-def test_random_blocks_pack_unpack_and_references_agree(n: int, rng: np.random.Generator) -> None:
-    raw = random_blocks(rng, n)
-    words = quant.pack(raw, DType.q6_k)
-    assert words.dtype == np.uint32 and words.nbytes == DType.q6_k.nbytes(n * 256) and words.nbytes % 16 == 0
-    np.testing.assert_array_equal(quant.unpack(words, DType.q6_k, n * 256), raw)
-    ours = quant.dequantize(words, DType.q6_k, (n, 256))
-    np.testing.assert_array_equal(ours, gguf_values(raw, (n, 256)))
-    assert not ours[0].any()
 
 
 def test_layout_as_the_docstring_says(rng: np.random.Generator) -> None:
@@ -130,76 +116,7 @@ def test_quantize_bad_input() -> None:
         tr.quantize(np.full((1, 256), 1e12, np.float32), tr.q6_k)
 
 
-def test_truncated_blocks_name_the_tensor(rng: np.random.Generator) -> None:
-    from tracer.gguf import quantized_tensor
-
-    raw = random_blocks(rng, 2)
-    with pytest.raises(tr.FormatError, match=r"weights: 419 bytes of q6_k blocks for shape \(2, 256\)"):
-        quantized_tensor(raw.reshape(-1)[:-1], DType.q6_k, (2, 256), "weights")
-    with pytest.raises(tr.DTypeError, match=r"weights: shape \(2, 320\) cannot be q6_k"):
-        quantized_tensor(raw, DType.q6_k, (2, 320), "weights")
-
-
-@pytest.fixture
-def q6k_file(tmp_path: Path, rng: np.random.Generator) -> tuple[Path, np.ndarray]:
-    raw = random_blocks(rng, 6)  # a (3, 512) matrix
-    w = raw.reshape(3, 2 * 210)  # GGUFWriter reads the rows (3, 512) from the bytes per row
-    return write_gguf(tmp_path / "q6k.gguf", {"w": (w, Q6_K), "b": (np.ones(3, np.float32), None)}), raw
-
-
-def test_load_gguf_keeps_q6_k(q6k_file: tuple[Path, np.ndarray]) -> None:
-    path, raw = q6k_file
-    got = tr.load_gguf(path)
-    w = got["w"]
-    assert w.dtype is tr.q6_k and w.shape == (3, 512)
-    np.testing.assert_array_equal(quant.unpack(w._lazy.host, DType.q6_k, w.size), raw)
-    np.testing.assert_array_equal(w.astype(tr.float32).numpy(), gguf_values(raw, (3, 512)))
-    flat = tr.load_gguf(path, dequantize=True)["w"]
-    assert flat.dtype is tr.float32
-    np.testing.assert_array_equal(flat.numpy(), gguf_values(raw, (3, 512)))
-
-
-def test_load_gguf_q6_k_bad_rows_name_the_tensor(q6k_file: tuple[Path, np.ndarray]) -> None:
-    path, _ = q6k_file
-    reader = gguf.GGUFReader(path, "r+")
-    entry = next(t for t in reader.tensors if t.name == "w")
-    entry.field.parts[3][0] = 384  # rows of one and a half super-blocks
-    reader.data.flush()
-    del reader
-    with pytest.raises(tr.FormatError, match=r"tensor 'w' .* rows of 384 values, not whole Q6_K blocks of 256"):
-        tr.load_gguf(path)
-
-
-def test_load_gguf_q6_k_truncated(tmp_path: Path, rng: np.random.Generator) -> None:
-    path = write_gguf(tmp_path / "t.gguf", {"w": (random_blocks(rng, 4), Q6_K)})
-    path.write_bytes(path.read_bytes()[:-50])
-    with pytest.raises(tr.FormatError, match=r"tensor 'w' .* \(Q6_K, .* reaches past the end of the file"):
-        tr.load_gguf(path)
-
-
-def quantized_tensor_of(raw: np.ndarray, shape: tuple[int, ...]) -> tr.Tensor:
-    from tracer.gguf import quantized_tensor
-
-    return quantized_tensor(raw, DType.q6_k, shape)
-
-
-def test_interpreter_reads_q6_k(rng: np.random.Generator) -> None:
-    """The reference interpreter evaluates a q6_k input from its GPU words (ir/quant.dequantize)."""
-    from ir.interpret import interpret
-
-    raw = random_blocks(rng, 8)  # (4, 512)
-    w = quantized_tensor_of(raw, (4, 512))
-    x = rng.standard_normal((2, 512)).astype(np.float32)
-    graph = tr.nn.linear(tr.tensor(x), w).graph()
-    feed = {n.arg.index: w._lazy.host if n.dtype.is_quantized else x for n in graph if n.op.value == "input"}
-    (out,) = interpret(graph, [feed[i] for i in range(len(feed))])
-    np.testing.assert_allclose(out, x @ gguf_values(raw, (4, 512)).T, rtol=1e-5, atol=1e-4)
-
-
-# --- step 2: the kernels: tests/test_kquants.py runs them for every k-quant ------------------------
-
-
-# --- step 3: routing in a decode step ----------------------------------------------------------
+# --- a decode step (the kernels themselves, blocks and files: tests/test_kquants.py) --------------
 
 
 def test_decode_fragment_with_q4_k_and_q6_k_weights(monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> None:
