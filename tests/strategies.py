@@ -1788,7 +1788,7 @@ def d_decode_block(b: Builder) -> Call | None:
     return None
 
 
-# --- quantized weights (q8_0, q4_0: tracer/gguf.py, backend_wgpu/kernels/quant/) ------------
+# --- quantized weights (q8_0, q4_0, and the k-quants q4_k, q6_k: tracer/gguf.py, kernels/quant/) --
 #
 # A fresh float input is quantized by tr.quantize (gguf.quants, llama.cpp's rounding) inside the
 # program; the reference reads the same blocks back two ways that share no code, gguf.quants'
@@ -1825,29 +1825,62 @@ def quantized_values(w: np.ndarray, fmt: str) -> np.ndarray:
     return ours.reshape(w.shape)
 
 
-def d_qlinear(b: Builder) -> Call | None:
-    """x @ w.T with w (n, k) quantized: k whole blocks; x picked when it fits, else fresh (1-3 dims)."""
-    x = b.pick(lambda v: v.dtype in FLOATS and v.ndim >= 1 and v.shape[-1] in (32, 64, 96) and v.size <= MAX_SIZE)
-    if x is None or b.draw(st.booleans()):
-        k = b.draw(st.sampled_from([32, 64, 96]))
-        lead = tuple(b.draw(st.sampled_from([1, 2, 3])) for _ in range(b.draw(st.integers(0, 2))))
-        x = b.fresh(lead + (k,), b.dtype(FLOATS))
-    k = b.value(x).shape[-1]
-    n = b.draw(st.sampled_from([1, 2, 3, 5, 17, 70]))
-    args: list[Arg] = [x, b.fresh((n, k), F32)]
-    bias = b.draw(st.booleans())
-    if bias:
-        args.append(b.fresh((n,), b.value(x).dtype))
-    return Call(tuple(args), (("fmt", b.draw(st.sampled_from(QUANT_FORMATS))), ("bias", bias)))
+def d_quantized_linear(
+    widths: tuple[int, ...], rows: tuple[int, ...], formats: tuple[str, ...]
+) -> Callable[[Builder], Call | None]:
+    """x @ w.T with w (n, k) quantized to one of `formats`: k one of `widths` (whole blocks); x picked when it
+    fits, else fresh (its leading dims of 1-3)."""
+
+    biggest = MAX_SIZE * (4 if min(widths) >= 256 else 1)  # a row of 256 is past MAX_SIZE already
+
+    def draw(b: Builder) -> Call | None:
+        fits = lambda v: v.dtype in FLOATS and v.ndim >= 1 and v.shape[-1] in widths and v.size <= biggest  # noqa: E731
+        x = b.pick(fits)
+        if x is None or b.draw(st.booleans()):
+            k = b.draw(st.sampled_from(list(widths)))
+            lead = tuple(b.draw(st.sampled_from([1, 2, 3])) for _ in range(b.draw(st.integers(0, 2 if k < 256 else 1))))
+            x = b.fresh(lead + (k,), b.dtype(FLOATS))
+        k = b.value(x).shape[-1]
+        n = b.draw(st.sampled_from(list(rows)))
+        args: list[Arg] = [x, b.fresh((n, k), F32)]
+        bias = b.draw(st.booleans())
+        if bias:
+            args.append(b.fresh((n,), b.value(x).dtype))
+        return Call(tuple(args), (("fmt", b.draw(st.sampled_from(list(formats)))), ("bias", bias)))
+
+    return draw
 
 
 def _qlinear(x: np.ndarray, w: np.ndarray, *rest: np.ndarray, fmt: str, bias: bool) -> Result:
-    wq = quantized_values(w, fmt).astype(F64)
+    wq = (kquant_values(w, fmt) if fmt in KQUANT_FORMATS else quantized_values(w, fmt)).astype(F64)
     y = _up(x).astype(F64) @ wq.T
     mag = np.abs(x.astype(F64)) @ np.abs(wq).T
     if bias:  # of x's dtype, which the product keeps
         y, mag = y + rest[0].astype(F64), mag + np.abs(rest[0].astype(F64))
     return Result(y.astype(x.dtype), False, mag)
+
+
+KQUANT_FORMATS = ("q4_k", "q6_k")
+
+
+def kquant_values(w: np.ndarray, fmt: str) -> np.ndarray:
+    """What tr.quantize(w, fmt) holds for a k-quant, as float32: the blocks are wgjit's quantizer's (the
+    definition of tr.quantize for these formats; the installed gguf package reads them but cannot make
+    them), their values gguf.quants' dequantizer's, which shares no code with wgjit. Raises as
+    tr.quantize refuses: inf or NaN, and finite weights whose scales overflow float16."""
+    import gguf
+
+    from ir import quant
+
+    w = np.ascontiguousarray(w, dtype=F32)
+    if not np.isfinite(w).all():
+        raise ValueError(f"tr.quantize refuses inf or NaN as {fmt}")
+    blocks = quant.quantize_q4_k(w) if fmt == "q4_k" else quant.quantize_q6_k(w)
+    head = blocks[:, 208:210] if fmt == "q6_k" else blocks[:, :4]
+    if not np.isfinite(head.copy().view(F16)).all():
+        raise OverflowError(f"tr.quantize refuses finite weights whose {fmt} scales overflow float16")
+    qtype = gguf.GGMLQuantizationType[fmt.upper()]
+    return gguf.quants.dequantize(blocks, qtype).reshape(w.shape)
 
 
 def d_qtable(b: Builder) -> Call | None:
@@ -2236,12 +2269,19 @@ OPS: dict[str, OpSpec] = {
         # quantized weights (the section above)
         OpSpec(
             "qlinear",
-            d_qlinear,
+            d_quantized_linear((32, 64, 96), (1, 2, 3, 5, 17, 70), QUANT_FORMATS),
             lambda s, p: f"tr.nn.linear({s[0]}, tr.quantize({s[1]}, tr.{p['fmt']}), {_opt(s, p, 'bias', 2)})",
             _qlinear,
             eps=1e-6,
         ),
         OpSpec("qtable", d_qtable, _qtable_code, _qtable, "always"),
+        OpSpec(
+            "kqlinear",
+            d_quantized_linear((256, 512), (1, 2, 3, 17), KQUANT_FORMATS),
+            lambda s, p: f"tr.nn.linear({s[0]}, tr.quantize({s[1]}, tr.{p['fmt']}), {_opt(s, p, 'bias', 2)})",
+            _qlinear,
+            eps=1e-6,
+        ),
     ]
 }
 
