@@ -376,12 +376,9 @@ class Device:
 
     def copy_of(self, buf: DeviceBuffer) -> DeviceBuffer:
         """A new buffer holding `buf`'s bytes (a GPU copy, ordered after the work submitted before)."""
-        new = self.alloc(buf.nbytes)
-        size = (buf.nbytes + 3) & ~3
+        new = self.alloc(buf.nbytes)  # a buffer of its own: the copy lands at its start
         with self.lock, self.guard("copying a buffer"):
-            encoder = self.device.create_command_encoder()
-            encoder.copy_buffer_to_buffer(buf.buffer, buf.offset, new.buffer, new.offset, size)
-            self.queue.submit([encoder.finish()])
+            self._copy([(buf.buffer, buf.offset, new.buffer, (buf.nbytes + 3) & ~3)])
         return new
 
     def write(self, buf: DeviceBuffer, data: bytes | np.ndarray) -> None:
