@@ -605,12 +605,18 @@ class Llama:
             raise ValueError(f"prefill: the prompt has {t} tokens, more than the cache's {self.ctx} positions")
         cos, sin = self.cos[:t], self.sin[:t]
         new: list[tr.Tensor] = list(cache)
+        masks: dict[int, tr.Tensor] = {}  # one mask per sliding window, shared by its layers
 
         def attend(i: int, q: tr.Tensor, k: tr.Tensor, v: tr.Tensor) -> tr.Tensor:
             for j, kv in ((2 * i, k), (2 * i + 1, v)):
                 rest = cache[j][:, :, t:]
                 new[j] = tr.concat([kv.astype(self.dtype), rest], axis=2) if rest.shape[2] else kv.astype(self.dtype)
-            return tr.nn.scaled_dot_product_attention(q, k, v, mask=self._prompt_mask(i, t))
+            window = self.cfg.windows[i]
+            if window is None:  # causal: the attention kernel skips the key blocks after each query block
+                return tr.nn.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if window not in masks:
+                masks[window] = self._window_mask(window, t)
+            return tr.nn.scaled_dot_product_attention(q, k, v, mask=masks[window])
 
         x = self._embed(ids)
         for i in range(self.cfg.layers):
@@ -621,15 +627,12 @@ class Llama:
         logits = self._logits(x[:, -1:]).reshape(1, self.cfg.vocab)
         return (logits, logits.argmax(-1), *new)
 
-    def _prompt_mask(self, i: int, t: int) -> tr.Tensor:
-        """Causal, and inside the layer's sliding window when it has one."""
+    @staticmethod
+    def _window_mask(window: int, t: int) -> tr.Tensor:
+        """(t, t) bool: causal, and inside a sliding window of `window` positions."""
         rows = np.arange(t)[:, None]
         cols = np.arange(t)[None, :]
-        keep = cols <= rows
-        window = self.cfg.windows[i]
-        if window is not None:
-            keep &= cols > rows - window
-        return tr.tensor(keep)
+        return tr.tensor((cols <= rows) & (cols > rows - window))
 
     # --- decoding: the jit form ---
     def step(self, ids: tr.Tensor, pos: tr.Tensor, *cache: tr.Tensor) -> tuple[tr.Tensor, ...]:

@@ -851,8 +851,12 @@ def _wide_exact_gemm(p: GemmProblem, caps: DeviceCaps) -> str | None:
 
 
 # thin GEMMs (prefill: few rows, long k) leave a large GPU idle: split k when 64x64 tiles make fewer
-# than THIN_TILES workgroups and the product is large enough (THIN_MIN_FLOPS) to pay for the extra sum
+# than THIN_TILES workgroups and the product is large enough (THIN_MIN_FLOPS) to pay for the extra sum,
+# into chunks until the tiles of all of them reach THIN_SPLIT_TILES (or a chunk would be under
+# THIN_MIN_DEPTH). H200 runs F and M (64 tiles, k 2048): 512x512x2048, the ~1B decoder's k and v
+# projections in a 512-token prefill, split8 0.0432 ms, split4 0.0543; 128x2048x2048 split4 0.0548, split8 0.0565
 THIN_TILES = 128
+THIN_SPLIT_TILES = 512
 THIN_MIN_FLOPS = 1 << 28
 THIN_MIN_DEPTH = 256  # k per chunk at least
 
@@ -873,7 +877,7 @@ def builtin_gemm_split(p: GemmProblem) -> int:
         deep = p.k >= LONG_K and wide <= ONE_WAVE_TILES and p.k // LONG_K_SPLIT >= THIN_MIN_DEPTH
         return LONG_K_SPLIT if deep else 1
     split = 1
-    while tiles * split < 2 * THIN_TILES and p.k // (2 * split) >= THIN_MIN_DEPTH:
+    while tiles * split < THIN_SPLIT_TILES and p.k // (2 * split) >= THIN_MIN_DEPTH:
         split *= 2
     return split
 
@@ -986,6 +990,10 @@ ATTENTION_TILES: tuple[AttentionTile, ...] = (
 )
 
 
+# a 128-row tile that makes fewer workgroups than this (batch x heads x query blocks) gives way to the next
+# tile of fewer rows: one wave's longest block is the whole run's time, so more, shorter blocks finish sooner
+# (two per multiprocessor of an H200; the ~1B decoder's causal prefill of 512 tokens is 32 heads x 4 blocks)
+ATTENTION_MIN_WORKGROUPS = 264
 # vec4 registers per thread a prefetch of the next k/v block may take (FlashAttentionKernel's `pf`)
 ATTENTION_PREFETCH_MAX = 8
 # v read from memory in the p v product instead of through workgroup memory (FlashAttentionKernel's `vg`)
@@ -1015,9 +1023,14 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
     v4 = all(x.strides[-1] == 1 and vector_readable(x, 4) for x in (q, k, v))
     variant = f"{'v4' if v4 else 's'}.{'o4' if dv % 4 == 0 else 'o1'}"
     dv4 = 4 * max(1, -(-dv // 4))
-    for at in ATTENTION_TILES if tile is None else (tile,):
+    units, rows = math.prod(q.shape[:-2]), q.shape[-2]
+    tiles = ATTENTION_TILES if tile is None else (tile,)
+    for i, at in enumerate(tiles):
         if dk < at.min_dk:
             continue
+        few = at.br > 64 and units * -(-rows // at.br) < ATTENTION_MIN_WORKGROUPS
+        if few and any(later.br < at.br for later in tiles[i + 1 :]):
+            continue  # too few workgroups: a later tile of fewer rows runs more of them at once
         br, bc, q_smem, kv_alias = at.br, at.bc, at.q_smem, at.kv_alias
         # threads across dv: no padding past 4
         t = min(next(t for t in (16, 8, 4, 2, 1) if t <= at.tx and dv4 % (4 * t) == 0), bc)

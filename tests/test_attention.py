@@ -510,17 +510,25 @@ def test_pipelined_loop(
 
 def test_rule_tiles_on_the_h200() -> None:
     """The tiles the rule picks with the H200's 48 KiB of workgroup memory (no subgroups through wgpu there),
-    as measured in benchmarks/runs/2026-12-01-F and -H (unrolled loops): MiniLM's head dim 64 and the causal
-    head dim 128."""
+    as measured in benchmarks/runs/2026-12-01-F, -H and -M (unrolled loops): MiniLM's head dim 64 and the
+    causal head dim 128 at 128 rows; a problem of too few 128-row blocks (the ~1B decoder's causal prefill
+    of 512 tokens: 32 heads x 4 blocks) takes 64 rows."""
     caps = dataclasses.replace(get_device().caps, max_workgroup_storage=49152, subgroups=False, name="H200-like")
     picked = {}
-    for d in (64, 128):
-        q = tr.tensor(np.zeros((1, 2, 16, d), np.float32))
-        graph = run_pipeline(build_graph([tr.nn.scaled_dot_product_attention(q, q, q)._lazy]).graph, caps).graph
+    for name, (b, h, hkv, n, d) in {
+        "minilm": (32, 12, 12, 128, 64),
+        "causal 2048": (1, 32, 32, 2048, 128),
+        "prefill 512": (1, 32, 8, 512, 64),
+    }.items():
+        q = tr.tensor(np.zeros((b, h, n, d), np.float32))
+        kv = tr.tensor(np.zeros((b, hkv, n, d), np.float32))
+        y = tr.nn.scaled_dot_product_attention(q, kv, kv, is_causal=name != "minilm")
+        graph = run_pipeline(build_graph([y._lazy]).graph, caps).graph
         (node,) = [n for n in graph if n.kernel is not None and n.kernel.name == "flash_attention"]
-        picked[d] = tuple(node.kernel.param(p) for p in ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl"))
-    assert picked[64] == (128, 32, 8, False, False, True, True, False)
-    assert picked[128] == (128, 32, 8, False, True, False, True, False)
+        picked[name] = tuple(node.kernel.param(p) for p in ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl"))
+    assert picked["minilm"] == (128, 32, 8, False, False, True, True, False)
+    assert picked["causal 2048"] == (128, 32, 8, False, True, False, True, False)
+    assert picked["prefill 512"][0] == 64
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -192,7 +192,9 @@ def test_builtin_thin_split_rule() -> None:
     """A prefill-shaped product (128 rows, long k) is split by the built-in rule; a square one is not."""
     from passes.select_kernels import builtin_gemm_split
 
-    assert builtin_gemm_split(problem(128, 2048, 2048)) == 4
+    assert builtin_gemm_split(problem(128, 2048, 2048)) == 8  # 64 tiles: split until 512 workgroups
+    assert builtin_gemm_split(problem(512, 512, 2048)) == 8  # the ~1B prefill's k and v projections
+    assert builtin_gemm_split(problem(256, 512, 1024)) == 4  # a chunk keeps THIN_MIN_DEPTH (256) of k
     assert builtin_gemm_split(problem(128, 8192, 2048)) == 1  # 256 tiles already
     assert builtin_gemm_split(problem(1024, 1024, 1024)) == 1
     assert builtin_gemm_split(problem(64, 64, 64)) == 1  # too small to pay for a sum

@@ -46,6 +46,7 @@ class Case:
     padding: bool
     dtype: str = "float32"
     target: bool = True  # one of issue 14's targets (else for information)
+    hkv: int = 0  # kv heads (grouped-query attention); 0: as many as query heads
 
     @property
     def flops(self) -> float:
@@ -57,10 +58,13 @@ CASES = [
     Case("pad 32x12x128x64", 32, 12, 128, 128, 64, causal=False, padding=True),
     Case("causal 1x32x2048x128", 1, 32, 2048, 2048, 128, causal=True, padding=False),
     Case("causal f16 1x32x2048x128", 1, 32, 2048, 2048, 128, causal=True, padding=False, dtype="float16", target=False),
+    # the ~1B decoder's prefill of 512 tokens (benchmarks/e2e): 32 query heads over 8 kv heads
+    Case("prefill 1x32/8x512x64", 1, 32, 512, 512, 64, causal=True, padding=False, target=False, hkv=8),
 ]
 QUICK = [
     Case("pad 2x3x40x64", 2, 3, 40, 40, 64, causal=False, padding=True),
     Case("causal 1x2x70x128", 1, 2, 70, 70, 128, causal=True, padding=False),
+    Case("gqa causal 1x4/2x70x64", 1, 4, 70, 70, 64, causal=True, padding=False, hkv=2),
 ]
 
 # tile configurations tried besides the rule's choice: (br, bc, tx, q in workgroup memory, k/v aliased, subgroups,
@@ -117,8 +121,9 @@ VARIANTS: list[tuple[int, ...]] = [
 def inputs(case: Case, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((case.b, case.h, case.lq, case.d)).astype(case.dtype)
-    k = rng.standard_normal((case.b, case.h, case.s, case.d)).astype(case.dtype)
-    v = rng.standard_normal((case.b, case.h, case.s, case.d)).astype(case.dtype)
+    hkv = case.hkv or case.h
+    k = rng.standard_normal((case.b, hkv, case.s, case.d)).astype(case.dtype)
+    v = rng.standard_normal((case.b, hkv, case.s, case.d)).astype(case.dtype)
     out = {"q": q, "k": k, "v": v}
     if case.padding:  # each sequence keeps a prefix of its keys, as a padded batch does
         lengths = rng.integers(case.s // 4, case.s + 1, case.b)
@@ -173,9 +178,10 @@ def torch_fn(case: Case, data: dict[str, np.ndarray], device: str) -> tuple[Any,
 
     t = {n: torch.from_numpy(a).to(device) for n, a in data.items()}
     mask = t.get("keep")
+    gqa = {"enable_gqa": True} if case.hkv and case.hkv != case.h else {}
 
     def run() -> Any:
-        return F.scaled_dot_product_attention(t["q"], t["k"], t["v"], attn_mask=mask, is_causal=case.causal)
+        return F.scaled_dot_product_attention(t["q"], t["k"], t["v"], attn_mask=mask, is_causal=case.causal, **gqa)
 
     return run, t
 
@@ -185,6 +191,7 @@ def numpy_fn(case: Case, data: dict[str, np.ndarray]) -> Any:
 
     def run() -> np.ndarray:
         q, k, v = (data[n].astype(np.float64) for n in "qkv")
+        k, v = (np.repeat(x, case.h // x.shape[1], axis=1) for x in (k, v))
         s = q @ np.swapaxes(k, -1, -2) / np.sqrt(case.d)
         if case.causal:
             s = np.where(np.arange(case.s)[None, :] <= np.arange(case.lq)[:, None] + case.s - case.lq, s, -np.inf)
@@ -207,6 +214,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small shapes: a smoke run on any adapter")
     ap.add_argument("--blocks", type=int, default=7)
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--only", default="", help="the cases whose names contain this text")
     args = ap.parse_args()
     try:
         import torch
@@ -224,7 +232,7 @@ def main() -> int:
     t_start = time.perf_counter()
     rows: list[tuple[str, str, float, float, float, str]] = []
     failures = 0
-    for case in QUICK if args.quick else CASES:
+    for case in [c for c in (QUICK if args.quick else CASES) if args.only in c.name]:
         if case.dtype == "float16" and not dev.caps.shader_f16:
             print(f"{case.name}: skipped (no shader-f16)")
             continue

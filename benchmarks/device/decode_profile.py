@@ -1,7 +1,7 @@
 """Where a decode step's GPU time goes, per kernel, for each weight format (GPU machine, < 1 min for 12L).
 
     python -m benchmarks.device.decode_profile [--config 1B] [--formats f32,f16,q8_0,q4_0] [--repeat-each 16]
-                                               [--in-pass]
+                                               [--in-pass] [--prefill 512]
 
 Builds the e2e decoder (benchmarks/device/decode_formats.py's models), runs one `@tr.jit` step,
 then times every dispatch of its program (backend_wgpu.profile: a compute pass per dispatch
@@ -12,6 +12,7 @@ the GPU us per kernel summed over the step with the bytes it moves and the GB/s 
 and per distinct dispatch (kernel and variant) its count, us each and GB/s. `--in-pass` times
 the dispatches between timestamps inside the step's one pass instead (Program.profile(in_pass=True):
 the real run's caches and barriers; a dispatch's time includes the barrier before it).
+`--prefill N` profiles the program of a prompt of N tokens through `prefill_jit` instead of a step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from benchmarks.device.decode_formats import build, step_gpu
 
@@ -55,23 +58,34 @@ def main() -> None:
     parser.add_argument("--formats", default="f32,f16,q8_0,q4_0")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--in-pass", action="store_true", help="timestamps between the dispatches of the one pass")
+    parser.add_argument("--prefill", type=int, default=0, help="profile a prompt of this many tokens, not a step")
     args = parser.parse_args()
+    import tracer as tr
     from backend_wgpu import get_device
 
-    print(f"decode step per kernel, {args.config} config, on {get_device().caps.name}: GPU us summed per kernel")
+    what = f"prefill of {args.prefill} tokens" if args.prefill else "decode step"
+    print(f"{what} per kernel, {args.config} config, on {get_device().caps.name}: GPU us summed per kernel")
     for fmt in args.formats.split(","):
         model, step, _ = build(args.config, fmt)
-        step.prepare(1)
-        step()
-        program = next(reversed(model.step_into_jit.traces.values())).program
+        if args.prefill:
+            ids = np.random.default_rng(2).integers(0, model.cfg.vocab, (1, args.prefill)).astype(np.int32)
+            model.prefill_jit(tr.tensor(ids), *model.empty_cache().tensors())[1].numpy()
+            program = next(reversed(model.prefill_jit.traces.values())).program
+        else:
+            step.prepare(1)
+            step()
+            program = next(reversed(model.step_into_jit.traces.values())).program
         if args.in_pass:
             prof, how = program.profile(repeats=5, in_pass=True), "timestamps between the dispatches of one pass"
         else:
             prof = program.profile(repeats=5, repeat_each=args.repeat_each)
             how = f"each x{args.repeat_each} in its own pass"
-        step_ms, _ = step_gpu(step)
-        step_text = f"{step_ms * 1e3:.1f}" if step_ms is not None else "-"
-        report(prof, f"{fmt}: the step in one pass: {step_text} us", how, args.top)
+        if args.prefill:
+            report(prof, f"{fmt}: the prefill", how, args.top)
+        else:
+            step_ms, _ = step_gpu(step)
+            step_text = f"{step_ms * 1e3:.1f}" if step_ms is not None else "-"
+            report(prof, f"{fmt}: the step in one pass: {step_text} us", how, args.top)
         del model, step, program, prof
 
 

@@ -7,7 +7,7 @@ Cases (M x N x K): 4096^3 and 1024^3, MiniLM's linear layers over 4096 tokens (x
 W stored (out, in) as torch.nn.Linear does: 4096x384x384, 4096x1536x384, 4096x384x1536), its
 batched attention products (384 heads of q @ k.T: 128x128x64, and p @ v: 128x64x128), and
 thin prefill GEMMs (128x2048x2048, 128x8192x2048) and the ~1B decoder's 512-token prefill
-products (512x2048x2048, 512x8192x2048, 512x2048x8192); each in float32 and float16 (f32
+products (512x2048x2048, its k and v projections 512x512x2048, 512x8192x2048, 512x2048x8192); each in float32 and float16 (f32
 accumulation). For each case every candidate `wgjit tune` would time (passes.select_kernels:
 gemm_candidates, each configuration forced through a tuning table, so the normal passes build
 it; for f16 also the f16-products configurations, names ending in "h", which `wgjit tune` tries
@@ -75,6 +75,7 @@ SHAPES = [
     Case("prefill 128x2048x2048", (), 128, 2048, 2048, True),
     Case("prefill 128x8192x2048", (), 128, 8192, 2048, True),
     Case("prefill 512x2048x2048", (), 512, 2048, 2048, True),
+    Case("prefill k/v 512x512x2048", (), 512, 512, 2048, True),
     Case("prefill 512x8192x2048", (), 512, 8192, 2048, True),
     Case("prefill 512x2048x8192", (), 512, 2048, 8192, True),
 ]
@@ -197,6 +198,7 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--only", default="", help="comma-separated substrings of case names to run")
+    ap.add_argument("--dtypes", default="float32,float16", help="comma-separated: float32, float16")
     args = ap.parse_args()
     try:
         import torch
@@ -212,7 +214,7 @@ def main() -> int:
     print(f"adapter: {dev.caps.name} ({dev.caps.backend}, {dev.caps.driver}); {who}")
     t_start = time.perf_counter()
     cases = [
-        dataclasses.replace(c, dtype=dt) for dt in ("float32", "float16") for c in (QUICK if args.quick else SHAPES)
+        dataclasses.replace(c, dtype=dt) for dt in args.dtypes.split(",") for c in (QUICK if args.quick else SHAPES)
     ]
     if args.only:
         cases = [c for c in cases if any(s in c.name for s in args.only.split(","))]

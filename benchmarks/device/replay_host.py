@@ -52,6 +52,7 @@ def _sync() -> None:
 
 def decoder_step(name: str) -> tuple[Callable[[], Any], Callable[[Any], Any]]:
     """(step, read): one JitDecode token without and with its read-back of the next id."""
+    import tracer as tr
     from benchmarks.e2e import decoder as D
     from examples import llama as L
 
@@ -61,10 +62,11 @@ def decoder_step(name: str) -> tuple[Callable[[], Any], Callable[[Any], Any]]:
     model = L.Llama(cfg, L.check_weights(L.random_weights(cfg, seed=0), cfg, "random"), cfg.max_positions)
     step = D.JitDecode(model, list(range(1, 9)))
 
-    def run() -> Any:
+    def run() -> Any:  # as JitDecode's loop runs it: the caches written in place (Llama.step_into)
         step.prepare(1)
-        out = step.model.step_jit(*step.inputs(), *step.cache)
-        step.cache, step.pos = list(out[2:]), step.pos + 1
+        ids, _ = step.inputs()
+        out = step.model.step_into_jit(ids, tr.dynamic(step.pos), *step.cache)
+        step.pos += 1
         return out[1]
 
     def read(token: Any) -> int:
