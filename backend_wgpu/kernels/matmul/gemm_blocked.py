@@ -366,6 +366,9 @@ class BlockedGemmKernel(MatmulKernel):
     def _emit_output(self, b: WgslBuilder, rm: int, gn_: int, wx: int, wy: int) -> None:
         vec_out = self._modes()[2] == "o4"
         b.line("let out_base = bt * params.m * params.n;")
+        if vec_out and self.exact and self.code is not None and self.code.has_epilogue():
+            self._emit_output_loads_first(b, rm, gn_, wx, wy)
+            return
         for r in range(rm):
             g, c = divmod(r, 4)
             b.line(f"{{ let gm = tm0 + ({g * wy}u + ty) * 4u + {c}u;")
@@ -384,3 +387,19 @@ class BlockedGemmKernel(MatmulKernel):
                     b.line("    }")
             b.line("  }")
             b.line("}")
+
+    def _emit_output_loads_first(self, b: WgslBuilder, rm: int, gn_: int, wx: int, wy: int) -> None:
+        """Exact tiles with an epilogue: every stored value (and so every load of the epilogue's inputs)
+        first, then the stores. Interleaved, each store has to wait for the loads before it (out may be
+        the same memory as an input as far as the compiler knows), one memory round trip per vec4, which
+        cost a third of the 512x2048x2048 product with a residual add on the H200
+        (benchmarks/runs/2026-12-01-M/epilogue.txt)."""
+        assert self.code is not None
+        tiles = [(r, h) for r in range(rm) for h in range(gn_)]
+        for r, h in tiles:
+            g, c = divmod(r, 4)
+            gm, gn = f"(tm0 + ({g * wy}u + ty) * 4u + {c}u)", f"(tn0 + ({h * wx}u + tx) * 4u)"
+            b.line(f"let o{r}_{h} = (out_base + {gm} * params.n + {gn}) / 4u;")
+            b.line(f"let e{r}_{h} = {self.code.store_lanes(f'o{r}_{h}', f'c{r}_{h}', 4, b)};")
+        for r, h in tiles:
+            b.line(f"out[o{r}_{h}] = e{r}_{h};")
