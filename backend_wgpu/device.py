@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import threading
@@ -50,9 +51,50 @@ try:  # wgpu-native's device poll, to wait for a read-back on the calling thread
     _SUBMIT = _libf.wgpuQueueSubmit
     _ENCODER_DESC = _ffi.new("WGPUCommandEncoderDescriptor *")
     _COMMANDS_DESC = _ffi.new("WGPUCommandBufferDescriptor *")
+    # a read-back's map, asked for and read by plain C calls too (RawMap)
+    _MAP_ASYNC = _lib.wgpuBufferMapAsync
+    _MAPPED_RANGE = _lib.wgpuBufferGetConstMappedRange
+    _UNMAP = _lib.wgpuBufferUnmap
+    _MAP_READ = _lib.WGPUMapMode_Read
+    _MAP_SUCCESS = _lib.WGPUMapAsyncStatus_Success
+    _PROCESS_EVENTS = _lib.WGPUCallbackMode_AllowProcessEvents
 except (ImportError, AttributeError):  # another backend: its own waiting
     _DEVICE_POLL = None
     _NULL = None
+
+
+class RawMap:
+    """A read-back's map asked for from wgpu-native directly, and waited for by polling on the thread
+    that reads (Device.finish_read).
+
+    wgpu-py's map_async wakes its poll thread, which waits in a blocking device poll until the map
+    is done; a decode loop a token ahead starts the read of token t and then records and submits step
+    t+1 while that poll waits, and the submissions were held up by it (H200 timeline, run K: the ~1B
+    step's host time to its first submit 0.64 ms a token ahead against 0.25 step then read). The
+    callback finds its RawMap by a key in _MAPS, so a read abandoned before its map is done leaves
+    nothing the callback could reach after it is gone.
+    """
+
+    __slots__ = ("status", "error")
+
+    def __init__(self) -> None:
+        self.status: int | None = None  # WGPUMapAsyncStatus once the callback ran
+        self.error = ""
+
+
+_MAPS: dict[int, RawMap] = {}  # maps asked for and not yet called back, by key
+_MAP_KEYS = itertools.count(1)
+
+if _DEVICE_POLL is not None:
+
+    @_ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+    def _map_called_back(status: Any, message: Any, userdata1: Any, _userdata2: Any) -> None:
+        done = _MAPS.pop(int(_ffi.cast("uintptr_t", userdata1)), None)
+        if done is not None:
+            if status != _MAP_SUCCESS:
+                done.error = _ffi.string(message.data, message.length).decode(errors="replace") if message.data else ""
+            done.status = int(status)
+
 
 # backend_wgpu.timeline's host stamps of a read-back, set while a timeline records (None: off)
 READ_STAMP: Any = None
@@ -244,7 +286,7 @@ class PendingRead:
 
     staging: Any  # the mappable buffer the bytes were copied into
     nbytes: int
-    promise: Any  # wgpu-py's map promise
+    promise: Any  # the map asked for: a RawMap (wgpu-native), else wgpu-py's promise
     device: Device
     done: bool = False
 
@@ -445,23 +487,26 @@ class Device:
         with self.lock, self.guard("reading a tensor back"):
             pending.done = True
             staging, size = pending.staging, (pending.nbytes + 3) & ~3
-            if self._spin_wait:
-                # On a GPU, poll without blocking until the map is done: a blocking wait (ours or
-                # wgpu-py's poll thread) sleeps in the driver and wakes up to ~1 ms late, more than
-                # a whole decode step's GPU time (benchmarks/device/readback.py). Not on a CPU
-                # adapter: spinning would take a core from the driver that is doing the work.
-                handle = self.device._internal
-                while getattr(pending.promise, "_state", "") == "pending":
-                    _DEVICE_POLL(handle, False, _NULL)
-            pending.promise.sync_wait()
-            if stamp is not None:
-                stamp(2, pending)
-            try:
-                view = staging.read_mapped(0, size, copy=False)
-                out.reshape(-1).view(np.uint8)[:] = np.frombuffer(view, np.uint8, pending.nbytes)
-                del view
-            finally:
-                staging.unmap()
+            if isinstance(pending.promise, RawMap):
+                self._wait_raw_map(pending.promise)
+                if stamp is not None:
+                    stamp(2, pending)
+                try:
+                    mapped = _ffi.buffer(_MAPPED_RANGE(staging._internal, 0, size), pending.nbytes)
+                    out.reshape(-1).view(np.uint8)[:] = np.frombuffer(mapped, np.uint8)
+                    del mapped
+                finally:
+                    _UNMAP(staging._internal)
+            else:
+                pending.promise.sync_wait()
+                if stamp is not None:
+                    stamp(2, pending)
+                try:
+                    view = staging.read_mapped(0, size, copy=False)
+                    out.reshape(-1).view(np.uint8)[:] = np.frombuffer(view, np.uint8, pending.nbytes)
+                    del view
+                finally:
+                    staging.unmap()
             if stamp is not None:
                 stamp(3, pending)
             self._give_staging(staging)
@@ -491,13 +536,35 @@ class Device:
 
     @staticmethod
     def _map_for_read(staging: Any, size: int) -> Any:
-        """Map `staging` for reading. wgpu-py 0.32 submits an empty command buffer before every read
-        map of a buffer not mapped since (a workaround for maps right after creation); the copy
-        into it was just submitted, so its internal mode without that submission suffices."""
+        """Ask for `staging` mapped for reading: a RawMap on wgpu-native (see there), else wgpu-py's
+        promise. (wgpu-py 0.32 submits an empty command buffer before a read map of a buffer not mapped
+        since, a workaround for maps right after creation; the copy into it was just submitted, so its
+        internal mode without that submission suffices.)"""
+        if _DEVICE_POLL is not None:
+            raw, key = RawMap(), next(_MAP_KEYS)
+            info = _ffi.new("WGPUBufferMapCallbackInfo *")
+            info.mode = _PROCESS_EVENTS
+            info.callback = _map_called_back
+            info.userdata1 = _ffi.cast("void *", key)
+            _MAPS[key] = raw
+            _MAP_ASYNC(staging._internal, _MAP_READ, 0, size, info[0])
+            return raw
         try:
             return staging.map_async("READ_NOSYNC", 0, size)
         except (ValueError, KeyError, TypeError, AttributeError):  # a wgpu-py without that mode
             return staging.map_async(wgpu.MapMode.READ, 0, size)
+
+    def _wait_raw_map(self, raw: RawMap) -> None:
+        """Poll the device on this thread until `raw`'s callback has run; raise if the map failed.
+
+        On a GPU without blocking: a blocking wait sleeps in the driver and wakes up to ~1 ms late,
+        more than a whole decode step's GPU time (benchmarks/device/readback.py). On a CPU adapter
+        blocking: spinning would take a core from the driver that is doing the work."""
+        handle, block = self.device._internal, not self._spin_wait
+        while raw.status is None:
+            _DEVICE_POLL(handle, block, _NULL)
+        if raw.status != _MAP_SUCCESS:
+            raise RuntimeError(f"reading a tensor back: mapping its staging buffer failed ({raw.status}: {raw.error})")
 
     def drop_readback(self) -> None:
         """Free the kept read-back staging buffers (the next reads make new ones)."""
