@@ -233,3 +233,28 @@ def test_decoding_a_token_ahead_reads_the_same_ids() -> None:
     theirs = TorchLlama(torch, cfg, w, cfg.max_positions, device="cpu")
     eager = TorchDecode(theirs, prompt, graph=False, ahead=True)
     assert [eager() for _ in want] == np_greedy(w, hf, prompt, 6)
+
+
+def test_gpu_time_first_compiles_a_bucket_no_step_reached() -> None:
+    """JitDecode.gpu_time where no step has compiled the next position's bucket of the attended length
+    (here: right after the prefill; on the H200 a suite's timed rounds ended at such a position) runs
+    that step first, then times its program; the loop then goes on with numpy's greedy ids."""
+    from types import SimpleNamespace
+
+    import tracer as tr
+    from backend_wgpu import get_device
+    from benchmarks.e2e.decoder import JitDecode, config
+    from benchmarks.timing import ProgramTimer
+    from examples import llama as L
+    from tests.test_generate import np_greedy
+
+    cfg = config("tiny")
+    w, hf = L.random_weights(cfg, seed=0), cfg.to_hf()
+    model = L.Llama(cfg, L.check_weights(w, cfg, "tiny", tr.float32), cfg.max_positions, tr.float32)
+    prompt = [5, 1, 9, 30]
+    want = np_greedy(w, hf, prompt, 5)[1:]
+    sync = JitDecode(model, prompt)
+    assert not model.step_into_jit.traces  # nothing compiled the step yet
+    ms, dispatches = sync.gpu_time(SimpleNamespace(timer=ProgramTimer(get_device())))
+    assert dispatches > 0 and (ms is None or ms > 0)
+    assert [sync() for _ in want[1:]] == want[1:]  # gpu_time took the first step

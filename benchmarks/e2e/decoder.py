@@ -119,19 +119,30 @@ class JitDecode:
         self.pos += 1
         return self.token
 
+    def _held_trace(self) -> tuple[list[tuple[Any, Any]], list[Any]]:
+        """The compiled traces of step_into_jit that hold the next step's call (with their buffers), and its leaves."""
+        import tracer as tr
+
+        ids, _ = self.inputs()
+        jitted = self.model.step_into_jit
+        leaves = [ids, tr.dynamic(self.pos), *self.cache]  # the call's leaves: its positional arguments
+        traces = [*jitted.traces.values(), *(t for ts in jitted._others.values() for t in ts)]
+        return [(t, b) for t in traces if t.program is not None and not isinstance(b := t.bind(leaves), str)], leaves
+
     def gpu_time(self, ctx: Any) -> Any:
         """GPU time of one pass of the program the jit replays for the next step (a diagnostic;
         benchmarks.e2e.common.gpu_time_of for the where form): it writes the caches at the next
         position, which the next real step writes again."""
         import tracer as tr
 
-        ids, _ = self.inputs()
         if self.where_form:
+            ids, _ = self.inputs()
             return gpu_time_of(ctx, self.model.step(ids, tr.tensor(np.array([self.pos], np.int32)), *self.cache))
-        jitted = self.model.step_into_jit
-        leaves = [ids, tr.dynamic(self.pos), *self.cache]  # the call's leaves: its positional arguments
-        traces = [*jitted.traces.values(), *(t for ts in jitted._others.values() for t in ts)]
-        held = [(t, b) for t in traces if t.program is not None and not isinstance(b := t.bind(leaves), str)]
+        held, leaves = self._held_trace()
+        if not held:  # the next position is the first of a bucket of the attended length: one real step compiles it
+            self.prepare(2)
+            self()
+            held, leaves = self._held_trace()
         if not held:
             raise RuntimeError("JitDecode.gpu_time: no trace of step_into_jit holds this call (run a step first)")
         (trace, buffers), ints = held[0], held[0][0].runtime_ints(leaves)
