@@ -107,3 +107,24 @@ def test_a_jitted_decoder_step_keeps_its_caches_in_place() -> None:
     assert kept[2:] == [kept[2]] * len(kept[2:])
     for c, r in zip(cache, reference.tensors(), strict=True):
         np.testing.assert_allclose(c.numpy()[:, :, :10], r.numpy()[:, :, :10], rtol=1e-5, atol=1e-6)
+
+
+def test_a_replay_in_place_keeps_the_value_but_not_its_started_read(rng: np.random.Generator) -> None:
+    """A donated argument written in its own buffer keeps its Lazy (no new value object per replay),
+    unless a read of the old value was started (copy_to_host_async): that read belongs to the old
+    value, so the argument is rebound, and the next numpy() reads the new one."""
+    start = rng.standard_normal((16, 8)).astype(np.float32)
+    cache, want = tr.tensor(start.copy()).realize(), start.copy()
+    for step in range(3):  # the traced call and the first replays
+        append(cache, _row(step + 1.0), tr.dynamic(step))
+        want[step] = step + 1.0
+    kept = cache._lazy
+    append(cache, _row(4.0), tr.dynamic(3))
+    want[3] = 4.0
+    assert cache._lazy is kept, "written in place: the same value object, now holding the result"
+    np.testing.assert_array_equal(cache.numpy(), want)
+    cache.copy_to_host_async()  # a read of this value under way...
+    append(cache, _row(5.0), tr.dynamic(4))  # ...while a replay overwrites it
+    want[4] = 5.0
+    assert cache._lazy is not kept
+    np.testing.assert_array_equal(cache.numpy(), want)

@@ -71,7 +71,15 @@ from tracer.arg_staging import ArgumentStaging
 from tracer.graph_builder import BuiltGraph, build_graph
 from tracer.guards import CapturedState, NameGuards
 from tracer.lazy import Lazy
-from tracer.realize import LOCK, debug_level, device_buffer, note_run, program_for, realize_lazies
+from tracer.realize import (
+    LOCK,
+    debug_level,
+    device_buffer,
+    has_started_read,
+    note_run,
+    program_for,
+    realize_lazies,
+)
 from tracer.runtime_ints import RuntimeInt, Var, bucket_of
 from tracer.signature import describe, fast_key, flatten, leaf_key, unflatten
 from tracer.tensor import Tensor, from_data, rebind
@@ -332,10 +340,14 @@ class Trace:
     def replay(self, leaves: list[Any], buffers: list[DeviceBuffer]) -> Any:
         if self.donated:
             _protect_shared_values(self.donated, leaves, buffers)
-        outputs = self._run(buffers, self.runtime_ints(leaves)) if self.program is not None else _no_outputs
+        results: list[DeviceBuffer] = []
+        if self.program is not None:
+            outputs, results = self._run(buffers, self.runtime_ints(leaves))
+        else:
+            outputs = _no_outputs
         for r in self.rebinds:
             target = leaves[r.leaf] if isinstance(r, RebindArg) else r.tensor()
-            if target is not None:
+            if target is not None and not (type(r) is RebindArg and _kept_in_place(target, results[r.output])):
                 rebind(target, outputs(r.output))
         if self.plain is None:  # no rebinding and no output returned twice: each output's Lazy is new and unseen
             indices = [r.index for r in self.returned if type(r) is ProgramOutput]
@@ -349,8 +361,10 @@ class Trace:
             values = [self._value(r, leaves, outputs) for r in self.returned]
         return unflatten(self.out_structure, values, [0])
 
-    def _run(self, buffers: list[DeviceBuffer], ints: tuple[int, ...]) -> Callable[[int], Lazy]:
-        """Run the program; returns output index -> the one realized Lazy that shows it."""
+    def _run(
+        self, buffers: list[DeviceBuffer], ints: tuple[int, ...]
+    ) -> tuple[Callable[[int], Lazy], list[DeviceBuffer]]:
+        """Run the program; returns output index -> the one realized Lazy that shows it, and the output buffers."""
         assert self.program is not None
         fast, self.fast_bound = self.fast_bound, None
         results = self.program.run(buffers, ints=ints, varying=fast.varying() if fast is not None else None)
@@ -369,7 +383,7 @@ class Trace:
                 lz.buffer = results[index]
             return lz
 
-        return output
+        return output, results
 
     @staticmethod
     def _value(r: Returned, leaves: list[Any], output: Callable[[int], Lazy]) -> Any:
@@ -426,12 +440,15 @@ def trace_call(
     states = _state_before_rebinds(scope, rebound, arg_pos)
     _realize_captured(targets, arg_pos, [lz for lz in states if not lz.is_leaf])
     trace = Trace(None, [], [], out_structure, names=names)
-    trace.buckets = [
-        BucketGuard(arg_vars[id(t.var)], length.scale, length.const, size, b)
-        for t in traced
-        if isinstance(t, RuntimeInt)
-        for length, size, b in t.var.buckets
-    ]
+    # each distinct guard once (a decoder's layers all slice their caches at the same length: 24 -> 1)
+    trace.buckets = list(
+        dict.fromkeys(
+            BucketGuard(arg_vars[id(t.var)], length.scale, length.const, size, b)
+            for t in traced
+            if isinstance(t, RuntimeInt)
+            for length, size, b in t.var.buckets
+        )
+    )
     out_index: dict[int, int] = {}
     arg_tensors = {id(leaf): i for i, leaf in enumerate(leaves) if isinstance(leaf, Tensor)}
     written = {arg_tensors[id(t)] for t in rebound if id(t) in arg_tensors}  # argument leaves written into
@@ -559,7 +576,9 @@ def _protect_shared_values(donated: list[tuple[int, int]], leaves: list[Any], bu
     alone shows the value (it is rebound to the result after the run), no pending value reads
     it, it is no cached constant, and no other input of this call is the same buffer.
     """
-    counts: dict[int, int] | None = None
+    counts: dict[int, int] | None = None  # per buffer, how many inputs it is (only when some buffer repeats)
+    ids = [id(b) for b in buffers]
+    repeats = len(set(ids)) != len(ids)
     for i, leaf in donated:
         t, buf = leaves[leaf], buffers[i]
         lz = t._lazy
@@ -567,14 +586,29 @@ def _protect_shared_values(donated: list[tuple[int, int]], leaves: list[Any], bu
         alone = not lz.pinned and (
             (len(refs) == 1 and refs[0]() is t) or (lz.live_handles() == [t] and not lz.live_consumers())
         )
-        if alone:
+        if alone and repeats:
             if counts is None:
                 counts = {}
-                for b in buffers:
-                    counts[id(b)] = counts.get(id(b), 0) + 1
+                for b in ids:
+                    counts[b] = counts.get(b, 0) + 1
             alone = counts[id(buf)] == 1
         if not alone:
             buffers[i] = buf.device.copy_of(buf)
+
+
+def _kept_in_place(t: Tensor, result: DeviceBuffer) -> bool:
+    """Whether a donated argument keeps its Lazy after a replay instead of being rebound: the program wrote
+    the result into the argument's own buffer, and nothing else holds the old value's identity (no
+    views of it, no host copy, no started read, no trace recording rebinds). A decode step then makes
+    no new Lazy, handle and rebinding per cache per token."""
+    lz = t._lazy
+    return (
+        lz.buffer is result
+        and lz.host is None
+        and (t._cell is None or not t._cell.views())
+        and tracing.current() is None
+        and not has_started_read(lz)
+    )
 
 
 def _returned(v: Any, out_index: dict[int, int], arg_pos: dict[int, int], arg_tensors: dict[int, int]) -> Returned:

@@ -293,6 +293,11 @@ def copy_lazies_to_host_async(lazies: Sequence[Lazy]) -> None:
 _STARTED_READS: weakref.WeakKeyDictionary[Lazy, PendingRead] = weakref.WeakKeyDictionary()
 
 
+def has_started_read(lz: Lazy) -> bool:
+    """Whether a copy of `lz` to the host was started (copy_lazies_to_host_async) and not finished."""
+    return lz in _STARTED_READS
+
+
 def _storage(dtype: DType) -> type:
     """The numpy dtype a buffer holds `dtype`'s elements in (bool as u32)."""
     return np.uint32 if dtype is DType.bool else dtype.np
