@@ -19,8 +19,9 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def device():  # noqa: ANN201
+    """The current device (per test: a test that calls reset_device() leaves a new one for the next)."""
     from backend_wgpu import get_device
 
     return get_device()

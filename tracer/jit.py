@@ -70,7 +70,7 @@ from tracer import tracing
 from tracer.arg_staging import ArgumentStaging
 from tracer.graph_builder import BuiltGraph, build_graph
 from tracer.guards import CapturedState, NameGuards
-from tracer.lazy import Lazy
+from tracer.lazy import Lazy, compact_refs
 from tracer.realize import (
     LOCK,
     debug_level,
@@ -345,9 +345,10 @@ class Trace:
             outputs, results = self._run(buffers, self.runtime_ints(leaves))
         else:
             outputs = _no_outputs
+        keep = tracing.current() is None  # a trace running records rebinds: nothing is kept then
         for r in self.rebinds:
             target = leaves[r.leaf] if isinstance(r, RebindArg) else r.tensor()
-            if target is not None and not (type(r) is RebindArg and _kept_in_place(target, results[r.output])):
+            if target is not None and not (keep and type(r) is RebindArg and _kept_in_place(target, results[r.output])):
                 rebind(target, outputs(r.output))
         if self.plain is None:  # no rebinding and no output returned twice: each output's Lazy is new and unseen
             indices = [r.index for r in self.returned if type(r) is ProgramOutput]
@@ -586,6 +587,8 @@ def _protect_shared_values(donated: list[tuple[int, int]], leaves: list[Any], bu
         alone = not lz.pinned and (
             (len(refs) == 1 and refs[0]() is t) or (lz.live_handles() == [t] and not lz.live_consumers())
         )
+        if alone and len(refs) > 1:  # dead references (the traced call's readers) kept it off the quick test
+            compact_refs(refs, always=True)
         if alone and repeats:
             if counts is None:
                 counts = {}
@@ -599,14 +602,13 @@ def _protect_shared_values(donated: list[tuple[int, int]], leaves: list[Any], bu
 def _kept_in_place(t: Tensor, result: DeviceBuffer) -> bool:
     """Whether a donated argument keeps its Lazy after a replay instead of being rebound: the program wrote
     the result into the argument's own buffer, and nothing else holds the old value's identity (no
-    views of it, no host copy, no started read, no trace recording rebinds). A decode step then makes
-    no new Lazy, handle and rebinding per cache per token."""
+    views of it, no host copy, no started read; the caller checks that no trace records rebinds). A
+    decode step then makes no new Lazy, handle and rebinding per cache per token."""
     lz = t._lazy
     return (
         lz.buffer is result
         and lz.host is None
         and (t._cell is None or not t._cell.views())
-        and tracing.current() is None
         and not has_started_read(lz)
     )
 

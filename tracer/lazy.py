@@ -33,10 +33,11 @@ def _append(refs: list[weakref.ref], ref: weakref.ref) -> None:
         compact_refs(refs)
 
 
-def compact_refs(refs: list[weakref.ref]) -> None:
-    """Drop the dead references if that halves the list (callers do so at 64, 128, 256... entries)."""
+def compact_refs(refs: list[weakref.ref], always: bool = False) -> None:
+    """Drop the dead references if that halves the list (callers do so at 64, 128, 256... entries), or
+    whenever there are any (`always`)."""
     kept = [r for r in refs if r() is not None]
-    if len(kept) <= len(refs) // 2:
+    if len(kept) <= len(refs) // 2 or (always and len(kept) < len(refs)):
         refs[:] = kept
 
 
