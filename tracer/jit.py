@@ -574,8 +574,9 @@ def _protect_shared_values(donated: list[tuple[int, int]], leaves: list[Any], bu
     """Before a replay: a donated argument whose value something else can see is replaced by a copy.
 
     The program overwrites a donated argument's buffer; that is safe when the argument Tensor
-    alone shows the value (it is rebound to the result after the run), no pending value reads
-    it, it is no cached constant, and no other input of this call is the same buffer.
+    alone shows the value (after the run it shows the result: rebound, or its value object kept,
+    _kept_in_place), no pending value reads it, it is no cached constant, and no other input of
+    this call is the same buffer.
     """
     counts: dict[int, int] | None = None  # per buffer, how many inputs it is (only when some buffer repeats)
     ids = [id(b) for b in buffers]
