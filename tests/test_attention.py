@@ -513,8 +513,10 @@ def test_rule_tiles_on_the_h200() -> None:
     as measured in benchmarks/runs/2026-12-01-F, -H and -M (unrolled loops): MiniLM's head dim 64 and the
     causal head dim 128 at 128 rows; a problem of too few 128-row blocks (the ~1B decoder's causal prefill
     of 512 tokens: 32 heads x 4 blocks) takes 64 rows."""
+    from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
+
     caps = dataclasses.replace(get_device().caps, max_workgroup_storage=49152, subgroups=False, name="H200-like")
-    picked = {}
+    picked, reasons = {}, {}
     for name, (b, h, hkv, n, d) in {
         "minilm": (32, 12, 12, 128, 64),
         "causal 2048": (1, 32, 32, 2048, 128),
@@ -526,6 +528,8 @@ def test_rule_tiles_on_the_h200() -> None:
         graph = run_pipeline(build_graph([y._lazy]).graph, caps).graph
         (node,) = [n for n in graph if n.kernel is not None and n.kernel.name == "flash_attention"]
         picked[name] = tuple(node.kernel.param(p) for p in ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl"))
+        reasons[name] = FlashAttentionKernel.reason(graph, node)
+    assert "(256 workgroups)" in reasons["prefill 512"], reasons  # 32 heads x 8 blocks of 64 rows, as explain says
     assert picked["minilm"] == (128, 32, 8, False, False, True, True, False)
     assert picked["causal 2048"] == (128, 32, 8, False, True, False, True, False)
     assert picked["prefill 512"][0] == 64

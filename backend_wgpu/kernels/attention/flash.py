@@ -97,8 +97,11 @@ class FlashAttentionKernel(Kernel):
         what = [f"{arg.mask} mask" if arg.mask != "none" else "", "causal" if arg.causal else ""]
         what += [f"{arg.group} query heads per kv head" if arg.group > 1 else ""]
         extra = ", ".join(w for w in what if w)
+        q = graph[node.srcs[0]].shape
+        workgroups = math.prod(q[:-2]) * -(-q[-2] // k.param("br"))
         return (
-            f"one dispatch: {k.param('br')} query rows per workgroup, keys streamed {k.param('bc')} at a time "
+            f"one dispatch: {k.param('br')} query rows per workgroup ({workgroups} workgroups), "
+            f"keys streamed {k.param('bc')} at a time "
             f"through workgroup memory, online softmax in registers{'; ' + extra if extra else ''}"
         )
 
