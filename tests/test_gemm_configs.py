@@ -118,6 +118,24 @@ def test_exact_variant_only_when_tiles_fit() -> None:
     close(got, a2.astype(np.float64) @ b)
 
 
+@pytest.mark.parametrize("config", ["b64", "b64x128k8u"])
+def test_exact_tiles_load_the_epilogue_inputs_before_storing(config: str) -> None:
+    """x @ w + bias + residual on exact tiles: every stored value (every load of the bias and the
+    residual) comes before the first store in the WGSL (interleaved, each store waited for its loads
+    on the H200: benchmarks/runs/2026-12-01-M/epilogue.txt), and the answer is numpy's. With edge
+    checks (100 rows) the stores stay guarded one by one, and the answer is numpy's too."""
+    for rows, exact in ((128, True), (100, False)):
+        a, w, bias, r = randn(rows, 32), randn(32, 128), randn(128), randn(rows, 128)
+        got, program = run_tuned(tr.tensor(a) @ tr.tensor(w) + tr.tensor(bias) + tr.tensor(r), config)
+        d = gemm_dispatch(program)
+        assert (".x:" in d.variant) == exact and "add" in d.variant, d.variant
+        body = program.sources[d.key].split("let out_base", 1)[1]
+        if exact:
+            values_first = "let e" in body and body.rindex("let e") < body.index("out[")
+            assert values_first, "a store comes before the last epilogue value"
+        close(got, a.astype(np.float64) @ w + bias + r)
+
+
 @pytest.mark.parametrize("config", ["b64", "b64t8", "b128x64", "b64l"])
 def test_strided_operands(config: str) -> None:
     """A read along m (A.T), B with a column stride of 2 (scalar loads) and an offset."""
