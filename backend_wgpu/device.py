@@ -487,25 +487,24 @@ class Device:
         with self.lock, self.guard("reading a tensor back"):
             pending.done = True
             staging, size = pending.staging, (pending.nbytes + 3) & ~3
-            if isinstance(pending.promise, RawMap):
+            raw = isinstance(pending.promise, RawMap)
+            if raw:
                 self._wait_raw_map(pending.promise)
-                if stamp is not None:
-                    stamp(2, pending)
-                try:
-                    mapped = _ffi.buffer(_MAPPED_RANGE(staging._internal, 0, size), pending.nbytes)
-                    out.reshape(-1).view(np.uint8)[:] = np.frombuffer(mapped, np.uint8)
-                    del mapped
-                finally:
-                    _UNMAP(staging._internal)
             else:
                 pending.promise.sync_wait()
-                if stamp is not None:
-                    stamp(2, pending)
-                try:
-                    view = staging.read_mapped(0, size, copy=False)
-                    out.reshape(-1).view(np.uint8)[:] = np.frombuffer(view, np.uint8, pending.nbytes)
-                    del view
-                finally:
+            if stamp is not None:
+                stamp(2, pending)
+            try:
+                if raw:
+                    mapped = _ffi.buffer(_MAPPED_RANGE(staging._internal, 0, size), size)
+                else:
+                    mapped = staging.read_mapped(0, size, copy=False)
+                out.reshape(-1).view(np.uint8)[:] = np.frombuffer(mapped, np.uint8, pending.nbytes)
+                del mapped
+            finally:
+                if raw:
+                    _UNMAP(staging._internal)
+                else:
                     staging.unmap()
             if stamp is not None:
                 stamp(3, pending)

@@ -39,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     import tracer as tr
     from backend_wgpu import get_device
-    from benchmarks.timing import ProgramTimer, time_program
+    from benchmarks.timing import ProgramTimer, time_program, time_torch
 
     timer = ProgramTimer(get_device())
     rng = np.random.default_rng(0)
@@ -75,17 +75,8 @@ def main() -> None:
         for _ in range(args.blocks):
             for name, (program, buffers) in cases.items():
                 samples[name].append(statistics.median(time_program(program, buffers, timer, 2, 10).gpu_ms))
-            if fns:
-                for name, fn in fns.items():
-                    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    times = []
-                    for _ in range(10):
-                        start.record()
-                        fn()
-                        stop.record()
-                        stop.synchronize()
-                        times.append(start.elapsed_time(stop))
-                    tsamples[name].append(statistics.median(times))
+            for name, fn in fns.items():
+                tsamples[name].append(time_torch(fn, 2, 10).median)
         med = {name: statistics.median(v) for name, v in {**samples, **tsamples}.items() if v}
         rows.append((shape, med))
     print(f"\nGEMM with and without a residual epilogue, GPU ms (median of blocks), on {get_device().caps.name}")
