@@ -16,12 +16,25 @@ timestamp queries, each launch is submitted alone and timed by the wall clock un
 queue has finished it (`Profile.clock` says which). Each kernel's time is the median over
 `repeats` runs after one warm-up run. Bytes and flops per dispatch are counted from the
 graph (see dispatch_bytes and dispatch_flops) to give GB/s and GFLOP/s.
+
+Both ways distort on a fast GPU: a lone dispatch pays its own launch (4-30 us on the H200 at
+idle clocks), and timestamps between the dispatches of a pass drain it (a ~1B decoder step
+measured 4.28 ms that way, 1.52 ms in one plain pass). `marginal=K` instead times only whole
+passes (one timestamp pair around each, or the wall clock around submit and wait): the
+program as it runs (the base), then, for each distinct kernel key, the program with every
+dispatch of that key issued 1+K times back to back (the copies bind what the original binds,
+so they read its inputs and write its outputs, behind the barrier any dependent dispatch
+gets). A dispatch's marginal cost is (variant - base) / (K * dispatches of that key): what
+it adds inside the real step, overlap with its neighbours and caches included. These costs
+need not add up to the base pass, and noise may make a small one slightly negative.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,11 +42,13 @@ import numpy as np
 import wgpu
 
 from backend_wgpu.device import DeviceBuffer
+from backend_wgpu.program import _commands, _encode_py
 from ir.fusion import matmul_depths
 from ir.graph import Graph
 from ir.ops import ELEMENTWISE, NORM, REDUCE, ROW, Op
 
 if TYPE_CHECKING:
+    from backend_wgpu.device import Device
     from backend_wgpu.program import Program
 
 QUERIES_PER_SET = 4096  # WebGPU's limit on one query set
@@ -108,10 +123,12 @@ class Profile:
     """Where a program's GPU time goes, kernel by kernel."""
 
     kernels: list[KernelTime]
-    clock: str  # "gpu-timestamps" or "wall-clock"
+    clock: str  # "gpu-timestamps" or "wall-clock", "-marginal" appended in marginal mode
     device: str
     repeats: int
     notes: list[str] = field(default_factory=list)
+    # marginal mode: the whole program's median time in its one pass (the base its kernels' costs are measured against)
+    base_seconds: float | None = None
 
     @property
     def total_seconds(self) -> float:
@@ -131,6 +148,7 @@ class Profile:
             "device": self.device,
             "repeats": self.repeats,
             "total_seconds": self.total_seconds,
+            "base_seconds": self.base_seconds,
             "notes": list(self.notes),
             "kernels": [asdict(k) | {"gbps": k.gbps, "gflops": k.gflops} for k in self.kernels],
             "by_op": [{"op": op, "seconds": s, "share": share} for op, s, share in self.by_op()],
@@ -140,6 +158,8 @@ class Profile:
         lines = [
             f"Profile on {self.device} ({self.clock}, median of {self.repeats}): total {self.total_seconds * 1e6:.1f} us"
         ]
+        if self.base_seconds is not None:
+            lines.append(f"  the program in one pass: {self.base_seconds * 1e6:.1f} us")
         width = max((len(f"{k.kernel}[{k.variant}]") for k in self.kernels), default=0)
         for k in self.kernels:
             label = f"{k.kernel}[{k.variant}]".ljust(width)
@@ -156,6 +176,13 @@ class Profile:
 
 
 def _buffers(program: Program, inputs: list[DeviceBuffer] | None) -> dict[int, DeviceBuffer]:
+    """The buffers a profile binds, by slot: the program's own temporaries, the caller's inputs
+    (else fresh zero-filled ones) and fresh outputs.
+
+    Outputs are never the program's pooled ones (a user's tensor may hold them). Temporaries are
+    shared with the program's runs, which write each before reading it, so whatever profiling
+    leaves there (marginal mode's repeated in-place dispatches leave garbage) is harmless.
+    """
     dev = program.device
     buffers: dict[int, DeviceBuffer] = dict(program._temps)
     for i, s in enumerate(program.slots):
@@ -257,27 +284,114 @@ def _time_with_wall_clock(program: Program, groups: list[Any], repeats: int, pro
     return [statistics.median(s) for s in samples]
 
 
+def _encode_pass(dev: Device, commands: list[Any], writes: dict | None) -> Any:
+    """A command encoder holding one compute pass of these commands (Program._run's encoding)."""
+    encoder = dev.device.create_command_encoder()
+    cpass = encoder.begin_compute_pass(timestamp_writes=writes)
+    _encode_py(cpass, commands)
+    cpass.end()
+    return encoder
+
+
+def _pass_timer(dev: Device) -> Callable[[list[Any]], float]:
+    """A function giving the seconds of one compute pass of these commands, submitted alone and waited
+    for: its timestamp pair where the adapter has timestamps, else the wall clock around submit and wait."""
+    if not dev.caps.timestamps:
+        probe = dev.alloc(4)
+
+        def wall_clock(commands: list[Any]) -> float:
+            finished = _encode_pass(dev, commands, None).finish()
+            t0 = time.perf_counter()
+            dev.queue.submit([finished])
+            dev.queue.read_buffer(probe.buffer, 0, 4)  # waits for the submitted work
+            return time.perf_counter() - t0
+
+        return wall_clock
+    qset = dev.device.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+    resolve = dev.device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    writes = {"query_set": qset, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1}
+
+    def timestamps(commands: list[Any]) -> float:
+        stamps = _submit_and_read_stamps(dev, _encode_pass(dev, commands, writes), qset, 2, resolve)
+        return max(0, int(stamps[1] - stamps[0])) * 1e-9
+
+    return timestamps
+
+
+def _with_copies(program: Program, commands: list[Any], key: str, copies: int) -> list[Any]:
+    """The program's commands with every dispatch of kernel `key` issued 1+copies times in a row."""
+    return [
+        c for d, c in zip(program.dispatches, commands, strict=True) for _ in range(1 + copies if d.key == key else 1)
+    ]
+
+
+def _time_marginal(program: Program, groups: list[Any], repeats: int, copies: int) -> tuple[float, list[float]]:
+    """(median seconds of the program in its one pass, each dispatch's marginal seconds): see the module docstring.
+
+    Each round times the base pass beside every variant (base, variant 1, base, variant 2...), so
+    clock drift during the profile moves both alike; the first round warms up and is not counted.
+    """
+    base = _commands(program._launches, groups)
+    counts = Counter(d.key for d in program.dispatches)
+    variants = {key: _with_copies(program, base, key, copies) for key in counts}
+    time_pass = _pass_timer(program.device)
+    base_samples: list[float] = []
+    samples: dict[str, list[float]] = {key: [] for key in variants}
+    for rep in range(repeats + 1):
+        for key, commands in variants.items():
+            pair = time_pass(base), time_pass(commands)
+            if rep > 0:
+                base_samples.append(pair[0])
+                samples[key].append(pair[1])
+    base_seconds = statistics.median(base_samples)
+    cost = {key: (statistics.median(s) - base_seconds) / (copies * counts[key]) for key, s in samples.items()}
+    return base_seconds, [cost[d.key] for d in program.dispatches]
+
+
+def _check_arguments(repeats: int, repeat_each: int, in_pass: bool, marginal: int) -> None:
+    """Refuse counts below their minimum and modes that exclude each other, naming the conflict."""
+    if repeats < 1:
+        raise ValueError(f"profile: repeats must be at least 1, got {repeats}")
+    if repeat_each < 1:
+        raise ValueError(f"profile: repeat_each must be at least 1, got {repeat_each}")
+    if marginal < 0:
+        raise ValueError(f"profile: marginal must be 0 (off) or a number of extra copies per dispatch, got {marginal}")
+    if in_pass and repeat_each != 1:
+        raise ValueError(
+            "profile: in_pass=True times each dispatch once where the program runs it; leave repeat_each at 1"
+        )
+    if marginal and in_pass:
+        raise ValueError(
+            "profile: marginal and in_pass=True are two different modes (whole passes against timestamps "
+            "between dispatches); pass only one"
+        )
+    if marginal and repeat_each != 1:
+        raise ValueError(
+            f"profile: marginal={marginal} already repeats each kind of dispatch inside the program's pass; "
+            "leave repeat_each at 1"
+        )
+
+
 def profile_program(
     program: Program,
     inputs: list[DeviceBuffer] | None = None,
     repeats: int = 3,
     repeat_each: int = 1,
     in_pass: bool = False,
+    marginal: int = 0,
 ) -> Profile:
     """Time every dispatch of a program; inputs default to zero-filled buffers of the right sizes.
 
     repeat_each > 1 runs each dispatch that many times in its pass and reports the time of one;
-    in_pass=True times the dispatches between timestamps inside the program's one pass (see the
-    module docstring). The program's buffers then hold the last run's values.
+    in_pass=True times the dispatches between timestamps inside the program's one pass;
+    marginal=K > 0 gives each dispatch what it adds to the program's one pass, from runs with
+    K extra copies of each kind of dispatch, and the pass's own time as `Profile.base_seconds`
+    (see the module docstring). The profiled buffers (_buffers) then hold the last run's values,
+    garbage in marginal mode: a repeated in-place dispatch works on its own result. Inputs the
+    caller passes are bound as given, so a donated one the program writes in place is written
+    over (more than once in marginal mode).
     """
-    if repeats < 1:
-        raise ValueError(f"profile: repeats must be at least 1, got {repeats}")
-    if repeat_each < 1:
-        raise ValueError(f"profile: repeat_each must be at least 1, got {repeat_each}")
-    if in_pass and repeat_each != 1:
-        raise ValueError(
-            "profile: in_pass=True times each dispatch once where the program runs it; leave repeat_each at 1"
-        )
+    _check_arguments(repeats, repeat_each, in_pass, marginal)
     dev = program.device
     dev.check_alive()
     if inputs is not None and len(inputs) != program.input_count:
@@ -285,9 +399,22 @@ def profile_program(
     buffers = _buffers(program, inputs)
     groups = [launch.static_group or program._bind_group(launch, buffers) for launch in program._launches]
     notes: list[str] = []
+    base_seconds = None
     if not program._launches:
         seconds: list[float] = []
         clock = "none"
+    elif marginal:
+        base_seconds, seconds = _time_marginal(program, groups, repeats, marginal)
+        clock = ("gpu-timestamps" if dev.caps.timestamps else "wall-clock") + "-marginal"
+        notes += [
+            f"marginal in-pass cost: the program's one pass took {base_seconds * 1e6:.1f} us; per kernel key, the pass "
+            f"again with each dispatch of that key run 1+{marginal} times in a row; a dispatch's time is what one more "
+            "run of it adds to the pass, the same for every dispatch of its key",
+            "marginal costs need not add up to the pass (overlap, caches), and noise can make a small one negative",
+            "a repeated in-place dispatch works on its own result: the profiled buffers hold garbage afterwards",
+        ]
+        if not dev.caps.timestamps:
+            notes.append("this adapter has no timestamp queries: pass times are wall clock around submit and wait")
     elif in_pass:
         if "timestamp-query-inside-passes" not in dev.device.features:
             raise ValueError(
@@ -325,4 +452,4 @@ def profile_program(
         )
         for d, s in zip(program.dispatches, seconds, strict=True)
     ]
-    return Profile(kernels, clock, dev.caps.name, repeats, notes)
+    return Profile(kernels, clock, dev.caps.name, repeats, notes, base_seconds)

@@ -588,12 +588,22 @@ class Program:
         return "\n".join(lines)
 
     def profile(
-        self, inputs: list[DeviceBuffer] | None = None, repeats: int = 3, repeat_each: int = 1, in_pass: bool = False
+        self,
+        inputs: list[DeviceBuffer] | None = None,
+        repeats: int = 3,
+        repeat_each: int = 1,
+        in_pass: bool = False,
+        marginal: int = 0,
     ) -> Profile:
-        """Per-kernel GPU time (backend_wgpu.profile.Profile), apart from the normal run path."""
+        """Per-kernel GPU time (backend_wgpu.profile.Profile), apart from the normal run path.
+
+        marginal=K > 0: what each dispatch adds to the program's one pass, from passes with K extra
+        copies of each kind of dispatch (the others' launch overhead and timestamps distort on fast
+        GPUs); the pass's own time is `Profile.base_seconds`. See backend_wgpu.profile.
+        """
         from backend_wgpu.profile import profile_program
 
-        return profile_program(self, inputs, repeats, repeat_each, in_pass)
+        return profile_program(self, inputs, repeats, repeat_each, in_pass, marginal)
 
     DISPATCH_HEADERS = ("node", "op", "kernel", "variant", "width", "in-place", "workgroup", "count", "slots")
 

@@ -1,7 +1,7 @@
 """Where a decode step's GPU time goes, per kernel, for each weight format (GPU machine, < 1 min for 12L).
 
     python -m benchmarks.device.decode_profile [--config 1B] [--formats f32,f16,q8_0,q4_0] [--repeat-each 16]
-                                               [--in-pass] [--prefill 512]
+                                               [--in-pass | --marginal 4] [--prefill 512]
 
 Builds the e2e decoder (benchmarks/device/decode_formats.py's models), runs one `@tr.jit` step,
 then times every dispatch of its program (backend_wgpu.profile: a compute pass per dispatch
@@ -12,6 +12,11 @@ the GPU us per kernel summed over the step with the bytes it moves and the GB/s 
 and per distinct dispatch (kernel and variant) its count, us each and GB/s. `--in-pass` times
 the dispatches between timestamps inside the step's one pass instead (Program.profile(in_pass=True):
 the real run's caches and barriers; a dispatch's time includes the barrier before it).
+`--marginal K` gives each dispatch what it adds to the step's one pass instead
+(Program.profile(marginal=K): the step timed whole, then again with each kind of dispatch run
+1+K times in a row; a lone dispatch's launch and in-pass timestamps both distort on the H200),
+and prints the step's time in that one pass beside the sum of the marginal costs, which need
+not add up to it (overlap, caches; noise may make a small cost negative).
 `--prefill N` profiles the program of a prompt of N tokens through `prefill_jit` instead of a step.
 """
 
@@ -43,12 +48,17 @@ def report(prof: Profile, title: str, how: str, top: int) -> None:
     print(f"\n== {title}; {len(prof.kernels)} dispatches, {total:.1f} us summed ({how})")
     print(f"{'kernel':<22} {'count':>5} {'us':>8} {'MB':>8} {'GB/s':>7} {'GFLOP/s':>8}")
     for name, (us, n, nbytes, flops) in sorted(by.items(), key=lambda kv: -kv[1][0]):
-        rate = (nbytes / (us * 1e3), flops / (us * 1e3)) if us else (0.0, 0.0)
+        rate = (nbytes / (us * 1e3), flops / (us * 1e3)) if us > 0 else (0.0, 0.0)
         print(f"{name:<22} {n:>5} {us:>8.1f} {nbytes / 1e6:>8.2f} {rate[0]:>7.0f} {rate[1]:>8.0f}")
     print(f"distinct dispatches, the costliest {top}:  us each  MB each  GB/s  GFLOP/s  count")
     for name, (us, n, nbytes, flops) in sorted(distinct.items(), key=lambda kv: -kv[1][0])[:top]:
-        rate = (nbytes / (us * 1e3), flops / (us * 1e3)) if us else (0.0, 0.0)
+        rate = (nbytes / (us * 1e3), flops / (us * 1e3)) if us > 0 else (0.0, 0.0)
         print(f"  {us / n:8.1f} {nbytes / n / 1e6:8.2f} {rate[0]:6.0f} {rate[1]:8.0f} {n:4d}  {name}")
+    if prof.base_seconds is not None:
+        print(
+            f"the program in one pass: {prof.base_seconds * 1e6:.1f} us; marginal sum {total:.1f} us "
+            "(marginal costs need not add up to the pass)"
+        )
 
 
 def main() -> None:
@@ -57,7 +67,11 @@ def main() -> None:
     parser.add_argument("--repeat-each", type=int, default=16)
     parser.add_argument("--formats", default="f32,f16,q8_0,q4_0")
     parser.add_argument("--top", type=int, default=12)
-    parser.add_argument("--in-pass", action="store_true", help="timestamps between the dispatches of the one pass")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--in-pass", action="store_true", help="timestamps between the dispatches of the one pass")
+    mode.add_argument(
+        "--marginal", type=int, default=0, help="K > 0: each dispatch's marginal cost in the one pass, from K copies"
+    )
     parser.add_argument("--prefill", type=int, default=0, help="profile a prompt of this many tokens, not a step")
     args = parser.parse_args()
     import tracer as tr
@@ -75,7 +89,10 @@ def main() -> None:
             step.prepare(1)
             step()
             program = next(reversed(model.step_into_jit.traces.values())).program
-        if args.in_pass:
+        if args.marginal:
+            prof = program.profile(repeats=5, marginal=args.marginal)
+            how = f"marginal cost in the one pass, each kind x{1 + args.marginal} in turn"
+        elif args.in_pass:
             prof, how = program.profile(repeats=5, in_pass=True), "timestamps between the dispatches of one pass"
         else:
             prof = program.profile(repeats=5, repeat_each=args.repeat_each)
