@@ -128,3 +128,18 @@ def test_a_read_across_reset_device_is_a_clear_error() -> None:
     with pytest.raises(DeviceError, match="reset_device"):
         y.numpy()
     np.testing.assert_array_equal((tr.tensor(np.ones(3, np.float32)) + 1).copy_to_host_async().numpy(), 2.0)
+
+
+@pytest.mark.parametrize("threads", [1, 3, 4])
+def test_large_read_split_over_threads(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """A read-back of several MiB is copied out of the staging buffer by READ_COPY_THREADS threads:
+    every byte arrives, including a tail shorter than a thread's share, started or plain."""
+    import backend_wgpu.device as device_module
+
+    monkeypatch.setattr(device_module, "READ_COPY_THREADS", threads)
+    a = rng.standard_normal(1_300_001).astype(np.float32)  # 5.2 MB: four shares of page-aligned bytes, then a tail
+    x = tr.tensor(a)
+    np.testing.assert_allclose((x * 3 - 1).numpy(), a * 3 - 1, rtol=1e-6, atol=1e-6)
+    y = x + 2
+    y.copy_to_host_async()
+    np.testing.assert_allclose(y.numpy(), a + 2, rtol=1e-6, atol=1e-6)
