@@ -366,7 +366,7 @@ class BlockedGemmKernel(MatmulKernel):
     def _emit_output(self, b: WgslBuilder, rm: int, gn_: int, wx: int, wy: int) -> None:
         vec_out = self._modes()[2] == "o4"
         b.line("let out_base = bt * params.m * params.n;")
-        if vec_out and self.exact and self.code is not None and self.code.has_epilogue():
+        if self.code is not None and self.code.has_epilogue():
             self._emit_output_loads_first(b, rm, gn_, wx, wy)
             return
         for r in range(rm):
@@ -389,17 +389,34 @@ class BlockedGemmKernel(MatmulKernel):
             b.line("}")
 
     def _emit_output_loads_first(self, b: WgslBuilder, rm: int, gn_: int, wx: int, wy: int) -> None:
-        """Exact tiles with an epilogue: every stored value (and so every load of the epilogue's inputs)
-        first, then the stores. Interleaved, each store has to wait for the loads before it (out may be
-        the same memory as an input as far as the compiler knows), one memory round trip per vec4, which
-        cost a third of the 512x2048x2048 product with a residual add on the H200
-        (benchmarks/runs/2026-12-01-M/epilogue.txt)."""
+        """Tiles with an epilogue: every stored value (and so every load of the epilogue's inputs) first,
+        then the stores. Interleaved, each store has to wait for the loads before it (out may be the same
+        memory as an input as far as the compiler knows), one memory round trip per vec4, which cost a
+        third of the 512x2048x2048 product with a residual add on the H200
+        (benchmarks/runs/2026-12-01-M/epilogue.txt). Where the tiles do not cover the output exactly,
+        each value and its store sit under the same edge check (`ok*`): no load reads past an input."""
         assert self.code is not None
-        tiles = [(r, h) for r in range(rm) for h in range(gn_)]
-        for r, h in tiles:
+        lanes = 4 if self._modes()[2] == "o4" else 1  # one vec4 store per 4 columns, or 4 scalar stores
+        for r in range(rm):
             g, c = divmod(r, 4)
-            gm, gn = f"(tm0 + ({g * wy}u + ty) * 4u + {c}u)", f"(tn0 + ({h * wx}u + tx) * 4u)"
-            b.line(f"let o{r}_{h} = (out_base + {gm} * params.n + {gn}) / 4u;")
-            b.line(f"let e{r}_{h} = {self.code.store_lanes(f'o{r}_{h}', f'c{r}_{h}', 4, b)};")
-        for r, h in tiles:
-            b.line(f"out[o{r}_{h}] = e{r}_{h};")
+            b.line(f"let gm{r} = tm0 + ({g * wy}u + ty) * 4u + {c}u;")
+        for h in range(gn_):
+            b.line(f"let gn{h} = tn0 + ({h * wx}u + tx) * 4u;")
+        stores = []
+        for r in range(rm):
+            for h in range(gn_):
+                for j in range(0, 4, lanes):
+                    s, col = f"{r}_{h}_{j}", f"gn{h} + {j}u"
+                    flat = f"out_base + gm{r} * params.n + {col}"
+                    index, value = (f"({flat}) / 4u", f"c{r}_{h}") if lanes == 4 else (flat, f"c{r}_{h}.{'xyzw'[j]}")
+                    b.line(f"let o{s} = {index};")
+                    stored = self.code.store_lanes(f"o{s}", value, lanes, b)
+                    if self.exact:
+                        b.line(f"let e{s} = {stored};")
+                    else:
+                        b.line(f"let ok{s} = gm{r} < params.m && {col} < params.n;")
+                        b.line(f"var e{s}: {self.output_type()};")
+                        b.line(f"if (ok{s}) {{ e{s} = {stored}; }}")
+                    stores.append(s)
+        for s in stores:
+            b.line(f"out[o{s}] = e{s};" if self.exact else f"if (ok{s}) {{ out[o{s}] = e{s}; }}")
