@@ -9,6 +9,7 @@ Each test also asserts the dispatch ran the configuration it forced.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import numpy as np
@@ -134,6 +135,62 @@ def test_exact_tiles_load_the_epilogue_inputs_before_storing(config: str) -> Non
             values_first = "let e" in body and body.rindex("let e") < body.index("out[")
             assert values_first, "a store comes before the last epilogue value"
         close(got, a.astype(np.float64) @ w + bias + r)
+
+
+@pytest.mark.parametrize("config", ["b64", "b64t8s2"])
+@pytest.mark.parametrize("n", [90, 92])  # scalar stores (o1) and vec4 stores (o4)
+def test_edge_tiles_load_the_epilogue_inputs_before_storing(config: str, n: int) -> None:
+    """x @ w + bias + residual, 70x50 @ 50xn, which no tile covers: every epilogue value (every load of
+    the bias and the residual, all made in wg_epilogue) comes before the first store in the WGSL, each
+    under its store's edge check (no load out of range), and the answer is numpy's."""
+    a, w, bias, r = randn(70, 50), randn(50, n), randn(n), randn(70, n)
+    got, program = run_tuned(tr.tensor(a) @ tr.tensor(w) + tr.tensor(bias) + tr.tensor(r), config)
+    d = gemm_dispatch(program)
+    assert ".x:" not in d.variant and tile_text(config) in d.variant and "add" in d.variant, d.variant
+    assert (".o4" if n % 4 == 0 else ".o1") in d.variant, d.variant
+    lines = program.sources[d.key].split("let out_base", 1)[1].splitlines()
+    assert not any(re.search(r"\bin\d+\[", line) for line in lines), "an input read outside wg_epilogue"
+    loads = [i for i, line in enumerate(lines) if "wg_epilogue(" in line]
+    stores = [i for i, line in enumerate(lines) if "out[" in line]
+    assert loads and stores and max(loads) < min(stores), "a store comes before the last epilogue value"
+    assert all(lines[i].strip().startswith("if (ok") for i in loads + stores), "a load or store is unguarded"
+    close(got, a.astype(np.float64) @ w + bias + r)
+
+
+def gelu(h: np.ndarray) -> np.ndarray:
+    return 0.5 * h * (1 + np.vectorize(math.erf)(h / np.sqrt(2)))
+
+
+# name: (traced, numpy reference), each of (x @ w, bias, residual)
+EPILOGUES = {
+    "bias_residual": (lambda y, bias, r: y + bias + r, lambda y, bias, r: y + bias + r),
+    "bias_gelu": (lambda y, bias, r: (y + bias).gelu(), lambda y, bias, r: gelu(y + bias)),
+    "bias_gelu_residual": (lambda y, bias, r: (y + bias).gelu() + r, lambda y, bias, r: gelu(y + bias) + r),
+}
+
+
+@pytest.mark.parametrize("config", ["b64", "b64t8s2"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+@pytest.mark.parametrize("sa,sb", [((70, 50), (50, 90)), ((37, 29), (29, 44)), ((2, 33, 20), (20, 41))])
+def test_edge_tile_epilogues_against_numpy(config: str, dtype: str, epilogue: str, sa: tuple, sb: tuple) -> None:
+    """Bias, residual and gelu epilogues on shapes no tile covers (scalar and vec4 stores, batched), one
+    kernel, against numpy in float64 (f16: the same f16 inputs, a few f16 steps of the largest value)."""
+    if dtype == "float16" and not get_device().caps.shader_f16:
+        pytest.skip("no shader-f16")
+    traced, reference = EPILOGUES[epilogue]
+    n = sb[-1]
+    x, w, bias, r = (
+        randn(*sa, dtype=dtype),
+        randn(*sb, dtype=dtype),
+        randn(n, dtype=dtype),
+        randn(*sa[:-1], n, dtype=dtype),
+    )
+    got, program = run_tuned(traced(tr.tensor(x) @ tr.tensor(w), tr.tensor(bias), tr.tensor(r)), config)
+    d = gemm_dispatch(program)
+    assert len(program.dispatches) == 1 and ".x:" not in d.variant and tile_text(config) in d.variant, program.summary()
+    x64, w64, bias64, r64 = (v.astype(np.float64) for v in (x, w, bias, r))
+    close(got, reference(x64 @ w64, bias64, r64), tol=1e-5 if dtype == "float32" else 3e-3)
 
 
 @pytest.mark.parametrize("config", ["b64", "b64t8", "b128x64", "b64l"])
