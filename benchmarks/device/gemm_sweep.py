@@ -135,12 +135,17 @@ def torch_setup(case: Case, a: np.ndarray, b: np.ndarray, device: str) -> tuple[
     return run, ref
 
 
+SPLITS_EVERYWHERE = False  # --splits: k splits timed for every case, not only where gemm_candidates offers them
+
+
 def candidates_for(y: tr.Tensor) -> tuple[list[str], str]:
     dev = get_device()
     built = build_graph([y._lazy])
     g = fold_views(dce(built.graph, dev.caps), dev.caps)
     (p,) = tunable_problems([g]).values()
     names, builtin = gemm_candidates(p, dev.caps, f16_products=True), builtin_config(p, dev)
+    if SPLITS_EVERYWHERE:
+        names += [f"split{s}" for s in (2, 4) if f"split{s}" not in names and p.k // s >= 128]
     return names + ([builtin] if builtin not in names else []), builtin
 
 
@@ -199,7 +204,10 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--only", default="", help="comma-separated substrings of case names to run")
     ap.add_argument("--dtypes", default="float32,float16", help="comma-separated: float32, float16")
+    ap.add_argument("--splits", action="store_true", help="also time k splits (split2, split4) for every case")
     args = ap.parse_args()
+    global SPLITS_EVERYWHERE
+    SPLITS_EVERYWHERE = args.splits
     try:
         import torch
     except ImportError:  # a smoke run: numpy on the host is the reference and the yardstick
