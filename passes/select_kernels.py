@@ -789,10 +789,11 @@ def builtin_matmul_config(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -
     return f"split{split}" if split > 1 else builtin_gemm_config(p, caps) or GemmKernel.name
 
 
-# f32 GEMMs this large, tiled exactly by 64x128x16, run b64x128u (8x8 per thread, 128 threads, no index
-# clamps): the H200's fastest at 4096^3 (3.25 ms against b128k16's 3.39) and 1024^3 (0.0714 ms against b64's
-# 0.0849; benchmarks/runs/2026-12-01-F/gemm.txt); not yet measured on smaller or thinner shapes
-BIG_EXACT_GEMM = 1024
+# f32 GEMMs this large, tiled exactly by 64x128x16, with at least BIG_EXACT_MIN_TILES 128x128 tiles, run
+# b64x128u (8x8 per thread, 128 threads, no index clamps): the H200's fastest at 4096^3 (3.25 ms against
+# b128k16's 3.39; benchmarks/runs/2026-12-01-F/gemm.txt). Fewer tiles go to _wide_exact_gemm: 1024^3 (64 tiles)
+# runs b64x128k8u, H200 run Q (gemm_mid_split.txt) 0.0647 ms against b64x128u's 0.0716 (cuBLAS 0.0580)
+BIG_EXACT_GEMM, BIG_EXACT_MIN_TILES = 1024, 256
 
 
 def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
@@ -802,7 +803,9 @@ def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
     f32 = all(d is DType.float32 for d in p.dtypes)
     # with index clamps (WGJIT_TRUSTED_SHADERS=0, backend_wgpu.device) b64x128 lost to b128k16 in run F
     trusted = os.environ.get("WGJIT_TRUSTED_SHADERS", "1").strip() != "0"
-    if f32 and trusted and min(p.m, p.n, p.k) >= BIG_EXACT_GEMM and _config_runs(p, c, caps):  # exact tiles
+    big_tiles = p.batch * -(-p.m // 128) * -(-p.n // 128)
+    big = min(p.m, p.n, p.k) >= BIG_EXACT_GEMM and big_tiles >= BIG_EXACT_MIN_TILES
+    if f32 and trusted and big and _config_runs(p, c, caps):  # exact tiles
         return "b64x128u"
     wide = (_wide_exact_gemm(p, caps) or _narrow_exact_gemm(p, caps)) if f32 and trusted else None
     if wide is not None:
@@ -868,6 +871,16 @@ THIN_MIN_DEPTH = 256  # k per chunk at least
 LONG_K, ONE_WAVE_TILES, LONG_K_SPLIT = 4096, 132, 4
 
 
+# a product of MID_ROWS rows or more whose 64x128 tiles make at most MID_SPLIT_TILES workgroups (a wave and a
+# half of an H200's 132 multiprocessors) and whose k is at least MID_K is cut in two along k. H200 run Q (benchmarks/runs/
+# 2026-12-01-Q/gemm_minilm_splits.txt): MiniLM's down projection 4096x384x1536 (192 such tiles) split2
+# 0.1524 ms against the best unsplit 0.1671 (b128x96k8u), split4 0.1558; run L: 512x2048x2048 (128 tiles)
+# split2 0.1295 against 0.1333; 512x8192x2048 (512 tiles) keeps its unsplit 0.4469 (split2 0.4930). Not
+# under MID_ROWS rows: 128x8192x2048 (128 tiles) ran fastest unsplit (run C: b64t8 0.1594, splits slower);
+# nor 1024^3 (k under MID_K): b64x128k8u 0.0647 ms against split2 0.0698 (run Q, gemm_mid_split.txt)
+MID_SPLIT_TILES, MID_K, MID_ROWS = 192, 1536, 512
+
+
 def builtin_gemm_split(p: GemmProblem) -> int:
     tiles = p.batch * -(-p.m // 64) * -(-p.n // 64)
     if 2 * p.batch * p.m * p.n * p.k < THIN_MIN_FLOPS:
@@ -875,7 +888,9 @@ def builtin_gemm_split(p: GemmProblem) -> int:
     if tiles >= THIN_TILES:
         wide = p.batch * -(-p.m // 64) * -(-p.n // 128)
         deep = p.k >= LONG_K and wide <= ONE_WAVE_TILES and p.k // LONG_K_SPLIT >= THIN_MIN_DEPTH
-        return LONG_K_SPLIT if deep else 1
+        if deep:
+            return LONG_K_SPLIT
+        return 2 if p.k >= MID_K and p.m >= MID_ROWS and wide <= MID_SPLIT_TILES else 1
     split = 1
     while tiles * split < THIN_SPLIT_TILES and p.k // (2 * split) >= THIN_MIN_DEPTH:
         split *= 2

@@ -277,13 +277,20 @@ def test_builtin_thin_split_rule() -> None:
     assert builtin_gemm_split(problem(512, 2048, 8192)) == 4
     assert builtin_gemm_split(problem(512, 8192, 2048)) == 1  # k under LONG_K
     assert builtin_gemm_split(problem(4096, 4096, 4096)) == 1  # many tiles
+    # a wave and a half of 64x128 tiles over a k of 1536 or more: cut in two (MiniLM's down projection)
+    assert builtin_gemm_split(problem(4096, 384, 1536)) == 2
+    assert builtin_gemm_split(problem(512, 2048, 2048)) == 2  # the ~1B prefill's o projection
+    assert builtin_gemm_split(problem(4096, 384, 384)) == 1  # k too short
+    assert builtin_gemm_split(problem(128, 8192, 2048)) == 1  # fewer rows than MID_ROWS
+    assert builtin_gemm_split(problem(4096, 1536, 1536)) == 1  # 192+ tiles of 64x128: 768
 
 
 @pytest.mark.parametrize(
     "m,n,k,want",
     [
         (4096, 4096, 4096, "b64x128u"),  # large and exact
-        (1024, 1024, 1024, "b64x128u"),
+        (2048, 2048, 2048, "b64x128u"),  # 256 128x128 tiles
+        (1024, 1024, 1024, "b64x128k8u"),  # fewer (64): the wide rule's short-k tiles
         (4096, 1536, 384, "b64x128k8u"),  # wide, short k (MiniLM's up projection)
         (4096, 1152, 384, "b64x128k8u"),  # MiniLM's q, k and v as one
         (512, 2048, 2048, "b64x128k8u"),  # 512-token prefill: few 128x128 tiles, k up to 2048
@@ -332,6 +339,7 @@ def test_builtin_rule_for_large_exact_f32(
     if dtype == "float16" and not get_device().caps.shader_f16:
         pytest.skip("no shader-f16")
     monkeypatch.setattr(sk, "BIG_EXACT_GEMM", 128)
+    monkeypatch.setattr(sk, "BIG_EXACT_MIN_TILES", 1)
     a, b = randn(m, k, dtype=dtype), randn(k, n, dtype=dtype)
     got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
     d = gemm_dispatch(program)
@@ -340,6 +348,21 @@ def test_builtin_rule_for_large_exact_f32(
     monkeypatch.setenv("WGJIT_TRUSTED_SHADERS", "0")  # compiled with clamps it lost: the older rule
     _, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
     assert tile_text("b64x128u") not in gemm_dispatch(program).variant
+
+
+def test_mid_split_rule_with_an_epilogue_against_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mid-size split (thresholds lowered to a small shape): x @ W.T + bias + residual cut in two along k
+    is a batched GEMM and one sum that carries the epilogue, right to the rounding."""
+    monkeypatch.setattr(sk, "THIN_TILES", 4)
+    monkeypatch.setattr(sk, "THIN_MIN_FLOPS", 1)
+    monkeypatch.setattr(sk, "MID_ROWS", 64)
+    monkeypatch.setattr(sk, "MID_K", 256)
+    x, w, bias, res = randn(256, 512), randn(96, 512), randn(96), randn(256, 96)
+    got, program = run_tuned(tr.nn.linear(tr.tensor(x), tr.tensor(w)) + tr.tensor(bias) + tr.tensor(res), None)
+    sums = [d for d in program.dispatches if d.kernel == "reduce"]
+    assert len(program.dispatches) == 2 and len(sums) == 1 and "add.add" in sums[0].variant, program.summary()
+    want = x.astype(np.float64) @ w.T.astype(np.float64) + bias + res
+    close(got, want, tol=1e-4)
 
 
 def test_long_k_split_rule_products_against_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
