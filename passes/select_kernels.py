@@ -139,6 +139,9 @@ DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their
 # up to this many keys (the bucket of the attended length) a head is one range: the combine dispatch costs
 # more than the parallel ranges save (H200 run H, ~1B step at 129 keys: 1.649 -> 1.590 ms, 100 -> 84 dispatches)
 DECODE_ONE_RANGE_KEYS = 256
+# query heads per workgroup (0: all the heads of a kv head, whose keys and values are then read once); a
+# divisor of them gives a short cache more workgroups
+DECODE_HEADS_PER_WORKGROUP = 0
 
 
 def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodePlan | None:
@@ -162,6 +165,7 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     ew, ev = -(-q.shape[3] // w), -(-v.shape[3] // w)
     lanes = lanes_for(max(ew, ev), DECODE_SLICES)
     g = arg.group
+    per_wg = math.gcd(g, DECODE_HEADS_PER_WORKGROUP) if DECODE_HEADS_PER_WORKGROUP > 0 else g
     threads = min(DECODE_THREADS, caps.max_invocations)
     if threads < lanes:
         return None
@@ -172,16 +176,18 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     # subgroups wide enough when it runs (wgpu reports 4 for NVIDIA's 32), workgroup memory otherwise
     shuffle = ("always" if lanes <= caps.subgroup_size else "runtime") if caps.subgroups and lanes > 1 else ""
     per_v = -(-ev // lanes)
-    used = 0 if shuffle == "always" or lanes == 1 else 4 * threads * g * unroll  # the lane sums' memory
-    merge = merge_heads_for(g, rows, lanes, per_v, w, caps.max_workgroup_storage - used)
+    used = 0 if shuffle == "always" or lanes == 1 else 4 * threads * per_wg * unroll  # the lane sums' memory
+    merge = merge_heads_for(per_wg, rows, lanes, per_v, w, caps.max_workgroup_storage - used)
     if rows > 1 and used + (rows // 2) * merge * (lanes * per_v * 4 * w + 12) > caps.max_workgroup_storage:
         return None
-    s, units = k.shape[2], q.shape[0] * k.shape[1]
+    s, units = k.shape[2], q.shape[0] * (q.shape[1] // per_wg)
     splits = max(1, min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE)))
     if s <= DECODE_ONE_RANGE_KEYS:  # short caches: one range per head, no combine dispatch after it
         splits = 1
     params = (("heads_per_kv", g), ("lanes", lanes), ("unroll", unroll), ("subgroups", caps.subgroups))
     params += (("lane_shuffle", shuffle), ("merge_heads", merge))
+    if per_wg != g:
+        params += (("heads_per_wg", per_wg),)
     choice = KernelChoice(DecodeAttentionKernel.name, "", workgroup=(threads, 1, 1), params=params)
     return DecodePlan(choice, splits)
 

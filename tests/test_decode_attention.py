@@ -15,6 +15,7 @@ import pytest
 
 import tracer as tr
 from backend_wgpu import get_device
+from backend_wgpu.kernels.attention.decode import DecodeAttentionKernel
 from ir.ops import AttentionArg, Op
 from tests.helpers import assert_close
 from tests.test_kernels_perf_variants import run_with_caps
@@ -247,3 +248,32 @@ def test_lane_shuffles_chosen_as_the_workgroup_runs(e):
     code = program.sources[program.dispatches[0].key]
     assert "workgroupUniformLoad" in code and "subgroupShuffleXor" in code and "part[" in code
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("per_wg", [1, 2, 3])
+@pytest.mark.parametrize("s,kind", [(129, "none"), (700, "bool"), (300, "add")])
+def test_fewer_query_heads_per_workgroup(per_wg, s, kind, monkeypatch):
+    """DECODE_HEADS_PER_WORKGROUP: each workgroup takes a divisor of a kv head's query heads (3 gives
+    gcd(4, 3) = 1), so a short cache gets heads / per_wg workgroups instead of one per kv head; one
+    range or several, masks broadcast per head, a batch of two, against float64 numpy."""
+    from passes import select_kernels as sk
+
+    monkeypatch.setattr(sk, "DECODE_HEADS_PER_WORKGROUP", per_wg)
+    q, k, v = inputs(2, 8, 2, s, 64, 64)
+    mask = None
+    if kind == "bool":
+        mask = RNG.random((2, 8, 1, s)) < 0.6
+        mask[..., 0] = True
+    elif kind == "add":
+        mask = RNG.standard_normal((2, 1, 1, s)).astype(np.float32)
+    y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v), None if mask is None else tr.tensor(mask), kind)
+    got, program = run_with_caps(y)
+    heads = 2 if per_wg == 2 else 1  # query heads per workgroup
+    first = program.dispatches[0]
+    node = program.graph[first.node]
+    splits = node.arg.splits if node.op is Op.ATTENTION_SPLITS else 1
+    assert (splits > 1) == (s > 256) and kernels(program)[0] == "attention_decode"
+    assert first.workgroup_count[0] == 2 * (8 // heads) * splits  # (batch, query heads, range)
+    reason = DecodeAttentionKernel.reason(program.graph, node)
+    assert f"a workgroup per {heads} of the 4 query heads of a kv head" in reason, reason
+    assert_close(got, reference(q, k, v, mask, kind), rtol=1e-4, atol=1e-5)

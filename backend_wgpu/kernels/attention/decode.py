@@ -2,9 +2,11 @@
 
 It runs ATTENTION nodes with one query row (a decode step: every head in one dispatch)
 and ATTENTION_SPLITS nodes (passes.split_attention cut the keys into `splits` ranges;
-attention_combine adds the ranges up). A workgroup owns one (batch, kv head, key range)
-and the `heads_per_kv` query heads that share the kv head (grouped-query attention), so
-every key and value row is read from memory once.
+attention_combine adds the ranges up). A workgroup owns one (batch, key range) and
+`heads_per_wg` query heads that share one kv head: all `heads_per_kv` of them (grouped-query
+attention), so every key and value row is read from memory once, or fewer (a divisor), so that
+more workgroups share a short cache (the kv head's rows are then read once per workgroup, the
+repeats mostly from L2).
 
 The workgroup's threads are `rows` of `lanes` threads (lanes * rows = threads). A row
 takes keys start + row, + rows, + 2 * rows, ... `unroll` of them a step: each lane loads
@@ -69,21 +71,33 @@ class DecodeAttentionKernel(Kernel):
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
         c = node.kernel
-        g, lanes, unroll = c.param("heads_per_kv"), c.param("lanes"), c.param("unroll")
+        g, lanes, unroll = c.param("heads_per_wg", c.param("heads_per_kv")), c.param("lanes"), c.param("unroll")
+        shared = c.param("heads_per_kv")
         rows = c.workgroup[0] // lanes
         splits = node.arg.splits if node.op is Op.ATTENTION_SPLITS else 1
         ranges = f", keys in {splits} ranges" if splits > 1 else ""
         sums = {"always": "subgroup shuffles", "runtime": "subgroup shuffles where the subgroups hold a row"}.get(
             c.param("lane_shuffle"), "workgroup memory"
         )
+        who = (
+            f"a workgroup per kv head{ranges}, its {g} query heads together (K and V read once)"
+            if g == shared
+            else f"a workgroup per {g} of the {shared} query heads of a kv head{ranges} (K and V read {shared // g}x)"
+        )
         return (
-            f"one query row: a workgroup per kv head{ranges}, its {g} query heads together (K and V read once); "
+            f"one query row: {who}; "
             f"{rows} rows of {lanes} lanes, {unroll} keys per row a step (lanes summed by {sums}), online softmax"
         )
 
     # --- shapes ---------------------------------------------------------------------
     @property
     def g(self) -> int:
+        """Query heads per workgroup."""
+        return self.choice.param("heads_per_wg", self.group)
+
+    @property
+    def group(self) -> int:
+        """Query heads per kv head."""
         return self.choice.param("heads_per_kv")
 
     @property
@@ -140,9 +154,9 @@ class DecodeAttentionKernel(Kernel):
         return steps + 1 + query + 1  # each loop's exit test too
 
     def calculate_dispatch(self) -> Workload:
-        q, k = self.operands[0].view, self.operands[1].view
+        q = self.operands[0].view
         return Workload.for_workgroups(
-            q.shape[0] * k.shape[1] * self.splits, self.choice.workgroup, self.max_workgroups
+            q.shape[0] * (q.shape[1] // self.g) * self.splits, self.choice.workgroup, self.max_workgroups
         )
 
     def operand_type(self, i: int) -> str:
@@ -192,8 +206,10 @@ class DecodeAttentionKernel(Kernel):
             b.line(f"if (lidx == 0u) {{ sg_wide = select(0u, 1u, atomicLoad(&sg_least) >= {lanes}u); }}")
             b.line("let wide = workgroupUniformLoad(&sg_wide) == 1u;")
         b.line("let split = wg % params.splits;")
-        b.line("let hk = (wg / params.splits) % params.hkv;")
-        b.line("let bt = wg / (params.splits * params.hkv);")
+        b.line(f"let hg = (wg / params.splits) % (params.heads / {g}u);  // which {g} query heads")
+        b.line(f"let bt = wg / (params.splits * (params.heads / {g}u));")
+        b.line(f"let h0 = hg * {g}u;  // the first of them")
+        b.line(f"let hk = h0 / {self.group}u;  // their kv head")
         b.line("if (bt >= params.batch) { return; }")
         b.line("let range_len = (params.s + params.splits - 1u) / params.splits;")
         b.line("let start = min(split * range_len, params.s);")
@@ -238,7 +254,7 @@ class DecodeAttentionKernel(Kernel):
         if arg.mask != "none":  # the mask's values load with the keys, not after the lane sums
             for u in range(unroll):
                 for h in range(g):
-                    at = self._mask_at(f"hk * {g}u + {h}u", f"start + j{u}")
+                    at = self._mask_at(f"h0 + {h}u", f"start + j{u}")
                     if arg.mask == "bool":
                         b.line(f"{ind}var mk{h}_{u} = 1u;")
                     else:
@@ -248,7 +264,7 @@ class DecodeAttentionKernel(Kernel):
         for h in range(g):
             for i in range(per_k):
                 ok = self._slice_ok(0, i)
-                at = self._addr("q", f"hk * {g}u + {h}u", "0u", f"lane + {i * lanes}u")
+                at = self._addr("q", f"h0 + {h}u", "0u", f"lane + {i * lanes}u")
                 b.line(f"{ind}var q{h}_{i} = {vt}(0.0);")
                 b.line(f"{ind}{f'if ({ok}) {{ ' if ok else '{ '}q{h}_{i} = {vt}(in0[{at}]); }}")
         names = []
@@ -363,7 +379,7 @@ class DecodeAttentionKernel(Kernel):
 
     def _store(self, b: WgslBuilder, h: int, per_v: int, ind: str) -> None:
         w, lanes = self.kernel_element(), self.lanes
-        head = f"hk * {self.g}u + {h}u"
+        head = f"h0 + {h}u"
         if self.node.op is Op.ATTENTION_SPLITS:
             # row (bt, head, split) of (B, H, 1, splits, Ev + 2): the sums, then m and sum(exp)
             b.line(f"{ind}let base{h} = ((bt * params.heads + {head}) * params.splits + split) * (params.ev + 2u);")
