@@ -159,6 +159,31 @@ def test_inplace_into_dead_inputs_end_to_end() -> None:
     np.testing.assert_allclose(y.numpy(), np.exp(np.arange(6) + 1), rtol=1e-5)
 
 
+def test_an_output_reshaped_in_place_is_not_copied_onto_itself(rng: np.random.Generator) -> None:
+    """A decoder's logits: a product (1, 1, V) returned as (1, V) beside its argmax. fold_views copies an
+    output that is a view, the copy runs in place over the dead product, so schedule dispatches nothing
+    for it; a copy that moves bytes (the product still seen as it is) stays."""
+    h, w = rng.standard_normal((1, 1, 64)).astype(np.float32), rng.standard_normal((96, 64)).astype(np.float32)
+    want = (h @ w.T).reshape(1, 96)
+
+    def step(keep: bool) -> tuple[tr.Tensor, ...]:
+        logits = tr.tensor(h) @ tr.tensor(w).T
+        flat = logits.reshape(1, 96)
+        return (flat, tr.argmax(flat, axis=-1)) + ((logits,) if keep else ())
+
+    flat, best = step(keep=False)
+    program = tr.compile(flat, best)
+    assert [d.op for d in program.dispatches] == ["matmul", "argmax"], program.summary()
+    assert any(n.op is Op.COPY and n.inplace is not None for n in program.graph.nodes.values())
+    np.testing.assert_allclose(flat.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert best.numpy().tolist() == [int(want.argmax())]
+    flat, best, logits = step(keep=True)  # the product is an output too: its own buffer, a real copy
+    program = tr.compile(flat, best, logits)
+    assert [d.op for d in program.dispatches] == ["matmul", "argmax", "copy"], program.summary()
+    np.testing.assert_allclose(flat.numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(logits.numpy(), want.reshape(1, 1, 96), rtol=1e-5, atol=1e-5)
+
+
 def test_memory_reuse_on_a_chain() -> None:
     w = tr.tensor(np.eye(32, dtype=np.float32) * 0.5)
     y = tr.tensor(np.ones((32, 32), np.float32))
