@@ -9,8 +9,7 @@ Numpy integer scalars (what np.argmax returns) are ints.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -19,9 +18,12 @@ from ir.symbolic import Sym
 from tracer.runtime_ints import RuntimeInt, bucket
 
 
-@dataclass(frozen=True)
-class IndexView:
-    """What `x[index]` selects: a SLICE (None: the whole of x), then a reshape to `shape`."""
+class IndexView(NamedTuple):
+    """What `x[index]` selects: a SLICE (None: the whole of x), then a reshape to `shape`.
+
+    A NamedTuple, not a frozen dataclass: one is made for every `x[...]` traced, and a frozen
+    dataclass's __init__ sets each field through object.__setattr__.
+    """
 
     slices: tuple[tuple[int, int, int], ...] | None  # (start, stop, step) per axis of x
     sliced_shape: tuple[int, ...]
@@ -34,6 +36,9 @@ class IndexView:
 
 def is_array_index(it: Any) -> bool:
     """An item of an index that numpy treats as an array: lists, arrays (not 0-d ints) and tensors."""
+    cls = type(it)
+    if cls is slice or cls is int or it is None or it is Ellipsis:  # the common items, without hasattr's miss
+        return False
     if isinstance(it, list | tuple):
         return True
     if isinstance(it, np.ndarray):
@@ -43,16 +48,27 @@ def is_array_index(it: Any) -> bool:
 
 def is_advanced(index: Any) -> bool:
     """Does `x[index]` use numpy's advanced indexing (integer or bool arrays, lists, tensors)?"""
-    items = index if isinstance(index, tuple) else (index,)
-    return any(is_array_index(it) for it in items)
+    if type(index) is not tuple:
+        return is_array_index(index)
+    for it in index:  # a loop, not any() over a generator: every `x[...]` asks
+        if is_array_index(it):
+            return True
+    return False
 
 
 def resolve_index(shape: tuple[int, ...], index: Any) -> IndexView:
     """The view `x[index]` selects from an x of this shape; bad indices raise naming the shape."""
     ndim = len(shape)
     items = index if isinstance(index, tuple) else (index,)
+    n_ellipsis = n_real = 0  # counted in the loop that checks the items' types (every `x[...]` runs it)
     for it in items:
-        if it is None or it is Ellipsis or type(it) is slice or type(it) is int:  # the common items: valid
+        if it is None:
+            continue
+        if it is Ellipsis:
+            n_ellipsis += 1
+            continue
+        n_real += 1
+        if type(it) is slice or type(it) is int:  # the common items: valid
             continue
         if is_array_index(it):
             raise DTypeError(f"index: array index {type(it).__name__} in a basic index (shape {shape})")
@@ -61,10 +77,8 @@ def resolve_index(shape: tuple[int, ...], index: Any) -> IndexView:
                 f"index: {it!r} ({type(it).__name__}) is not a valid index for shape {shape}; "
                 "use ints, slices, None, ..., or integer/bool arrays"
             )
-    n_ellipsis = sum(it is Ellipsis for it in items)
     if n_ellipsis > 1:
         raise ShapeError(f"index: more than one Ellipsis in {index!r} (shape {shape}); use ... at most once")
-    n_real = sum(it is not None and it is not Ellipsis for it in items)
     if n_real > ndim:
         raise IndexOutOfRangeError(
             f"index: too many indices ({n_real}) for shape {shape}; a {ndim}-d tensor takes at most {ndim}"
@@ -75,34 +89,48 @@ def resolve_index(shape: tuple[int, ...], index: Any) -> IndexView:
     items = items[:pos] + (slice(None),) * (ndim - n_real) + items[pos + 1 :]
 
     spec: list[tuple[Any, Any, int]] = []
+    sliced: list[int] = []  # the length of each spec entry
     out_shape: list[int] = []
     axis = 0
     needs_slice = False
+    runtime = False
     runtime_length = None
     for it in items:
         if it is None:
             out_shape.append(1)
             continue
         dim = shape[axis]
-        if _is_runtime(it):
+        is_slice = type(it) is slice
+        if (
+            isinstance(it.start, RuntimeInt) or isinstance(it.stop, RuntimeInt)
+            if is_slice
+            else isinstance(it, RuntimeInt)
+        ):
             start, stop, length = _runtime_slice(it, axis, dim, shape)
             spec.append((start, stop, 1))
+            if isinstance(start, Sym):
+                runtime = True
+                sliced.append(stop - start)
+            else:
+                sliced.append(len(range(start, stop)))
             if isinstance(length, RuntimeInt):
                 if runtime_length is not None:
                     raise ShapeError(f"index: {index!r} has runtime lengths on two axes (shape {shape}); one at most")
                 runtime_length = (len(out_shape), length, dim - start)
-            if isinstance(it, slice):
+            if is_slice:
                 out_shape.append(stop - start if isinstance(length, RuntimeInt) else length)
             needs_slice = True
-        elif isinstance(it, slice):
+        elif is_slice:
             try:
                 start, stop, step = it.indices(dim)
             except (ValueError, TypeError) as e:  # step 0, or float bounds
                 raise ShapeError(f"index: bad slice {it!r} for axis {axis} of shape {shape}: {e}") from None
             spec.append((start, stop, step))
             n = len(range(start, stop, step))
+            sliced.append(n)
             out_shape.append(n)
-            needs_slice |= (start, stop, step) != (0, dim, 1)
+            if not needs_slice and (start != 0 or stop != dim or step != 1):
+                needs_slice = True
         else:
             try:
                 i = operator.index(it)
@@ -115,22 +143,10 @@ def resolve_index(shape: tuple[int, ...], index: Any) -> IndexView:
                 )
             i %= dim
             spec.append((i, i + 1, 1))
+            sliced.append(1)
             needs_slice = True
         axis += 1
-    sliced = tuple(_length(s) for s in spec)
-    runtime = any(isinstance(s[0], Sym) for s in spec)
-    return IndexView(tuple(spec) if needs_slice else None, sliced, tuple(out_shape), runtime_length, runtime)
-
-
-def _length(spec: tuple[Any, Any, int]) -> int:
-    start, stop, step = spec
-    return stop - start if isinstance(start, Sym) else len(range(start, stop, step))
-
-
-def _is_runtime(it: Any) -> bool:
-    if isinstance(it, slice):
-        return isinstance(it.start, RuntimeInt) or isinstance(it.stop, RuntimeInt)
-    return isinstance(it, RuntimeInt)
+    return IndexView(tuple(spec) if needs_slice else None, tuple(sliced), tuple(out_shape), runtime_length, runtime)
 
 
 def _runtime_slice(it: Any, axis: int, dim: int, shape: tuple[int, ...]) -> tuple[Any, Any, int | RuntimeInt]:
@@ -139,8 +155,8 @@ def _runtime_slice(it: Any, axis: int, dim: int, shape: tuple[int, ...]) -> tupl
     A runtime start of a fixed length becomes a Sym (the view's offset is read at run time);
     a runtime length from a fixed start becomes the static slice to its bucket.
     """
-    what = f"index of axis {axis} (shape {shape})"
     if not isinstance(it, slice):  # x[p]: one element at a runtime position
+        what = f"index of axis {axis} (shape {shape})"
         return it.sym(0, dim - 1, what), it.sym(0, dim - 1, what) + 1, 1
     if it.step not in (None, 1):
         raise ShapeError(f"index: a slice with a runtime bound takes step 1, got {it!r} (shape {shape})")
@@ -157,7 +173,8 @@ def _runtime_slice(it: Any, axis: int, dim: int, shape: tuple[int, ...]) -> tupl
             raise ShapeError(
                 f"index: {it!r} has a runtime start and a runtime length (shape {shape}); one of them must be an int"
             )
-        length.sym(0, dim - start, f"slice length of axis {axis} (shape {shape})")  # checks the value now
+        if not length.in_range(0, dim - start):  # the message is built only to raise it
+            length.sym(0, dim - start, f"slice length of axis {axis} (shape {shape})")
         return start, start + bucket(length, dim - start), length
     n = operator.index(length)
     if not 0 <= n <= dim:

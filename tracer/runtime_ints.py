@@ -69,6 +69,10 @@ class RuntimeInt:
             )
         return self.scale * self.var.value + self.const
 
+    def in_range(self, lo: int, hi: int) -> bool:
+        """This call's value lies in [lo, hi] (what sym() checks, without a message or a Sym to build)."""
+        return lo <= self.scale * self.var.value + self.const <= hi
+
     def sym(self, lo: int, hi: int, what: str) -> Sym:
         """This value in a node's arg, allowed to range over [lo, hi] (checked now)."""
         v = self.scale * self.var.value + self.const

@@ -501,10 +501,14 @@ class Tensor:
         Runtime integers (tr.dynamic) may be starts, indices or a slice's stop (tracer.runtime_ints).
         """
         view = resolve_index(self.shape, index)
-        y = self if view.slices is None else self._movement(Op.SLICE, view.sliced_shape, view.slices)
-        if view.runtime:
-            y._lazy.dyn = True
-        y = y.reshape(view.shape)
+        if view.slices is None:
+            y = self.reshape(view.shape)  # a new view object, even of the same shape
+        else:
+            y = self._movement(Op.SLICE, view.sliced_shape, view.slices)  # new: no alias of it is needed
+            if view.runtime:
+                y._lazy.dyn = True
+            if view.shape != view.sliced_shape:
+                y = y.reshape(view.shape)
         if view.runtime_length is None:
             return y
         axis, length, largest = view.runtime_length
