@@ -131,17 +131,23 @@ class DecodePlan:
 
 
 DECODE_MAX_HEAD_DIM = 256  # heads up to 256 elements: at most 16 lanes of four slices each
-DECODE_THREADS = 64  # per workgroup: rows of `lanes` threads (run F: 64 threads, 528 workgroups fastest in f32)
+DECODE_THREADS = 64  # per workgroup of a key range: rows of `lanes` threads (run F: 64 threads, 528 workgroups in f32)
 DECODE_UNROLL = 2  # keys per row per step, their loads in flight together
-DECODE_TARGET_WORKGROUPS = 528  # (batch, kv head, range) workgroups: four per multiprocessor of an H200
+DECODE_TARGET_WORKGROUPS = 528  # (batch, query heads, range) workgroups: four per multiprocessor of an H200
 DECODE_SLICES = 4  # KernelElements of a head per lane at most (a 64-wide f32 head: 4 lanes of 4 vec4)
 DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their merge and combine
-# up to this many keys (the bucket of the attended length) a head is one range: the combine dispatch costs
-# more than the parallel ranges save (H200 run H, ~1B step at 129 keys: 1.649 -> 1.590 ms, 100 -> 84 dispatches)
-DECODE_ONE_RANGE_KEYS = 256
-# query heads per workgroup (0: all the heads of a kv head, whose keys and values are then read once); a
-# divisor of them gives a short cache more workgroups
-DECODE_HEADS_PER_WORKGROUP = 0
+# Up to DECODE_ONE_RANGE_KEYS keys (the bucket of the attended length) a head is one range, no combine
+# dispatch after it, in a workgroup of DECODE_ONE_RANGE_THREADS threads per DECODE_ONE_RANGE_HEADS query
+# heads; longer caches are cut into ranges, DECODE_RANGE_HEADS query heads a workgroup (0: all of a kv head's,
+# whose keys and values are then read once; fewer give a short cache more workgroups, the repeats read from
+# L2). H200 run Q (benchmarks/runs/2026-12-01-Q/knobs_heads.txt), the ~1B step's 16 attentions, us inside the
+# step (Program.profile(marginal=2)), against all 4 heads, 64 threads and one range up to 256 keys before:
+# 129 keys one range, 1 head, 256 threads 77.3 (140.3); bucket 512, the same 105.3 (ranges, 2 heads 114.3,
+# before 157.8); bucket 1024, ranges, 2 heads 131.5 (one range 155.7, before 165.2)
+DECODE_ONE_RANGE_KEYS = 512
+DECODE_ONE_RANGE_THREADS = 256
+DECODE_ONE_RANGE_HEADS = 1
+DECODE_RANGE_HEADS = 2
 
 
 def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodePlan | None:
@@ -164,9 +170,11 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     w = DecodeAttentionKernel.widest_element(node, views)
     ew, ev = -(-q.shape[3] // w), -(-v.shape[3] // w)
     lanes = lanes_for(max(ew, ev), DECODE_SLICES)
-    g = arg.group
-    per_wg = math.gcd(g, DECODE_HEADS_PER_WORKGROUP) if DECODE_HEADS_PER_WORKGROUP > 0 else g
-    threads = min(DECODE_THREADS, caps.max_invocations)
+    g, s = arg.group, k.shape[2]
+    one_range = s <= DECODE_ONE_RANGE_KEYS  # short caches: one range per head, no combine dispatch after it
+    heads = DECODE_ONE_RANGE_HEADS if one_range else DECODE_RANGE_HEADS
+    per_wg = math.gcd(g, heads) if heads > 0 else g
+    threads = min(DECODE_ONE_RANGE_THREADS if one_range else DECODE_THREADS, caps.max_invocations)
     if threads < lanes:
         return None
     # float16 caches too: twice the keys per step (the same bytes in flight) was slower at the decoder's
@@ -180,10 +188,8 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     merge = merge_heads_for(per_wg, rows, lanes, per_v, w, caps.max_workgroup_storage - used)
     if rows > 1 and used + (rows // 2) * merge * (lanes * per_v * 4 * w + 12) > caps.max_workgroup_storage:
         return None
-    s, units = k.shape[2], q.shape[0] * (q.shape[1] // per_wg)
-    splits = max(1, min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE)))
-    if s <= DECODE_ONE_RANGE_KEYS:  # short caches: one range per head, no combine dispatch after it
-        splits = 1
+    units = q.shape[0] * (q.shape[1] // per_wg)
+    splits = 1 if one_range else max(1, min(-(-DECODE_TARGET_WORKGROUPS // units), -(-s // DECODE_MIN_RANGE)))
     params = (("heads_per_kv", g), ("lanes", lanes), ("unroll", unroll), ("subgroups", caps.subgroups))
     params += (("lane_shuffle", shuffle), ("merge_heads", merge))
     if per_wg != g:

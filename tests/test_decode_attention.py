@@ -85,16 +85,16 @@ def test_decode_attention_splits_when_memory_is_small():
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("s", [40, 256, 257])
+@pytest.mark.parametrize("s", [40, 512, 513])
 def test_decode_attention_one_range(s):
     """Up to DECODE_ONE_RANGE_KEYS keys a head is one range (no combine); past it, ranges and a combine."""
     from passes.select_kernels import DECODE_ONE_RANGE_KEYS
 
-    assert DECODE_ONE_RANGE_KEYS == 256
+    assert DECODE_ONE_RANGE_KEYS == 512
     q, k, v = inputs(1, 4, 4, s, 16, 16)
     y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
     got, program = run_with_caps(y)
-    assert kernels(program) == ["attention_decode"] + (["attention_combine"] if s > 256 else [])
+    assert kernels(program) == ["attention_decode"] + (["attention_combine"] if s > 512 else [])
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
 
 
@@ -226,7 +226,7 @@ def test_rows_merge_a_head_at_a_time(monkeypatch):
 
     monkeypatch.setattr(sk, "DECODE_THREADS", 128)
 
-    q, k, v = inputs(1, 8, 2, 300, 64, 64)
+    q, k, v = inputs(1, 8, 2, 700, 64, 64)
     y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v))
     caps = replace(get_device().caps, max_workgroup_storage=10240, subgroups=False)
     graph = run_pipeline(build_graph([y._lazy]).graph, caps).graph
@@ -250,15 +250,16 @@ def test_lane_shuffles_chosen_as_the_workgroup_runs(e):
     assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("per_wg", [1, 2, 3])
-@pytest.mark.parametrize("s,kind", [(129, "none"), (700, "bool"), (300, "add")])
+@pytest.mark.parametrize("per_wg", [1, 2, 3, 0])
+@pytest.mark.parametrize("s,kind", [(129, "none"), (700, "bool"), (300, "add"), (600, "add")])
 def test_fewer_query_heads_per_workgroup(per_wg, s, kind, monkeypatch):
-    """DECODE_HEADS_PER_WORKGROUP: each workgroup takes a divisor of a kv head's query heads (3 gives
-    gcd(4, 3) = 1), so a short cache gets heads / per_wg workgroups instead of one per kv head; one
-    range or several, masks broadcast per head, a batch of two, against float64 numpy."""
+    """DECODE_ONE_RANGE_HEADS / DECODE_RANGE_HEADS: each workgroup takes a divisor of a kv head's query
+    heads (3 gives gcd(4, 3) = 1), so a short cache gets heads / per_wg workgroups instead of one per kv
+    head; one range or several, masks broadcast per head, a batch of two, against float64 numpy."""
     from passes import select_kernels as sk
 
-    monkeypatch.setattr(sk, "DECODE_HEADS_PER_WORKGROUP", per_wg)
+    monkeypatch.setattr(sk, "DECODE_ONE_RANGE_HEADS", per_wg)
+    monkeypatch.setattr(sk, "DECODE_RANGE_HEADS", per_wg)
     q, k, v = inputs(2, 8, 2, s, 64, 64)
     mask = None
     if kind == "bool":
@@ -268,12 +269,13 @@ def test_fewer_query_heads_per_workgroup(per_wg, s, kind, monkeypatch):
         mask = RNG.standard_normal((2, 1, 1, s)).astype(np.float32)
     y = attention(tr.tensor(q), tr.tensor(k), tr.tensor(v), None if mask is None else tr.tensor(mask), kind)
     got, program = run_with_caps(y)
-    heads = 2 if per_wg == 2 else 1  # query heads per workgroup
+    heads = {0: 4, 2: 2}.get(per_wg, 1)  # query heads per workgroup (0: all four of a kv head)
     first = program.dispatches[0]
     node = program.graph[first.node]
     splits = node.arg.splits if node.op is Op.ATTENTION_SPLITS else 1
-    assert (splits > 1) == (s > 256) and kernels(program)[0] == "attention_decode"
+    assert (splits > 1) == (s > 512) and kernels(program)[0] == "attention_decode"
     assert first.workgroup_count[0] == 2 * (8 // heads) * splits  # (batch, query heads, range)
     reason = DecodeAttentionKernel.reason(program.graph, node)
-    assert f"a workgroup per {heads} of the 4 query heads of a kv head" in reason, reason
+    said = "a workgroup per kv head" if heads == 4 else f"a workgroup per {heads} of the 4 query heads of a kv head"
+    assert said in reason, reason
     assert_close(got, reference(q, k, v, mask, kind), rtol=1e-4, atol=1e-5)
