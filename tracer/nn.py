@@ -263,22 +263,30 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False) -> Tensor:
     """
     x = as_tensor(x, "rope")
     cos, sin = as_tensor(cos, "rope", "cos"), as_tensor(sin, "rope", "sin")
-    if x.ndim == 0 or x.shape[-1] % 2:
-        raise ShapeError(f"rope: the last axis of x must have an even size, got shape {x.shape}")
-    d = x.shape[-1]
+    xs = x.shape
+    if not xs or xs[-1] % 2:
+        raise ShapeError(f"rope: the last axis of x must have an even size, got shape {xs}")
+    d = xs[-1]
     half = d // 2
+    target = xs[:-1] + (half,)
     pairs: list[Tensor] = []
     for t, what in ((cos, "cos"), (sin, "sin")):
-        if t.ndim == 0 or t.shape[-1] not in (half, d):
-            raise ShapeError(f"rope: {what} shape {t.shape} must end in {half} (or {d}) for x shape {x.shape}")
-        if t.shape[-1] == d:  # the duplicated table: keep one angle per pair
+        ts = t.shape
+        if not ts or ts[-1] not in (half, d):
+            raise ShapeError(f"rope: {what} shape {ts} must end in {half} (or {d}) for x shape {xs}")
+        if ts[-1] == d:  # the duplicated table: keep one angle per pair
             t = t[..., :half] if not interleaved else t[..., ::2]
-        target = x.shape[:-1] + (half,)
-        if not broadcasts_to(t.shape, target):
-            raise ShapeError(f"rope: {what} shape {t.shape} does not broadcast to {target} for x shape {x.shape}")
+            ts = t.shape
+        if not broadcasts_to(ts, target):
+            raise ShapeError(f"rope: {what} shape {ts} does not broadcast to {target} for x shape {xs}")
         pairs.append(broadcast_to(t, target))  # not a view: read by this rope only
     xf = _float(x)
-    return make(Op.ROPE, (xf, *pairs), x.shape, xf.dtype, RopeArg(interleaved)).astype(x.dtype, copy=False)
+    arg = _ROPE_HALF if interleaved is False else RopeArg(interleaved)
+    out = make(Op.ROPE, (xf, *pairs), xs, xf.dtype, arg)
+    return out if out.dtype is x.dtype else out.astype(x.dtype, copy=False)
+
+
+_ROPE_HALF = RopeArg(False)  # the usual rope's arg, made once (an immutable record)
 
 
 def _causal_mask(q_len: int, kv_len: int) -> Tensor:
@@ -317,38 +325,40 @@ def scaled_dot_product_attention(
     length = None
     if type(k) is RuntimeLengthTensor or type(v) is RuntimeLengthTensor:
         k, v, length = _runtime_keys(q, k, v, mask)
-    if min(q.ndim, k.ndim, v.ndim) < 2:
-        raise ShapeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} must be at least 2-D")
-    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+    qs, ks, vs = q.shape, k.shape, v.shape  # read once: each check below asks (a decode step traces this per layer)
+    if min(len(qs), len(ks), len(vs)) < 2:
+        raise ShapeError(f"scaled_dot_product_attention: q {qs}, k {ks}, v {vs} must be at least 2-D")
+    if qs[-1] != ks[-1] or ks[-2] != vs[-2]:
         raise ShapeError(
-            f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape}: need q and k to share the last "
+            f"scaled_dot_product_attention: q {qs}, k {ks}, v {vs}: need q and k to share the last "
             "axis and k and v the second-to-last"
         )
-    for t, what in ((q, "q"), (k, "k"), (v, "v")):
-        if not t.dtype.is_float:
-            raise DTypeError(f"scaled_dot_product_attention: {what} must be float, got {t.dtype.value}")
-    if scale is None and q.shape[-1] == 0:
+    if not (q.dtype.is_float and k.dtype.is_float and v.dtype.is_float):
+        for t, what in ((q, "q"), (k, "k"), (v, "v")):
+            if not t.dtype.is_float:
+                raise DTypeError(f"scaled_dot_product_attention: {what} must be float, got {t.dtype.value}")
+    if scale is None and qs[-1] == 0:
         raise ShapeError(
-            f"scaled_dot_product_attention: q {q.shape}, k {k.shape}: a head dim of 0 has no default scale "
+            f"scaled_dot_product_attention: q {qs}, k {ks}: a head dim of 0 has no default scale "
             "(1 / sqrt(0)); pass scale="
         )
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    heads = q.shape[-3] if q.ndim >= 3 else 1
-    grouped = q.ndim >= 3 and k.ndim >= 3 and k.shape[-3] != heads
+    scale = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
+    heads = qs[-3] if len(qs) >= 3 else 1
+    grouped = len(qs) >= 3 and len(ks) >= 3 and ks[-3] != heads
     if grouped:
-        kv_heads = k.shape[-3]
-        if v.ndim < 3 or v.shape[-3] != kv_heads or heads % kv_heads:
+        kv_heads = ks[-3]
+        if len(vs) < 3 or vs[-3] != kv_heads or heads % kv_heads:
             raise ShapeError(
-                f"scaled_dot_product_attention: {heads} query heads (q {q.shape}) cannot share {kv_heads} kv heads "
-                f"(k {k.shape}, v {v.shape})"
+                f"scaled_dot_product_attention: {heads} query heads (q {qs}) cannot share {kv_heads} kv heads "
+                f"(k {ks}, v {vs})"
             )
     masks = [] if mask is None else [as_tensor(mask, "sdpa", "mask")]
-    long_keys = k.shape[-2] > max_fused_keys(q.shape[-1]) and (q.shape[-2] if q.ndim >= 2 else 1) > 1
-    if max(q.shape[-1], v.shape[-1]) > FUSED_MAX_HEAD_DIM or long_keys:
+    long_keys = ks[-2] > max_fused_keys(qs[-1]) and qs[-2] > 1
+    if max(qs[-1], vs[-1]) > FUSED_MAX_HEAD_DIM or long_keys:
         if length is not None:
             raise ShapeError(
                 f"scaled_dot_product_attention: head dims above {FUSED_MAX_HEAD_DIM}, or more than "
-                f"{max_fused_keys(q.shape[-1])} keys for several queries (q {q.shape}, k {k.shape}, v {v.shape}), "
+                f"{max_fused_keys(qs[-1])} keys for several queries (q {qs}, k {ks}, v {vs}), "
                 "take keys of a fixed length, not a runtime one"
             )
         return _composed_attention(q, k, v, masks, is_causal, scale, grouped)
@@ -380,16 +390,17 @@ def _runtime_keys(q: Tensor, k: Tensor, v: Tensor, mask: Any) -> tuple[Tensor, T
     return k.padded, v.padded, sym
 
 
-def _attention_batch(q: Tensor, k: Tensor, v: Tensor, grouped: bool) -> tuple[int, ...]:
+def _attention_batch(qs: tuple[int, ...], ks: tuple[int, ...], vs: tuple[int, ...], grouped: bool) -> tuple[int, ...]:
     """The batch dims of the result (the heads last): q's, k's and v's broadcast (heads from q when grouped)."""
+    lead = -3 if grouped else -2
+    qb, kb, vb = qs[:lead], ks[:lead], vs[:lead]
     try:
-        if grouped:
-            return shapes.broadcast_shapes("sdpa", q.shape[:-3], k.shape[:-3], v.shape[:-3]) + (q.shape[-3],)
-        return shapes.broadcast_shapes("sdpa", q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        batch = qb if qb == kb == vb else shapes.broadcast_shapes("sdpa", qb, kb, vb)
     except ShapeError:
         raise ShapeError(
-            f"scaled_dot_product_attention: the batch dims of q {q.shape}, k {k.shape} and v {v.shape} do not broadcast"
+            f"scaled_dot_product_attention: the batch dims of q {qs}, k {ks} and v {vs} do not broadcast"
         ) from None
+    return batch + (qs[-3],) if grouped else batch
 
 
 def _fused_attention(
@@ -403,16 +414,20 @@ def _fused_attention(
     length: Sym | None = None,
 ) -> Tensor:
     """One Op.ATTENTION over 4-D (B, H, L, E) operands: views of the caller's tensors (broadcasts stride 0)."""
-    batch = _attention_batch(q, k, v, grouped)
-    q_len, kv_len, ev = q.shape[-2], k.shape[-2], v.shape[-1]
+    qs, ks, vs = q.shape, k.shape, v.shape
+    batch = _attention_batch(qs, ks, vs, grouped)
+    q_len, kv_len, ev = qs[-2], ks[-2], vs[-1]
     b, h = math.prod(batch[:-1]), batch[-1] if batch else 1
-    dt = promote(promote(q.dtype, k.dtype, "sdpa"), v.dtype, "sdpa")
+    dt = q.dtype
+    if k.dtype is not dt or v.dtype is not dt or dt.is_quantized:  # promote raises naming a quantized one
+        dt = promote(promote(q.dtype, k.dtype, "sdpa"), v.dtype, "sdpa")
 
     def as4(t: Tensor, heads: int) -> Tensor:  # (..., heads, rows, dim) -> (B, heads, rows, dim)
         lead = batch[:-1] + (heads,) if batch else (heads,)
-        return _as_shape(t.astype(dt, copy=False), lead + t.shape[-2:], (b, heads, *t.shape[-2:]))
+        rows_dim = t.shape[-2:]
+        return _as_shape(t if t.dtype is dt else t.astype(dt, copy=False), lead + rows_dim, (b, heads, *rows_dim))
 
-    kv_heads = k.shape[-3] if grouped else h
+    kv_heads = ks[-3] if grouped else h
     srcs = [as4(q, h), as4(k, kv_heads), as4(v, kv_heads)]
     kind = "none"
     if masks:
@@ -433,10 +448,11 @@ def _fused_attention(
 
 def _as_shape(t: Tensor, full: tuple[int, ...], shape: tuple[int, ...]) -> Tensor:
     """t broadcast to `full`, then reshaped to `shape`: attention's own operands, not views (tracer.tensor.moved)."""
-    if t.shape != full:
-        full = shapes.check_expand("expand", t.shape, full)
-        t = moved(t, Op.EXPAND, full, full)
-    return t if t.shape == shape else moved(t, Op.RESHAPE, shape, shape)
+    ts = t.shape
+    if ts != full:
+        ts = shapes.check_expand("expand", ts, full)
+        t = moved(t, Op.EXPAND, ts, ts)
+    return t if ts == shape else moved(t, Op.RESHAPE, shape, shape)
 
 
 def _composed_attention(

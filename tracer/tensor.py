@@ -953,9 +953,13 @@ def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
 
 def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """numpy's broadcast_to rule: `shape` stretches to `target` without changing it."""
-    if len(shape) > len(target):
+    skip = len(target) - len(shape)
+    if skip < 0:
         return False
-    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+    for s, t in zip(shape, target[skip:]):  # a loop, not all() over a generator: traced per broadcast
+        if s != 1 and s != t:
+            return False
+    return True
 
 
 def clamp(x: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
