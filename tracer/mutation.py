@@ -19,6 +19,7 @@ How a write becomes nodes:
 
 from __future__ import annotations
 
+import functools
 import operator
 import weakref
 from collections.abc import Callable, Sequence
@@ -264,19 +265,21 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
         raise DTypeError(f"index_write: x must be a Tensor, got {type(x).__name__}")
     src = as_tensor(src, "index_write", "src")
     offsets = tuple(offsets)
-    if src.ndim != x.ndim or len(offsets) != x.ndim:
+    xs, ss = x.shape, src.shape
+    if len(ss) != len(xs) or len(offsets) != len(xs):
         raise ShapeError(
-            f"index_write: x shape {x.shape}, src shape {src.shape} and offsets {offsets} must have one entry per axis"
+            f"index_write: x shape {xs}, src shape {ss} and offsets {offsets} must have one entry per axis"
         )
-    runtime = any(isinstance(o, RuntimeInt) for o in offsets)
-    for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
+    runtime = False
+    for d, (o, n, m) in enumerate(zip(offsets, ss, xs)):
         if isinstance(o, RuntimeInt):
+            runtime = True
             continue  # checked by sym() below
-        if not isinstance(o, int | np.integer) or isinstance(o, bool):
+        if type(o) is not int and (not isinstance(o, int | np.integer) or isinstance(o, bool)):
             raise ShapeError(f"index_write: offsets must be ints (or tr.dynamic), got {offsets}")
         if o < 0 or o + n > m:
             raise IndexOutOfRangeError(
-                f"index_write: src shape {src.shape} at offsets {offsets} reaches outside x shape {x.shape} (axis {d})"
+                f"index_write: src shape {ss} at offsets {offsets} reaches outside x shape {xs} (axis {d})"
             )
     if x.dtype is not src.dtype:
         lossy = (src.dtype.is_float and not x.dtype.is_float) or (x.dtype is DType.bool)
@@ -289,7 +292,7 @@ def index_write(x: Tensor, src: Any, offsets: Sequence[int]) -> Tensor:
         write_at_runtime_offsets(x, offsets, src)
     elif runtime:
         raise ShapeError(
-            f"index_write: x (shape {x.shape}) is a view; a runtime offset (tr.dynamic) writes into a tensor that "
+            f"index_write: x (shape {xs}) is a view; a runtime offset (tr.dynamic) writes into a tensor that "
             "owns its values: index_write into the tensor x was taken from"
         )
     elif src.size > 0:
@@ -303,17 +306,26 @@ def write_at_runtime_offsets(x: Tensor, offsets: tuple[Any, ...], src: Tensor) -
     An axis that src fills whole keeps the offset 0; the others hold runtime integers
     (tr.dynamic ones as given, plain ints as variables of their own).
     """
+    xs, ss = x.shape, src.shape
     arg = []
-    for d, (o, n, m) in enumerate(zip(offsets, src.shape, x.shape)):
+    dyn = False
+    for d, (o, n, m) in enumerate(zip(offsets, ss, xs)):
         if n == m and not isinstance(o, RuntimeInt):
             arg.append(0)
             continue
         o = o if isinstance(o, RuntimeInt) else dynamic(int(o))
-        what = f"index_write: offset of axis {d} (src shape {src.shape}, x shape {x.shape})"
-        arg.append(o.sym(0, m - n, what))
-    value = make(Op.INDEX_WRITE, (x, src), x.shape, x.dtype, tuple(arg))
-    value._lazy.dyn = any(isinstance(a, Sym) for a in arg)
+        arg.append(o.sym(0, m - n, _offset_what(d, ss, xs)))
+        dyn = True
+    value = make(Op.INDEX_WRITE, (x, src), xs, x.dtype, tuple(arg))
+    value._lazy.dyn = dyn
     assign_root(x, value)
+
+
+@functools.lru_cache(maxsize=256)
+def _offset_what(axis: int, src_shape: tuple[int, ...], x_shape: tuple[int, ...]) -> str:
+    """An index_write offset's part in its out-of-range message, formatted once per shapes: a KV cache
+    write traces the same one every token."""
+    return f"index_write: offset of axis {axis} (src shape {src_shape}, x shape {x_shape})"
 
 
 # --- the Tensor methods this module adds (tracer.tensor explains why they live here) -----------
