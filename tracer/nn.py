@@ -58,6 +58,10 @@ __all__ = [
 ]  # fmt: skip
 
 
+# looked up once: an Enum member read from its class costs ~70 ns (linear and attention trace these per call)
+_RESHAPE, _PERMUTE, _EXPAND = Op.RESHAPE, Op.PERMUTE, Op.EXPAND
+
+
 def _float(x: Tensor) -> Tensor:
     """Norms and convolutions compute on floats: ints become float32, as numpy's mean does."""
     return x if x.dtype.is_float else x.astype(DType.float32, copy=False)
@@ -236,9 +240,7 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     if not plain:
         y = x.reshape(rows) @ weight.T
     else:
-        y = matmul(
-            x if x.shape == rows else moved(x, Op.RESHAPE, rows, rows), moved(weight, Op.PERMUTE, (k, out), (1, 0))
-        )
+        y = matmul(x if x.shape == rows else moved(x, _RESHAPE, rows, rows), moved(weight, _PERMUTE, (k, out), (1, 0)))
     if bias is not None:
         bias = as_tensor(bias, "linear", "bias")
         if bias.shape != (out,):
@@ -246,7 +248,7 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
         y = y + bias
     if not plain:
         return y.reshape(lead + (out,))
-    return y if y.shape == lead + (out,) else moved(y, Op.RESHAPE, lead + (out,), lead + (out,))
+    return y if y.shape == lead + (out,) else moved(y, _RESHAPE, lead + (out,), lead + (out,))
 
 
 # --- rotary embeddings and attention -------------------------------------------------
@@ -451,8 +453,8 @@ def _as_shape(t: Tensor, full: tuple[int, ...], shape: tuple[int, ...]) -> Tenso
     ts = t.shape
     if ts != full:
         ts = shapes.check_expand("expand", ts, full)
-        t = moved(t, Op.EXPAND, ts, ts)
-    return t if ts == shape else moved(t, Op.RESHAPE, shape, shape)
+        t = moved(t, _EXPAND, ts, ts)
+    return t if ts == shape else moved(t, _RESHAPE, shape, shape)
 
 
 def _composed_attention(

@@ -166,7 +166,7 @@ class Tensor:
     def _movement(self, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
         """A movement op's result: a view of this tensor's root where numpy makes a view, else a copy."""
         src = self._lazy
-        if src.ragged or src.dtype.is_quantized or (op is Op.EXPAND and math.prod(shape) > _SMALL):
+        if src.ragged or src.dtype.is_quantized or (op is _EXPAND and math.prod(shape) > _SMALL):
             out = make(op, (self,), shape, src.dtype, arg)  # make's checks (the others add no bytes, keep the dtype)
         else:
             out = Tensor(Lazy(op, (src,), shape, src.dtype, arg))
@@ -395,14 +395,14 @@ class Tensor:
         new = shapes.resolve_reshape("reshape", self.shape, _shape_arg(shape))
         if new == self.shape:
             return self._alias()
-        return self._movement(Op.RESHAPE, new, new)
+        return self._movement(_RESHAPE, new, new)
 
     def permute(self, *order: Any) -> Tensor:
         shape = self.shape
         perm = shapes.check_permutation("permute", _shape_arg(order), shape)
         if perm == tuple(range(len(shape))):
             return self._alias()
-        return self._movement(Op.PERMUTE, tuple([shape[i] for i in perm]), perm)
+        return self._movement(_PERMUTE, tuple([shape[i] for i in perm]), perm)
 
     def transpose(self, *axes: Any) -> Tensor:
         """numpy's transpose: no axes reverses them all, all axes (or one tuple of them) reorder
@@ -451,7 +451,7 @@ class Tensor:
         new = shapes.check_expand("expand", self.shape, _shape_arg(shape))
         if new == self.shape:
             return self._alias()
-        return self._movement(Op.EXPAND, new, new)
+        return self._movement(_EXPAND, new, new)
 
     def broadcast_to(self, *shape: Any) -> Tensor:
         return self.expand(*shape)
@@ -504,7 +504,7 @@ class Tensor:
         if view.slices is None:
             y = self.reshape(view.shape)  # a new view object, even of the same shape
         else:
-            y = self._movement(Op.SLICE, view.sliced_shape, view.slices)  # new: no alias of it is needed
+            y = self._movement(_SLICE, view.sliced_shape, view.slices)  # new: no alias of it is needed
             if view.runtime:
                 y._lazy.dyn = True
             if view.shape != view.sliced_shape:
@@ -533,7 +533,7 @@ class RuntimeLengthTensor(Tensor):
 
     def __init__(self, padded: Tensor, axis: int, length: RuntimeInt, largest: int) -> None:
         shape = padded._lazy.shape
-        lz = Lazy(Op.RESHAPE, (padded._lazy,), shape, padded.dtype, shape)  # its own value, marked
+        lz = Lazy(_RESHAPE, (padded._lazy,), shape, padded.dtype, shape)  # its own value, marked
         lz.ragged = True
         super().__init__(lz)
         self.axis, self.length, self.largest = axis, length, largest
@@ -552,7 +552,7 @@ class RuntimeLengthTensor(Tensor):
     def padded(self) -> Tensor:
         """The stored slice, to the bucket length (what lies past the true length is whatever x holds there)."""
         shape = self._lazy.shape
-        return Tensor(Lazy(Op.RESHAPE, (self._lazy,), shape, self.dtype, shape))
+        return Tensor(Lazy(_RESHAPE, (self._lazy,), shape, self.dtype, shape))
 
     def numpy(self) -> np.ndarray:
         full = super().numpy()
@@ -613,6 +613,8 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 
 MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
 _F16 = DType.float16
+# looked up once: an Enum member read from its class costs ~70 ns, and these run for every traced op
+_RESHAPE, _PERMUTE, _EXPAND, _SLICE, _MATMUL = Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.MATMUL
 _SMALL = LARGEST_SAFE_BINDING // 16  # elements: at most 16 bytes each (a lone quantized block's padding)
 
 
@@ -648,7 +650,7 @@ def moved(x: Tensor, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
     than the op. The caller has checked `shape` and `arg`.
     """
     src = x._lazy
-    if src.ragged or src.dtype.is_quantized or (op is Op.EXPAND and math.prod(shape) > _SMALL):
+    if src.ragged or src.dtype.is_quantized or (op is _EXPAND and math.prod(shape) > _SMALL):
         return make(op, (x,), shape, src.dtype, arg)  # make's checks
     return Tensor(Lazy(op, (src,), shape, src.dtype, arg))
 
@@ -717,7 +719,7 @@ def _scalar_operand(op: str, value: Any, other: DType) -> Tensor:
 def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
     if x.shape == shape:
         return x
-    return make(Op.EXPAND, (x,), shape, x.dtype, shape)
+    return make(_EXPAND, (x,), shape, x.dtype, shape)
 
 
 def unary(op: Op, x: Tensor) -> Tensor:
@@ -748,9 +750,9 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
     if db is not dt:
         b = b.astype(dt, copy=False)
     if sa != shape:
-        a = make(Op.EXPAND, (a,), shape, dt, shape)
+        a = make(_EXPAND, (a,), shape, dt, shape)
     if sb != shape:
-        b = make(Op.EXPAND, (b,), shape, dt, shape)
+        b = make(_EXPAND, (b,), shape, dt, shape)
     return make(op, (a, b), shape, rule.result_dtype(dt))
 
 
@@ -854,7 +856,7 @@ def matmul(a: Any, b: Any) -> Tensor:
         la, lb = a._lazy, b._lazy
         sa, sb, dt = la.shape, lb.shape, la.dtype
         if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and lb.dtype is dt and dt.is_float and not dt.is_quantized:
-            return make(Op.MATMUL, (a, b), (sa[0], sb[1]), dt)
+            return make(_MATMUL, (a, b), (sa[0], sb[1]), dt)
     a = a if isinstance(a, Tensor) else from_data(a)
     b = b if isinstance(b, Tensor) else from_data(b)
     if a.dtype.is_quantized or b.dtype.is_quantized:

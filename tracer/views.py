@@ -24,6 +24,8 @@ from ir.view import View, contiguous_strides
 from tracer.lazy import Lazy
 
 Step = tuple[Op, tuple[int, ...], Any]  # a movement op: (op, result shape, arg)
+# looked up once: an Enum member read from its class costs ~70 ns, and every traced view asks
+_RESHAPE, _SLICE, _PERMUTE, _EXPAND = Op.RESHAPE, Op.SLICE, Op.PERMUTE, Op.EXPAND
 
 
 class RootCell:
@@ -110,16 +112,15 @@ class ViewInfo:
 def child_view(parent: ViewInfo | None, cell: RootCell, op: Op, shape: tuple[int, ...], arg: Any) -> ViewInfo | None:
     """The ViewInfo of `op` applied to a view `parent` of the cell's root (None: to the root), or None for a copy."""
     step = (op, shape, arg)
-    readonly = op is Op.EXPAND or (parent is not None and parent.readonly)
-    if op is Op.RESHAPE:
+    if op is _RESHAPE:
         if parent is None:  # of the root: always a view, contiguous
             return ViewInfo(cell, None, step, False, contiguous_view(shape))
         view = parent.view.reshape(shape)
         if view is None:  # a reshape that strides cannot express: numpy copies, so the result is not a view
             return None
-        return ViewInfo(cell, parent, step, readonly, view)
-    if op is Op.SLICE or op is Op.PERMUTE or op is Op.EXPAND:  # always a view: its View when asked
-        return ViewInfo(cell, parent, step, readonly)
+        return ViewInfo(cell, parent, step, parent.readonly, view)
+    if op is _SLICE or op is _PERMUTE or op is _EXPAND:  # always a view: its View when asked
+        return ViewInfo(cell, parent, step, op is _EXPAND or (parent is not None and parent.readonly))
     raise AssertionError(f"not a movement op: {op}")
 
 
