@@ -246,9 +246,10 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
         if bias.shape != (out,):
             raise ShapeError(f"linear: bias shape {bias.shape} does not match {out} outputs")
         y = y + bias
+    final = lead + (out,)  # one tuple, the new node's shape and arg: each tuple a trace keeps is walked by the gc
     if not plain:
-        return y.reshape(lead + (out,))
-    return y if y.shape == lead + (out,) else moved(y, _RESHAPE, lead + (out,), lead + (out,))
+        return y.reshape(final)
+    return y if y.shape == final else moved(y, _RESHAPE, final, final)
 
 
 # --- rotary embeddings and attention -------------------------------------------------

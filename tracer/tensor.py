@@ -166,7 +166,8 @@ class Tensor:
     def _movement(self, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
         """A movement op's result: a view of this tensor's root where numpy makes a view, else a copy."""
         src = self._lazy
-        if src.ragged or src.dtype.is_quantized or (op is _EXPAND and math.prod(shape) > _SMALL):
+        dt = src.dtype
+        if src.ragged or (dt is not _F32 and dt.is_quantized) or (op is _EXPAND and math.prod(shape) > _SMALL):
             out = make(op, (self,), shape, src.dtype, arg)  # make's checks (the others add no bytes, keep the dtype)
         else:
             out = Tensor(Lazy(op, (src,), shape, src.dtype, arg))
@@ -612,7 +613,7 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 
 
 MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
-_F16 = DType.float16
+_F16, _F32 = DType.float16, DType.float32
 # looked up once: an Enum member read from its class costs ~70 ns, and these run for every traced op
 _RESHAPE, _PERMUTE, _EXPAND, _SLICE, _MATMUL = Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.MATMUL
 _SMALL = LARGEST_SAFE_BINDING // 16  # elements: at most 16 bytes each (a lone quantized block's padding)
@@ -621,8 +622,8 @@ _SMALL = LARGEST_SAFE_BINDING // 16  # elements: at most 16 bytes each (a lone q
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
     """The Tensor of a new node. Runs for every op: its checks cost nothing in the common case."""
     lazies = tuple([s._lazy for s in srcs])
-    for lz in lazies:  # the rare operands (one loop: this runs for every op)
-        if lz.ragged or lz.dtype.is_quantized:
+    for lz in lazies:  # the rare operands (one loop: this runs for every op; `is _F32` skips a property)
+        if lz.ragged or (lz.dtype is not _F32 and lz.dtype.is_quantized):
             refuse_runtime_length(op.value, srcs)
             check_quantized_operands(op, lazies, dtype, arg)
             break
@@ -650,9 +651,10 @@ def moved(x: Tensor, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
     than the op. The caller has checked `shape` and `arg`.
     """
     src = x._lazy
-    if src.ragged or src.dtype.is_quantized or (op is _EXPAND and math.prod(shape) > _SMALL):
-        return make(op, (x,), shape, src.dtype, arg)  # make's checks
-    return Tensor(Lazy(op, (src,), shape, src.dtype, arg))
+    dt = src.dtype
+    if src.ragged or (dt is not _F32 and dt.is_quantized) or (op is _EXPAND and math.prod(shape) > _SMALL):
+        return make(op, (x,), shape, dt, arg)  # make's checks
+    return Tensor(Lazy(op, (src,), shape, dt, arg))
 
 
 def from_data(data: Any, dtype: DType | str | None = None, op: str = "tensor") -> Tensor:
