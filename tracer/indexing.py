@@ -48,7 +48,7 @@ def is_array_index(it: Any) -> bool:
 
 def is_advanced(index: Any) -> bool:
     """Does `x[index]` use numpy's advanced indexing (integer or bool arrays, lists, tensors)?"""
-    if type(index) is not tuple:
+    if not isinstance(index, tuple):
         return is_array_index(index)
     for it in index:  # a loop, not any() over a generator: every `x[...]` asks
         if is_array_index(it):

@@ -1,0 +1,120 @@
+"""Tracing made cheaper per Lazy: the shortcuts keep what the general paths decided.
+
+x[...] without the alias step, resolve_index counting as it checks, broadcasts_to as a loop,
+sdpa and rope reading shapes once, index_write's cached out-of-range text.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+import tracer as tr
+from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
+from ir.ops import Op
+from tests.helpers import assert_close
+from tracer.indexing import is_advanced, resolve_index
+from tracer.tensor import broadcasts_to
+
+
+def _numpy_broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return np.broadcast_to(np.empty(shape), target).shape == target
+    except ValueError:
+        return False
+
+
+def test_broadcasts_to_is_numpys_rule() -> None:
+    shapes = [(), (1,), (3,), (1, 3), (2, 1), (2, 3), (1, 1, 3), (4, 2, 3), (2, 3, 1)]
+    for shape, target in itertools.product(shapes, repeat=2):
+        assert broadcasts_to(shape, target) == _numpy_broadcasts(shape, target), (shape, target)
+
+
+class _Pair(NamedTuple):
+    a: int
+    b: slice
+
+
+def test_is_advanced_items_and_tuple_subclasses() -> None:
+    assert not is_advanced((slice(None), 1, None, Ellipsis))
+    assert not is_advanced(_Pair(0, slice(1, 2)))  # a tuple's items, as numpy reads it
+    assert is_advanced((slice(None), [0, 1]))
+    assert is_advanced(np.array([0, 2]))
+    assert not is_advanced(np.int64(1))
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        (slice(None), slice(1, 3)),
+        (0, slice(None, None, 2)),
+        (None, Ellipsis, 1),
+        (slice(None), None, slice(-2, None)),
+        (Ellipsis,),
+        (slice(None), slice(None), slice(None)),
+        (-1, 2, slice(1, 4)),
+    ],
+)
+def test_resolve_index_shapes_are_numpys(index: tuple) -> None:
+    a = np.arange(2 * 3 * 5).reshape(2, 3, 5)
+    assert resolve_index(a.shape, index).shape == a[index].shape
+
+
+def test_slices_are_new_view_objects_that_write_through() -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = tr.tensor(a)
+    for index in [(slice(None), slice(None)), (slice(0, 2),), (slice(None), slice(1, 3))]:
+        y = x[index]
+        assert y is not x and y.base is x
+    y = x[1:, 1:3]
+    y += 1.0
+    expect = a.copy()
+    expect[1:, 1:3] += 1
+    assert_close(x.numpy(), expect)
+    assert_close(y.numpy(), expect[1:, 1:3])
+
+
+def test_runtime_length_out_of_range_names_the_axis() -> None:
+    cache = tr.zeros((1, 2, 8, 4))
+    with pytest.raises(
+        IndexOutOfRangeError, match=r"slice length of axis 2 \(shape \(1, 2, 8, 4\)\): 9 is outside 0..8"
+    ):
+        cache[:, :, : tr.dynamic(8) + 1]
+
+
+def test_index_write_out_of_range_text_per_shapes() -> None:
+    x = tr.zeros((1, 2, 8, 4))
+    for pos in (3, 5):  # the same shapes: the text formatted once serves both writes
+        x.index_write(tr.ones((1, 2, 1, 4)), (0, 0, tr.dynamic(pos), 0))
+    with pytest.raises(
+        IndexOutOfRangeError, match=r"offset of axis 2 \(src shape \(1, 2, 1, 4\), x shape \(1, 2, 8, 4\)\)"
+    ):
+        x.index_write(tr.ones((1, 2, 1, 4)), (0, 0, tr.dynamic(8), 0))
+    expect = np.zeros((1, 2, 8, 4), np.float32)
+    expect[:, :, [3, 5]] = 1
+    assert_close(x.numpy(), expect)
+
+
+def test_sdpa_fast_paths_keep_shapes_and_errors(rng: np.random.Generator) -> None:
+    q = tr.tensor(rng.standard_normal((1, 4, 2, 8), dtype=np.float32))
+    k = tr.tensor(rng.standard_normal((1, 2, 5, 8), dtype=np.float32))
+    v = tr.tensor(rng.standard_normal((1, 2, 5, 8), dtype=np.float32))
+    out = tr.nn.scaled_dot_product_attention(q, k, v)  # grouped: 4 query heads over 2 kv heads
+    assert out._lazy.op is Op.ATTENTION and out.dtype is tr.float32 and out.shape == (1, 4, 2, 8)
+    assert out._lazy.arg.group == 2
+    with pytest.raises(DTypeError, match="scaled_dot_product_attention: k must be float, got int32"):
+        tr.nn.scaled_dot_product_attention(q, k.astype(tr.int32), v)
+    with pytest.raises(ShapeError, match="cannot share 3 kv heads"):
+        tr.nn.scaled_dot_product_attention(q, tr.zeros((1, 3, 5, 8)), tr.zeros((1, 3, 5, 8)))
+
+
+def test_rope_shape_dtype_and_arg(rng: np.random.Generator) -> None:
+    x = tr.tensor(rng.standard_normal((1, 2, 3, 8), dtype=np.float32))
+    cos = tr.tensor(rng.standard_normal((3, 4), dtype=np.float32))
+    sin = tr.tensor(rng.standard_normal((3, 4), dtype=np.float32))
+    a, b = tr.nn.rope(x, cos, sin), tr.nn.rope(x, cos, sin, interleaved=True)
+    assert a.shape == x.shape and a.dtype is tr.float32
+    assert not a._lazy.arg.interleaved and b._lazy.arg.interleaved
