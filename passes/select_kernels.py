@@ -143,11 +143,14 @@ DECODE_MIN_RANGE = 64  # keys per range before more ranges stop paying for their
 # L2). H200 run Q (benchmarks/runs/2026-12-01-Q/knobs_heads.txt), the ~1B step's 16 attentions, us inside the
 # step (Program.profile(marginal=2)), against all 4 heads, 64 threads and one range up to 256 keys before:
 # 129 keys one range, 1 head, 256 threads 77.3 (140.3); bucket 512, the same 105.3 (ranges, 2 heads 114.3,
-# before 157.8); bucket 1024, ranges, 2 heads 131.5 (one range 155.7, before 165.2)
+# before 157.8); bucket 1024, ranges, 2 heads 131.5 (one range 155.7, before 165.2). Past
+# DECODE_RANGE_HEADS_KEYS keys (not measured yet) a workgroup keeps all of a kv head's query heads: the
+# repeated reads of a long cache would no longer come from L2
 DECODE_ONE_RANGE_KEYS = 512
 DECODE_ONE_RANGE_THREADS = 256
 DECODE_ONE_RANGE_HEADS = 1
 DECODE_RANGE_HEADS = 2
+DECODE_RANGE_HEADS_KEYS = 1024
 
 
 def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodePlan | None:
@@ -172,7 +175,7 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     lanes = lanes_for(max(ew, ev), DECODE_SLICES)
     g, s = arg.group, k.shape[2]
     one_range = s <= DECODE_ONE_RANGE_KEYS  # short caches: one range per head, no combine dispatch after it
-    heads = DECODE_ONE_RANGE_HEADS if one_range else DECODE_RANGE_HEADS
+    heads = DECODE_ONE_RANGE_HEADS if one_range else DECODE_RANGE_HEADS if s <= DECODE_RANGE_HEADS_KEYS else 0
     per_wg = math.gcd(g, heads) if heads > 0 else g
     threads = min(DECODE_ONE_RANGE_THREADS if one_range else DECODE_THREADS, caps.max_invocations)
     if threads < lanes:

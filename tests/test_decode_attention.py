@@ -279,3 +279,15 @@ def test_fewer_query_heads_per_workgroup(per_wg, s, kind, monkeypatch):
     said = "a workgroup per kv head" if heads == 4 else f"a workgroup per {heads} of the 4 query heads of a kv head"
     assert said in reason, reason
     assert_close(got, reference(q, k, v, mask, kind), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("s,heads", [(129, 1), (700, 2), (2000, 4)])
+def test_heads_per_workgroup_rule_by_length(s, heads):
+    """The built-in rule: one query head a workgroup up to DECODE_ONE_RANGE_KEYS, two with key ranges up
+    to DECODE_RANGE_HEADS_KEYS, all four of the kv head past it (a long cache read once); against numpy."""
+    q, k, v = inputs(1, 8, 2, s, 64, 64)
+    got, program = run_with_caps(attention(tr.tensor(q), tr.tensor(k), tr.tensor(v)))
+    reason = DecodeAttentionKernel.reason(program.graph, program.graph[program.dispatches[0].node])
+    said = "a workgroup per kv head" if heads == 4 else f"a workgroup per {heads} of the 4 query heads"
+    assert said in reason, reason
+    assert_close(got, reference(q, k, v), rtol=1e-4, atol=1e-5)
