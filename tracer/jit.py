@@ -444,10 +444,10 @@ def trace_call(
     # each distinct guard once (a decoder's layers all slice their caches at the same length: 24 -> 1)
     trace.buckets = list(
         dict.fromkeys(
-            BucketGuard(arg_vars[id(t.var)], length.scale, length.const, size, b)
+            BucketGuard(arg_vars[id(t.var)], scale, const, size, b)
             for t in traced
             if isinstance(t, RuntimeInt)
-            for length, size, b in t.var.buckets
+            for scale, const, size, b in t.var.buckets
         )
     )
     out_index: dict[int, int] = {}

@@ -47,7 +47,9 @@ class Var:
     def __init__(self, value: int, argument: bool = False) -> None:
         self.value = value
         self.argument = argument  # a @tr.jit argument being traced: python may not read its value
-        self.buckets: list[tuple[RuntimeInt, int, int]] = []  # (length, axis size, bucket) chosen while traced
+        # (length's scale, const, axis size, bucket) chosen while traced: plain ints, not the RuntimeInt,
+        # which points back here (a cycle per traced call that only a full collection would free)
+        self.buckets: list[tuple[int, int, int, int]] = []
 
 
 class RuntimeInt:
@@ -184,7 +186,7 @@ def bucket(length: RuntimeInt, size: int) -> int:
     Remembered on the variable, so a jitted function can tell when a new value needs another trace.
     """
     b = bucket_of(length.scale * length.var.value + length.const, size)
-    length.var.buckets.append((length, size, b))
+    length.var.buckets.append((length.scale, length.const, size, b))
     return b
 
 
