@@ -583,13 +583,12 @@ def _protect_shared_values(donated: list[tuple[int, int]], leaves: list[Any], bu
     repeats = len(set(ids)) != len(ids)
     for i, leaf in donated:
         t, buf = leaves[leaf], buffers[i]
-        lz = t._lazy
-        refs = lz.refs
+        lz = t._lazy  # a Lazy is the list of its references (tracer.lazy)
         alone = not lz.pinned and (
-            (len(refs) == 1 and refs[0]() is t) or (lz.live_handles() == [t] and not lz.live_consumers())
+            (len(lz) == 1 and lz[0]() is t) or (lz.live_handles() == [t] and not lz.live_consumers())
         )
-        if alone and len(refs) > 1:  # dead references (the traced call's readers) kept it off the quick test
-            compact_refs(refs, always=True)
+        if alone and len(lz) > 1:  # dead references (the traced call's readers) kept it off the quick test
+            compact_refs(lz, always=True)
         if alone and repeats:
             if counts is None:
                 counts = {}

@@ -4,12 +4,19 @@ A Lazy becomes realized when a program computes it: it then holds a device buffe
 forgets its sources, so the graph above it can be freed and is never recomputed.
 
 Who can still see a value decides what a realization keeps (graph_builder): the Tensors
-that show it and the pending Lazies that read it. Both are kept in one plain list of weak
-references (`refs`; a reader's is a `ReaderRef`), appended to when a Tensor or a consumer
-is made and filtered when read (a dead reference, a Tensor rebound to another value, or a
-consumer realized since, no longer counts). Tracing pays one weak reference per node and
-one list append per operand, not a WeakSet per node; one list per node, not two, since
-every object a trace keeps alive until its realization is walked by the garbage collector.
+that show it and the pending Lazies that read it. Both are kept in one list of weak
+references (a reader's is a `ReaderRef`), appended to when a Tensor or a consumer is made
+and filtered when read (a dead reference, a Tensor rebound to another value, or a consumer
+realized since, no longer counts). Tracing pays one weak reference per node and one list
+append per operand, not a WeakSet per node.
+
+That list is the Lazy itself (Lazy subclasses list; `for r in lz` walks its references):
+every object a trace keeps alive until its realization counts towards the garbage
+collector's next collection (one per 700 objects made, a full walk of the process every
+hundred), and a separate list was one of the four such objects per traced op (the Lazy,
+the list, the reader's ReaderRef, the Tensor's weak reference); list.append stays atomic
+for threads that trace at once. A Lazy keeps object identity for ==, hashing, truth
+and repr, not the list's.
 """
 
 from __future__ import annotations
@@ -42,12 +49,14 @@ def compact_refs(refs: list[weakref.ref], always: bool = False) -> None:
 
 
 class ReaderRef(weakref.ref):
-    """A weak reference to a pending Lazy that reads the value holding it (the others in Lazy.refs are Tensors)."""
+    """A weak reference to a pending Lazy that reads the value holding it (the Lazy's other references are to Tensors)."""
 
     __slots__ = ()
 
 
-class Lazy:
+class Lazy(list):
+    """An op on its sources (see the module docstring); its items are the weak references to what sees it."""
+
     __slots__ = (
         "op",
         "srcs",
@@ -56,7 +65,6 @@ class Lazy:
         "arg",
         "buffer",
         "host",
-        "refs",
         "pinned",
         "dyn",
         "ragged",
@@ -71,19 +79,25 @@ class Lazy:
         self.arg = arg
         self.buffer: Any = None  # backend_wgpu.DeviceBuffer once realized
         self.host: np.ndarray | None = None  # data waiting to be uploaded
-        # Tensors made to show this value (see live_handles) and, as ReaderRefs, Lazies made to read it
-        self.refs: list[weakref.ref] = []
         self.pinned = False  # never donated to an in-place kernel (cached constants)
         self.dyn = False  # arg holds runtime integers (ir.symbolic.Sym of tracer.runtime_ints variables)
         self.ragged = False  # a runtime-length slice (tracer.tensor.RuntimeLengthTensor): only attention reads it
         if srcs:
             me = ReaderRef(self)
             for s in srcs:  # _append, inlined: this runs for every operand of every op
-                refs = s.refs
-                refs.append(me)
-                n = len(refs)
+                s.append(me)
+                n = len(s)
                 if n >= 64 and n & (n - 1) == 0:
-                    compact_refs(refs)
+                    compact_refs(s)
+
+    # object identity, not the list's contents: a Lazy is one value (`lz in srcs`, dict keys, `if lz`)
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
+    __repr__ = object.__repr__
+
+    def __bool__(self) -> bool:
+        return True
 
     @staticmethod
     def from_host(data: np.ndarray, dtype: DType) -> Lazy:
@@ -103,26 +117,26 @@ class Lazy:
     @property
     def handles(self) -> list[weakref.ref]:
         """The references to Tensors made to show this value (some dead or rebound since)."""
-        return [r for r in list(self.refs) if type(r) is not ReaderRef]
+        return [r for r in list(self) if type(r) is not ReaderRef]
 
     @property
     def consumers(self) -> list[weakref.ref]:
         """The references to Lazies made to read this value (some dead or realized since)."""
-        return [r for r in list(self.refs) if type(r) is ReaderRef]
+        return [r for r in list(self) if type(r) is ReaderRef]
 
     def add_handle(self, tensor: Any) -> None:
         """`tensor` shows this value from now on (until it is rebound: Tensor._lazy is checked when read)."""
-        _append(self.refs, weakref.ref(tensor))
+        _append(self, weakref.ref(tensor))
 
     def live_handles(self) -> list[Any]:
         """The Tensors that show this value now."""
         # list(): one snapshot (C call, kept whole by the GIL) while other threads may trace and append
-        return [t for r in list(self.refs) if type(r) is not ReaderRef and (t := r()) is not None and t._lazy is self]
+        return [t for r in list(self) if type(r) is not ReaderRef and (t := r()) is not None and t._lazy is self]
 
     def seen_outside(self, members: Container[int]) -> bool:
         """A Tensor shows this value, or a pending Lazy whose id() is not in `members` reads it."""
         # iterating a list that another thread appends to is safe (it may or may not see the new entry)
-        for r in self.refs:
+        for r in self:
             o = r()
             if o is None:
                 continue
@@ -135,7 +149,7 @@ class Lazy:
 
     def live_consumers(self) -> list[Lazy]:
         """The pending Lazies that read this value now."""
-        return [c for r in list(self.refs) if type(r) is ReaderRef and (c := r()) is not None and self in c.srcs]
+        return [c for r in list(self) if type(r) is ReaderRef and (c := r()) is not None and self in c.srcs]
 
     def mark_realized(self, buffer: Any) -> None:
         self.buffer = buffer

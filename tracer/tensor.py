@@ -57,11 +57,10 @@ class Tensor:
         self._lazy = lazy
         self._viewof: ViewInfo | None = None  # set when this tensor is a view of another (tracer.views)
         self._cell: RootCell | None = None  # on a root with views: its value and views (tracer.views)
-        refs = lazy.refs  # lazy.add_handle(self), inlined: every op makes a Tensor
-        refs.append(weakref.ref(self))
-        n = len(refs)
+        lazy.append(weakref.ref(self))  # lazy.add_handle(self), inlined: every op makes a Tensor
+        n = len(lazy)
         if n >= 64 and n & (n - 1) == 0:
-            compact_refs(refs)
+            compact_refs(lazy)
 
     # --- properties ---------------------------------------------------------------
     @property
