@@ -9,7 +9,11 @@
    reaches summing one large buffer in the same process (the target is at least 0.8x);
    torch's SDPA on the same decode shapes beside it. The ~1B layout (32/8 heads of 64) runs
    every candidate of CANDIDATES (threads per workgroup, keys per row per step, target
-   workgroups: the knobs of passes.select_kernels.decode_attention_plan), the default first.
+   workgroups: the knobs of passes.select_kernels.decode_attention_plan for caches cut into
+   key ranges), the default first. Up to DECODE_ONE_RANGE_KEYS (512) keys a cache is one range
+   with its own threads (DECODE_ONE_RANGE_THREADS), which the candidates leave as they are.
+   These are lone passes at the GPU's idle clocks, whose dispatch floors dominate short caches;
+   `decode_knobs --marginal` measures the attention inside a decode step.
 2. The `@tr.jit` decode step of examples/llama.py at the 12-layer and ~1B configurations
    (benchmarks/e2e/decoder.py): dispatches per step and per layer, and GPU time per token,
    with fusion (the passes of issue 13) and with WGJIT_FUSION=0, checked against each other,
