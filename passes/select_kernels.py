@@ -175,7 +175,12 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     lanes = lanes_for(max(ew, ev), DECODE_SLICES)
     g, s = arg.group, k.shape[2]
     one_range = s <= DECODE_ONE_RANGE_KEYS  # short caches: one range per head, no combine dispatch after it
-    heads = DECODE_ONE_RANGE_HEADS if one_range else DECODE_RANGE_HEADS if s <= DECODE_RANGE_HEADS_KEYS else 0
+    if one_range:
+        heads = DECODE_ONE_RANGE_HEADS
+    elif s <= DECODE_RANGE_HEADS_KEYS:
+        heads = DECODE_RANGE_HEADS
+    else:
+        heads = 0  # all of the kv head's: a long cache read once
     per_wg = math.gcd(g, heads) if heads > 0 else g
     threads = min(DECODE_ONE_RANGE_THREADS if one_range else DECODE_THREADS, caps.max_invocations)
     if threads < lanes:
