@@ -45,6 +45,7 @@ try:  # wgpu-native's device poll, to wait for a read-back on the calling thread
 
     _DEVICE_POLL = _lib.wgpuDevicePoll
     _NULL = _ffi.NULL
+    _WRITE_BUFFER = _lib.wgpuQueueWriteBuffer  # Device.write_raw
     # a read-back's copy, recorded and submitted as backend_wgpu.program submits a run: plain C calls, and
     # wgpu-py's error-capturing wrappers for finish and submit (an invalid copy raises at finish)
     _CREATE_ENCODER = _lib.wgpuDeviceCreateCommandEncoder
@@ -65,6 +66,7 @@ try:  # wgpu-native's device poll, to wait for a read-back on the calling thread
 except (ImportError, AttributeError):  # another backend: its own waiting
     _DEVICE_POLL = None
     _NULL = None
+    _WRITE_BUFFER = None
 
 
 _copy_pool: Any = None  # the ThreadPoolExecutor of _copy_bytes, made at its first large read
@@ -457,11 +459,29 @@ class Device:
 
     def write(self, buf: DeviceBuffer, data: bytes | np.ndarray) -> None:
         """Copy host bytes into `buf` from its offset (queued: ordered after the work submitted before)."""
+        self.write_raw(buf.buffer, buf.offset, data)
+
+    def write_raw(self, gpu_buffer: Any, offset: int, data: bytes | np.ndarray) -> None:
+        """Copy host bytes into a GPU buffer of this device at `offset` (a multiple of 4), queued.
+
+        On wgpu-native a plain C call (a decode step makes two of these on the path the GPU waits on,
+        and wgpu-py's wrapper costs more than the copy): the range is checked here, so the call
+        cannot fail but for a lost device, which the next submission reports."""
+        if isinstance(data, np.ndarray) and not data.flags.c_contiguous:
+            data = data.tobytes()
         n = len(data) if isinstance(data, bytes) else data.nbytes
         if n % 4:  # queue writes come in whole words
             data = (data if isinstance(data, bytes) else data.tobytes()) + b"\0" * (-n % 4)
-        with self.guard("uploading data"):
-            self.queue.write_buffer(buf.buffer, buf.offset, data)
+            n += -n % 4
+        if offset % 4 or offset < 0 or offset + n > gpu_buffer.size:
+            raise ValueError(f"writing {n} bytes at offset {offset} of a {gpu_buffer.size}-byte buffer")
+        if _WRITE_BUFFER is None:
+            with self.guard("uploading data"):
+                self.queue.write_buffer(gpu_buffer, offset, data)
+            return
+        self.check_alive()
+        if n:
+            _WRITE_BUFFER(self.queue._internal, gpu_buffer._internal, offset, _ffi.from_buffer(data), n)
 
     def read(self, buf: DeviceBuffer) -> bytes:
         """`buf`'s bytes, once the work submitted before has run."""

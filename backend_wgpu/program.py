@@ -57,6 +57,7 @@ import wgpu
 from backend_wgpu.device import Device, DeviceBuffer
 from backend_wgpu.kernel import Kernel, Workload
 from backend_wgpu.kernels import KERNELS
+from backend_wgpu.runtime_fields import RuntimeFields
 from ir.errors import DeviceError
 from ir.graph import Graph
 from ir.ops import Op
@@ -309,11 +310,9 @@ class Program:
         dev = self.device.device
         usage = wgpu.BufferUsage.UNIFORM | (wgpu.BufferUsage.COPY_DST if self._runtime else 0)
         self._uniform = dev.create_buffer_with_data(data=bytes(uniform) or b"\0" * 16, usage=usage)
-        self._uniform_words = np.frombuffer(bytes(uniform), dtype=np.uint32).copy() if self._runtime else None
+        self._fields = RuntimeFields(bytes(uniform), self._runtime) if self._runtime else None
         self._written_ints: tuple[int, ...] | None = None  # the runtime integers the uniform holds now
-        self._last_words: tuple[tuple[int, ...], np.ndarray] | None = None  # the last values checked, packed
-        self.int_count = 1 + max((s.slot for _, _, s in self._runtime), default=-1)
-        self._runtime_table = _runtime_table(self._runtime)
+        self.int_count = self._fields.count if self._fields is not None else 0
         self.ints: tuple[int, ...] = self.graph.ints  # run()'s default runtime integers
         self._temps = self._allocate_temps()
         for launch in self._launches:
@@ -402,7 +401,7 @@ class Program:
         if _TIMELINE is not None:  # a timeline records this call (backend_wgpu.timeline)
             _TIMELINE.enter(self)
         ints = self.ints if ints is None else tuple(ints)
-        words = self._runtime_words(ints) if self._runtime else None
+        words = self._fields.words(ints) if self._fields is not None else None
         dev = self.device
         with dev.guard("running a program"):
             return self._run(inputs, timestamp_writes, words, ints, varying)
@@ -418,35 +417,9 @@ class Program:
         with self._lock:
             self._forget_released()
             if words is not None and ints != self._written_ints:  # into the uniform before the dispatches read it
-                self.device.queue.write_buffer(self._uniform, 0, words)
+                self.device.write_raw(self._uniform, self._fields.byte_offset, words)
                 self._written_ints = ints
             return self._run_locked(inputs, timestamp_writes, varying)
-
-    def _runtime_words(self, ints: tuple[int, ...]) -> np.ndarray | None:
-        """The uniform with these runtime integers written in (None: it holds none); checks their ranges."""
-        if not self._runtime:
-            return None
-        if len(ints) < self.int_count:
-            raise ValueError(f"this program reads {self.int_count} runtime integers, {len(ints)} given")
-        last = self._last_words
-        if last is not None and last[0] == ints:  # the same values as the last run: checked already
-            return last[1]
-        words = self._uniform_words.copy()
-        table, values = self._runtime_table, None
-        if table is not None:  # every field at once (a decoder step has ~100, each a Python call otherwise)
-            given = np.asarray(ints, np.int64) if all(-_SMALL < v < _SMALL for v in ints) else None
-            if given is not None:  # products of values and scales below 2**31 cannot overflow int64
-                at, slot, scale, const, lo, hi = table
-                values = given[slot] * scale + const
-                if ((values < lo) | (values > hi)).any():
-                    values = None
-        if values is None:
-            for offset, _, sym in self._runtime:  # raises the first field's IndexOutOfRangeError, in order
-                words[offset // 4] = sym.check(ints) & 0xFFFFFFFF  # i32 fields: two's complement
-        else:
-            words[at] = (values & 0xFFFFFFFF).astype(np.uint32)  # i32 fields: two's complement
-        self._last_words = (ints, words)
-        return words
 
     def _run_locked(
         self,
@@ -623,19 +596,6 @@ class Program:
 
     def __repr__(self) -> str:
         return f"<Program {len(self.dispatches)} dispatches, {self.input_count} inputs, {len(self.outputs)} outputs>"
-
-
-_SMALL = 1 << 31
-
-
-def _runtime_table(runtime: list[tuple[int, str, Sym]]) -> tuple[np.ndarray, ...] | None:
-    """The runtime fields as int64 columns (word index in the uniform, slot, scale, const, lo, hi);
-    None when a scale or constant is too large for Program._runtime_words to compute in int64."""
-    if not runtime or any(not (-_SMALL < s.scale < _SMALL and -_SMALL < s.const < _SMALL) for _, _, s in runtime):
-        return None
-    columns = zip(*[(o // 4, s.slot, s.scale, s.const, s.lo, s.hi) for o, _, s in runtime], strict=True)
-    # bounds past int64 clip to it: values computed here never reach them
-    return tuple(np.clip(np.array(c, object), -(1 << 62), 1 << 62).astype(np.int64) for c in columns)
 
 
 def _commands(launches: list[_Launch], groups: list[Any]) -> list[tuple[Any, Any, int, int, int]]:

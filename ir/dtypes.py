@@ -144,6 +144,11 @@ for _dt in DType:  # (numpy dtype, bytes per element in a buffer (0: quantized),
         "float" if _quantized or _dt in (DType.float32, DType.float16) else "int" if _dt in _INTS else "bool",
     )
 
+# from_numpy's answers for the native-order numpy dtypes and their scalar types (not bool's python type)
+_FROM_NUMPY: dict[object, DType] = {}
+for _dt in (DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool):
+    _FROM_NUMPY[_dt.np] = _FROM_NUMPY[_dt.np.type] = _dt
+
 float32 = DType.float32
 float16 = DType.float16
 int32 = DType.int32
@@ -161,6 +166,9 @@ _RANK = {DType.bool: 0, DType.uint32: 1, DType.int32: 1, DType.float16: 2, DType
 
 def from_numpy(dt: np.dtype | type) -> DType:
     """The DType of a numpy dtype that can be stored as it is."""
+    known = _FROM_NUMPY.get(dt)  # a dict lookup: every tr.tensor asks (numpy builds a dtype's name each time)
+    if known is not None:
+        return known
     name = np.dtype(dt).name
     try:
         return DType(name)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend_wgpu.device import Device, DeviceBuffer, host_bytes
+from backend_wgpu.device import Device, DeviceBuffer
 
+_STORED = {np.dtype(np.bool_): np.dtype(np.uint32)}  # host dtype -> buffer dtype where they differ
 STAGED_ARGUMENT_BYTES = 1 << 20  # larger host arguments get their own buffer, as an upload would
 
 
@@ -37,13 +38,13 @@ class ArgumentStaging:
 
     def write(self, device: Device, arrays: list[np.ndarray]) -> list[DeviceBuffer]:
         """Write `arrays` into the buffer (one queue write); a DeviceBuffer view of each, in order."""
-        data = [host_bytes(a) for a in arrays]
-        layout = tuple(len(d) for d in data)
+        stored = [_STORED.get(a.dtype, a.dtype) for a in arrays]  # bool as u32, as a buffer holds it
+        layout = tuple(a.size * t.itemsize for a, t in zip(arrays, stored, strict=True))
         if layout != self._layout or self._buffer is None or self._buffer.device is not device:
             self._allocate(device, layout)
         blob = self._blob
-        for offset, d in zip(self._offsets, data, strict=True):
-            blob[offset : offset + len(d)] = memoryview(d)
+        for offset, n, a, t in zip(self._offsets, layout, arrays, stored, strict=True):
+            blob[offset : offset + n].view(t)[:] = a.reshape(-1)  # straight into the blob: one host copy
         assert self._buffer is not None
         device.write(self._buffer, blob)
         return list(self._views)

@@ -68,6 +68,8 @@ def fitted(arr: np.ndarray, target: DType, op: str) -> np.ndarray:
     infinities enter float dtypes as themselves. `astype` on a tensor is the explicit cast
     that saturates instead (NUMERICS.md).
     """
+    if arr.dtype is target.np or arr.dtype == target.np:  # every value fits as it is: only the copy
+        return np.array(arr, order="C", copy=True)
     kind = arr.dtype.kind
     if arr.size and target.is_int and kind in "fiu":
         info = np.iinfo(target.np)

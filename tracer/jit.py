@@ -579,11 +579,14 @@ def _protect_shared_values(donated: list[tuple[int, int]], leaves: list[Any], bu
     this call is the same buffer.
     """
     counts: dict[int, int] | None = None  # per buffer, how many inputs it is (only when some buffer repeats)
-    ids = [id(b) for b in buffers]
+    ids = list(map(id, buffers))
     repeats = len(set(ids)) != len(ids)
     for i, leaf in donated:
-        t, buf = leaves[leaf], buffers[i]
+        t = leaves[leaf]
         lz = t._lazy  # a Lazy is the list of its references (tracer.lazy)
+        if not repeats and len(lz) == 1 and lz[0]() is t and not lz.pinned:
+            continue  # the common case (a decode step's caches): the argument alone shows its value
+        buf = buffers[i]
         alone = not lz.pinned and (
             (len(lz) == 1 and lz[0]() is t) or (lz.live_handles() == [t] and not lz.live_consumers())
         )
