@@ -384,6 +384,8 @@ class Device:
         self._readback: dict[int, list[Any]] = {}  # free read-back staging buffers per power-of-two size
         self._spin_wait = _DEVICE_POLL is not None and self.adapter.info.get("adapter_type") != "CPU"
         self.uploads = UploadPool(UPLOAD_POOL_BYTES, UPLOAD_POOL_BUFFERS)
+        # work for the host while it waits for a read-back (when_reading): weak references to callables
+        self._while_reading: list[weakref.ref] = []
 
     # --- loss -----------------------------------------------------------------------
     def check_alive(self) -> None:
@@ -541,6 +543,8 @@ class Device:
             staging, size = pending.staging, (pending.nbytes + 3) & ~3
             raw = isinstance(pending.promise, RawMap)
             if raw:
+                if self._while_reading:
+                    self._work_while_reading(pending.promise)
                 self._wait_raw_map(pending.promise)
             else:
                 pending.promise.sync_wait()
@@ -562,6 +566,24 @@ class Device:
                 stamp(3, pending)
             self._give_staging(staging)
             self.stats["reads"] += 1
+
+    def when_reading(self, task: weakref.ref) -> None:
+        """Run `task()` (a weak reference to a callable) at the next read-back if it finds the GPU still
+        busy, before waiting for it: host work that would otherwise delay the next call (a program
+        records its next run's commands there, backend_wgpu.program). Once: the next read-back runs or
+        drops it (a read that finds the GPU done would only be delayed by it); a dead reference is skipped."""
+        if task not in self._while_reading:
+            self._while_reading.append(task)
+
+    def _work_while_reading(self, read: RawMap) -> None:
+        tasks, self._while_reading = self._while_reading, []
+        _DEVICE_POLL(self.device._internal, False, _NULL)  # without waiting: is the read's copy done?
+        if read.status is not None:
+            return  # yes: the caller is waiting for nothing else
+        for ref in tasks:
+            task = ref()
+            if task is not None:
+                task()
 
     def _copy(self, copies: list[tuple[Any, int, Any, int]]) -> None:
         """Submit, in one command buffer, copies of (source, offset, target, size): `size` bytes from

@@ -29,6 +29,12 @@ extra chunk on lavapipe); with SUBMIT_GROWTH g > 1 each chunk is g times the one
 (16, 32, 64... dispatches), so the GPU still starts early but a run of n dispatches takes
 about log_g(n) submissions instead of n / SUBMIT_CHUNK.
 
+A loop that reads each result back leaves the host waiting while the GPU finishes; the program
+uses that wait (Device.when_reading) to record its next run's command buffers ahead, for the plan the
+next run is expected to use (_record_next), so the next call submits them as soon as its uniform and
+arguments are written, instead of encoding its dispatches while the GPU idles. A run whose plan is
+another releases them unsubmitted (WGJIT_PRERECORD=0: never recorded).
+
 Encoding and submitting call wgpu-native's C functions straight through wgpu-py's cffi
 library: wgpu-py wraps each call in Python error capture and each object in a Python class
 (made, tracked and released per chunk), which costs more than the calls themselves on a
@@ -76,6 +82,8 @@ SUBMIT_CHUNK = int(os.environ.get("WGJIT_SUBMIT_CHUNK", "16"))
 # ~1B 2.504 -> 2.398 against chunks of 16 throughout; benchmarks/runs/2026-12-01-H/host_split_growth.txt)
 SUBMIT_GROWTH = float(os.environ.get("WGJIT_SUBMIT_GROWTH", "2"))
 SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 20)))  # free outputs, all programs
+# Record a replay's next run while the host waits for a read-back (Program._record_next; 0: never).
+PRERECORD = os.environ.get("WGJIT_PRERECORD", "1") != "0"
 _TIMELINE: Any = None  # the backend_wgpu.timeline.Timeline recording runs (None: off, the normal path)
 
 try:  # wgpu-native's C functions, for the per-dispatch commands (see the module docstring)
@@ -333,6 +341,12 @@ class Program:
         self._lock = threading.Lock()
         self._released: list[Any] = []
         weakref.finalize(self, OUTPUT_POOL.drop, self._ref)  # its free outputs go when it does
+        # the next run's command buffers, recorded ahead for the plan it is expected to use (_record_next)
+        self._recorded: tuple[_Plan, list[Any]] | None = None
+        self._keys: tuple[tuple | None, tuple | None] = (None, None)
+        self._record_task = weakref.WeakMethod(self._record_next)
+        self._unsubmitted: list[Any] = []  # the recorded handles, for the finalizer
+        weakref.finalize(self, _release_recorded, self._unsubmitted)
 
     @property
     def temp_bytes(self) -> int:
@@ -440,7 +454,14 @@ class Program:
             # timestamps bracket one pass: a timed run is one submission
             timed = timestamp_writes is not None
             bounds = _chunks(len(commands), len(commands) if timed else SUBMIT_CHUNK, SUBMIT_GROWTH)
-            if not timed and _SET_PIPELINE is not None:
+            recorded, self._recorded = self._recorded, None
+            if recorded is not None and (recorded[0] is not plan or timed or _TIMELINE is not None):
+                _release_recorded(recorded[1])  # recorded for another plan: not this run's commands
+                recorded = None
+            if recorded is not None:  # recorded while the host waited for a read-back (_record_next)
+                dev.stats["submits"] += _submit_recorded(dev, recorded[1])
+                dev.stats["runs_prerecorded"] += 1
+            elif not timed and _SET_PIPELINE is not None:
                 timeline = _TIMELINE
                 if timeline is None:
                     dev.stats["submits"] += _submit(dev, commands, bounds)
@@ -455,6 +476,8 @@ class Program:
                     dev.queue.submit([encoder.finish()])
                     dev.stats["submits"] += 1
             dev.stats["dispatches"] += len(self._launches)
+            if PRERECORD and _SET_PIPELINE is not None and not timed:
+                dev.when_reading(self._record_task)
         self.runs += 1
         # an output in an input slot (an in-place chain over a donated input) keeps that input's DeviceBuffer
         return [outs[s] if s in outs else inputs[self.slots[s].index] for s in self.outputs]
@@ -493,6 +516,7 @@ class Program:
         else:
             picked = self._pick_inputs(inputs) if self._input_slots else ()
             key = (*map(_BUFFER_AT, picked), *map(_RAW, outs.values()))
+        self._keys = (self._keys[1], key)  # the keys of the last two runs: _record_next predicts from them
         plan = self._plans.get(key)
         if plan is not None:
             self._plans.move_to_end(key)
@@ -516,6 +540,38 @@ class Program:
             self._forget_unplanned_groups()
         return plan
 
+    def _record_next(self) -> None:
+        """Record the next run's command buffers now, while the host waits for a read-back (Device.when_reading).
+
+        The next run's plan is predicted from the last two: a loop that drops its result before the
+        next call gets the same output buffers back each time (the same plan twice), one that keeps it
+        until after the next call alternates between two (the plan before last). The run submits these
+        command buffers only if its plan is the one they were recorded for (identity), else releases
+        them: a wrong guess costs the recording, never a wrong result. Pipelines, bind groups and
+        workgroup counts are fixed per plan; the uniform is written before the submission as always.
+        """
+        if not self._lock.acquire(blocking=False):  # another thread runs the program: not now
+            return
+        try:
+            before, last = self._keys
+            if self._recorded is not None or last is None:
+                return
+            plan = self._plans.get(last if before is None or before == last else before)
+            if plan is None or not plan.commands:
+                return
+            bounds = _chunks(len(plan.commands), SUBMIT_CHUNK, SUBMIT_GROWTH)
+            device, handles = self.device.device._internal, self._unsubmitted
+            _release_recorded(handles)
+            try:
+                for start, end in bounds:
+                    handles.append(_record(device, plan.commands[start:end]))
+            except Exception:  # noqa: BLE001  a guess failed to record: the run encodes its commands itself,
+                _release_recorded(handles)  # and any real error shows there, at the call that caused it
+                return
+            self._recorded = (plan, handles)
+        finally:
+            self._lock.release()
+
     def released(self, raw: Any) -> None:
         """The output pool dropped `raw`: forget the plans and bind groups that bind it (now, or before the next run)."""
         self._released.append(raw)
@@ -533,6 +589,10 @@ class Program:
         self._plans = OrderedDict((k, p) for k, p in self._plans.items() if not any(id(b) in gone for b in k))
         for launch in self._launches:
             launch.groups = {k: g for k, g in launch.groups.items() if not any(id(b) in gone for b, _ in k)}
+        self._keys = tuple(None if k is None or any(id(b) in gone for b in k) else k for k in self._keys)  # type: ignore[assignment]
+        if self._recorded is not None and not any(p is self._recorded[0] for p in self._plans.values()):
+            self._recorded = None  # its plan binds a released buffer: never submitted
+            _release_recorded(self._unsubmitted)
 
     def _forget_unplanned_groups(self) -> None:
         """Drop the cached bind groups no kept plan uses (they hold their buffers)."""
@@ -545,6 +605,8 @@ class Program:
         with self._lock:
             self._released.clear()
             self._plans.clear()
+            self._recorded, self._keys = None, (None, None)
+            _release_recorded(self._unsubmitted)
             for launch in self._launches:
                 launch.groups = {}
         OUTPUT_POOL.drop(self._ref)
@@ -624,25 +686,46 @@ def _submit(dev: Device, commands: list[tuple[Any, Any, int, int, int]], bounds:
     """Encode and submit `commands` in one command buffer per (start, end) of `bounds`, through C; how many."""
     device, queue = dev.device._internal, dev.queue._internal
     held = _ffi.new("WGPUCommandBuffer[1]")
-    submitted = 0
     for start, end in bounds:
-        encoder = _CREATE_ENCODER(device, _ENCODER_DESC)
-        try:
-            cpass = _BEGIN_PASS(encoder, _PASS_DESC)
-            try:
-                _encode(cpass, commands[start:end])
-                _END_PASS(cpass)
-            finally:
-                _RELEASE_PASS(cpass)
-            held[0] = _FINISH(encoder, _COMMANDS_DESC)
-        finally:
-            _RELEASE_ENCODER(encoder)
+        held[0] = _record(device, commands[start:end])
         try:
             _SUBMIT(queue, 1, held)
         finally:
             _RELEASE_COMMANDS(held[0])
-        submitted += 1
-    return submitted
+    return len(bounds)
+
+
+def _record(device: Any, commands: list[tuple[Any, Any, int, int, int]]) -> Any:
+    """`commands` encoded into one compute pass of a new command buffer, finished but not submitted (its C handle)."""
+    encoder = _CREATE_ENCODER(device, _ENCODER_DESC)
+    try:
+        cpass = _BEGIN_PASS(encoder, _PASS_DESC)
+        try:
+            _encode(cpass, commands)
+            _END_PASS(cpass)
+        finally:
+            _RELEASE_PASS(cpass)
+        return _FINISH(encoder, _COMMANDS_DESC)
+    finally:
+        _RELEASE_ENCODER(encoder)
+
+
+def _submit_recorded(dev: Device, handles: list[Any]) -> int:
+    """Submit command buffers recorded before (_record), one submission each, in order; how many."""
+    queue, held = dev.queue._internal, _ffi.new("WGPUCommandBuffer[1]")
+    try:
+        for handle in handles:
+            held[0] = handle
+            _SUBMIT(queue, 1, held)
+    finally:
+        _release_recorded(handles)
+    return len(handles)
+
+
+def _release_recorded(handles: list[Any]) -> None:
+    """Release command buffers recorded and not wanted (or submitted already); empties the list."""
+    while handles:
+        _RELEASE_COMMANDS(handles.pop())
 
 
 def _encode_py(cpass: Any, commands: list[tuple[Any, Any, int, int, int]]) -> None:

@@ -37,7 +37,9 @@ class Stamps:
         self._undo: list[tuple[Any, str, Any]] = []
 
     def entered(self, owner: Any, name: str, label: str) -> None:
-        original = getattr(owner, name)
+        original = getattr(owner, name, None)
+        if original is None:  # another version of the code: no such stage
+            return
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -48,7 +50,9 @@ class Stamps:
 
     def returned(self, owner: Any, name: str, label: str) -> None:
         """Note when `name` first returns after the mark (and its time spent, summed over the call)."""
-        original = getattr(owner, name)
+        original = getattr(owner, name, None)
+        if original is None:
+            return
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -84,7 +88,13 @@ def install(stamps: Stamps) -> None:
     stamps.returned(jit.Trace, "bind", "d bound")
     stamps.returned(jit, "_protect_shared_values", "e donated checked")
     stamps.entered(program.Program, "run", "f Program.run")
-    stamps.returned(program.Program, "_runtime_words", "g runtime words")
+    stamps.returned(program.Program, "_runtime_words", "g runtime words")  # before backend_wgpu.runtime_fields
+    try:
+        from backend_wgpu.runtime_fields import RuntimeFields
+
+        stamps.returned(RuntimeFields, "words", "g runtime words")
+    except ImportError:
+        pass
     stamps.returned(program.Program, "_output_buffers", "h output buffers")
     stamps.returned(program.Program, "_plan", "i plan")
     stamps.returned(program, "_SUBMIT", "j 1st submit returned")
