@@ -58,6 +58,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
+from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
@@ -164,6 +165,12 @@ class BucketGuard:
 ProgramInput = ArgTensor | CapturedBuffer | CapturedState
 
 _BUFFER_OF = operator.attrgetter("buffer")
+_LAZY_OF = operator.attrgetter("_lazy")
+_HOST_OF = operator.attrgetter("host")
+_CELL_OF = operator.attrgetter("_cell")
+_VIEW_REFS = operator.attrgetter("refs")  # a root's tracer.views.RootCell: the references to its views
+_DEVICE_OF = operator.attrgetter("device")
+_CALL = operator.call  # a weak reference's referent, as map's function
 
 
 @dataclass(eq=False)
@@ -185,6 +192,10 @@ class _Bound:
     arg_flags: list[bool]  # [True] per ArgTensor input (for _leaf_buffers)
     order: Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]  # constants + captured + arguments -> inputs
     pick_args: Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]  # the inputs -> the argument inputs
+    pick_leaves: Callable[[list[Any]], tuple[Any, ...]]  # the call's leaves -> those of the ArgTensor inputs
+    # id() of every buffer bound for a CapturedBuffer or CapturedState input: while _bind_fast holds, those
+    # buffers are the same live objects (the values that hold them are checked alive), so their ids stand
+    fixed_ids: frozenset[int]
 
     def varying(self) -> tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]]:
         """Program.run's plan-key hint: under this token (self) only the argument inputs change."""
@@ -214,6 +225,10 @@ class Trace:
     plain: bool | None = field(default=None, repr=False)  # see replay (None: not known yet)
     # (program input, argument leaf) of the arguments the program overwrites in place (donated)
     donated: list[tuple[int, int]] = field(default_factory=list)
+    # the RebindArg targets' leaves and outputs (pickers) and their count, for _rebind (None: not made yet)
+    _kept_pick: tuple[Callable[[list[Any]], tuple[Any, ...]], Callable[[list[Any]], tuple[Any, ...]], int] | None = (
+        field(default=None, repr=False)
+    )
 
     def bind(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
         """The program's input buffers for this call, or why the trace no longer holds."""
@@ -234,13 +249,23 @@ class Trace:
             now = [r()._lazy for r in bound.tensors]
         except AttributeError:  # a Tensor that showed a captured value is gone (r() is None)
             return None
-        if now != [r() for r in bound.shown]:  # identity: Lazy has no __eq__; a dead value is None
+        if now != list(map(_CALL, bound.shown)):  # identity: Lazy has no __eq__; a dead value is None
             return None
-        captured = list(map(_BUFFER_OF, bound.first(now))) if now else []
-        args = [leaves[leaf]._lazy for leaf in bound.args]
-        arg_buffers = self._leaf_buffers(args, bound.arg_flags, bound.device) if args else []
+        arg_buffers: list[DeviceBuffer] = []
+        if bound.args:
+            device = bound.device
+            lazies = list(map(_LAZY_OF, bound.pick_leaves(leaves)))
+            arg_buffers = list(map(_BUFFER_OF, lazies))
+            present = list(filter(None, arg_buffers))  # (a DeviceBuffer is true)
+            if not all(map(operator.is_, map(_DEVICE_OF, present), repeat(device))):
+                arg_buffers = self._leaf_buffers(lazies, bound.arg_flags, device)  # one on another device: it says
+            elif len(present) != len(arg_buffers):  # host data (staged) or pending values: those alone, as in full
+                missing = list(compress(range(len(arg_buffers)), map(operator.is_, arg_buffers, repeat(None))))
+                found = self._leaf_buffers([lazies[m] for m in missing], [True] * len(missing), device)
+                for m, buf in zip(missing, found, strict=True):
+                    arg_buffers[m] = buf
         self.fast_bound = bound  # the run may key its plan by it (Program.run's varying)
-        return list(bound.order([*bound.constants, *captured, *arg_buffers]))
+        return list(bound.order([*bound.constants, *map(_BUFFER_OF, bound.first(now)), *arg_buffers]))
 
     def _bind_all(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
         """Bind every input as it is now (and remember the captured ones for _bind_fast)."""
@@ -296,6 +321,7 @@ class Trace:
         tensors: list[weakref.ref] = []
         shown: list[weakref.ref] = []
         firsts: list[int] = []
+        fixed: list[DeviceBuffer] = []  # the buffers of the captured inputs
         constants: list[DeviceBuffer] = []
         args: list[int] = []
         kinds: list[tuple[int, int]] = []  # per input: (kind, position among its kind)
@@ -318,13 +344,27 @@ class Trace:
                     return None  # changed since bound: the next call binds in full again
                 kinds.append((1, len(firsts)))
                 firsts.append(len(tensors))
+                fixed.append(lz.buffer)
                 for r, _ in live:
                     tensors.append(r)
                     shown.append(weakref.ref(lz))
         base = {0: 0, 1: len(constants), 2: len(constants) + len(firsts)}
         order = _picker([base[k] + p for k, p in kinds])
         pick_args = _picker([n for n, (k, _) in enumerate(kinds) if k == 2])
-        return _Bound(device, tensors, shown, _picker(firsts), constants, args, [True] * len(args), order, pick_args)
+        fixed_ids = frozenset(map(id, [*constants, *fixed]))
+        return _Bound(
+            device,
+            tensors,
+            shown,
+            _picker(firsts),
+            constants,
+            args,
+            [True] * len(args),
+            order,
+            pick_args,
+            _picker(args),
+            fixed_ids,
+        )
 
     def _bucket_failure(self, leaves: list[Any]) -> str | None:
         for g in self.buckets:
@@ -339,17 +379,19 @@ class Trace:
 
     def replay(self, leaves: list[Any], buffers: list[DeviceBuffer]) -> Any:
         if self.donated:
-            _protect_shared_values(self.donated, leaves, buffers)
+            repeats = None
+            fast = self.fast_bound
+            if fast is not None:  # only the argument inputs changed since the full bind: their buffers alone
+                ids = list(map(id, fast.pick_args(buffers)))
+                repeats = len(set(ids)) != len(ids) or not fast.fixed_ids.isdisjoint(ids)
+            _protect_shared_values(self.donated, leaves, buffers, repeats)
         results: list[DeviceBuffer] = []
         if self.program is not None:
             outputs, results = self._run(buffers, self.runtime_ints(leaves))
         else:
             outputs = _no_outputs
-        keep = tracing.current() is None  # a trace running records rebinds: nothing is kept then
-        for r in self.rebinds:
-            target = leaves[r.leaf] if isinstance(r, RebindArg) else r.tensor()
-            if target is not None and not (keep and type(r) is RebindArg and _kept_in_place(target, results[r.output])):
-                rebind(target, outputs(r.output))
+        if self.rebinds:
+            self._rebind(leaves, outputs, results)
         if self.plain is None:  # no rebinding and no output returned twice: each output's Lazy is new and unseen
             indices = [r.index for r in self.returned if type(r) is ProgramOutput]
             self.plain = not self.rebinds and len(indices) == len(set(indices))
@@ -361,6 +403,28 @@ class Trace:
         else:
             values = [self._value(r, leaves, outputs) for r in self.returned]
         return unflatten(self.out_structure, values, [0])
+
+    def _rebind(self, leaves: list[Any], outputs: Callable[[int], Lazy], results: list[DeviceBuffer]) -> None:
+        """After a run: each Tensor the function wrote into shows its new value (RebindArg, RebindCaptured)."""
+        keep = tracing.current() is None  # a trace running records rebinds: nothing is kept then
+        if self._kept_pick is None:
+            args = [r for r in self.rebinds if type(r) is RebindArg]
+            self._kept_pick = (_picker([r.leaf for r in args]), _picker([r.output for r in args]), len(args))
+        pick_leaves, pick_results, n = self._kept_pick
+        if keep and n == len(self.rebinds):  # every argument kept in place (_kept_in_place, all at once)?
+            targets = pick_leaves(leaves)
+            lazies = list(map(_LAZY_OF, targets))
+            if (
+                all(map(operator.is_, map(_BUFFER_OF, lazies), pick_results(results)))
+                and all(map(operator.is_, map(_HOST_OF, lazies), repeat(None)))
+                and not any(map(_VIEW_REFS, filter(None, map(_CELL_OF, targets))))  # no view, live or dead
+                and not any(map(has_started_read, lazies))
+            ):
+                return
+        for r in self.rebinds:
+            target = leaves[r.leaf] if type(r) is RebindArg else r.tensor()
+            if target is not None and not (keep and type(r) is RebindArg and _kept_in_place(target, results[r.output])):
+                rebind(target, outputs(r.output))
 
     def _run(
         self, buffers: list[DeviceBuffer], ints: tuple[int, ...]
@@ -570,17 +634,21 @@ def _donating(built: BuiltGraph, donate: set[int]) -> Graph:
     return built.graph.with_nodes(nodes)
 
 
-def _protect_shared_values(donated: list[tuple[int, int]], leaves: list[Any], buffers: list[DeviceBuffer]) -> None:
+def _protect_shared_values(
+    donated: list[tuple[int, int]], leaves: list[Any], buffers: list[DeviceBuffer], repeats: bool | None = None
+) -> None:
     """Before a replay: a donated argument whose value something else can see is replaced by a copy.
 
     The program overwrites a donated argument's buffer; that is safe when the argument Tensor
     alone shows the value (after the run it shows the result: rebound, or its value object kept,
     _kept_in_place), no pending value reads it, it is no cached constant, and no other input of
-    this call is the same buffer.
+    this call is the same buffer. `repeats`: whether a donated argument's buffer may be another input's too
+    (False only when none is; None: found here, over every input).
     """
     counts: dict[int, int] | None = None  # per buffer, how many inputs it is (only when some buffer repeats)
-    ids = list(map(id, buffers))
-    repeats = len(set(ids)) != len(ids)
+    ids = list(map(id, buffers)) if repeats is not False else []  # as they are before any copy
+    if repeats is None:
+        repeats = len(set(ids)) != len(ids)
     for i, leaf in donated:
         t = leaves[leaf]
         lz = t._lazy  # a Lazy is the list of its references (tracer.lazy)
