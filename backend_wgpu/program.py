@@ -84,6 +84,9 @@ SUBMIT_GROWTH = float(os.environ.get("WGJIT_SUBMIT_GROWTH", "2"))
 SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 20)))  # free outputs, all programs
 # Record a replay's next run while the host waits for a read-back (Program._record_next; 0: never).
 PRERECORD = os.environ.get("WGJIT_PRERECORD", "1") != "0"
+# A recorded run's first command buffer: smaller than SUBMIT_CHUNK, as its encoding is done already and a
+# smaller buffer's submission returns sooner (H200 run S, 12L step: plan to first submit 27 us with 8, 34-50 with 16)
+RECORDED_FIRST_CHUNK = 8
 _TIMELINE: Any = None  # the backend_wgpu.timeline.Timeline recording runs (None: off, the normal path)
 
 try:  # wgpu-native's C functions, for the per-dispatch commands (see the module docstring)
@@ -110,8 +113,8 @@ try:  # wgpu-native's C functions, for the per-dispatch commands (see the module
 except (ImportError, AttributeError):  # another backend: wgpu-py's own methods
     _SET_PIPELINE = None
 
-_BUFFER_AT = operator.attrgetter("buffer", "offset")  # a plan key's entry per input buffer
-_RAW = operator.attrgetter("buffer")
+_RAW = operator.attrgetter("buffer")  # a plan key's entries: the GPU buffers, then the offsets of the inputs
+_OFFSET = operator.attrgetter("offset")
 _DEVICE_OF = operator.attrgetter("device")
 
 
@@ -442,14 +445,18 @@ class Program:
         varying: tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]] | None = None,
     ) -> list[DeviceBuffer]:
         dev = self.device
-        if any(map(operator.is_not, map(_DEVICE_OF, inputs), repeat(dev))):
-            for buf in inputs:
+        # under `varying` the inputs its pick leaves out are those of the run that made the token's plan,
+        # which checked them all (_plan): the picked ones alone are checked here
+        picked = varying[1](inputs) if varying is not None else None
+        checked = inputs if picked is None else picked
+        if any(map(operator.is_not, map(_DEVICE_OF, checked), repeat(dev))):
+            for buf in checked:
                 if buf.device is not dev:  # a tensor realized before tr.reset_device()
                     buf.device.check_alive()
                     raise DeviceError("an input tensor lives on another GPU device than this program; recreate it")
         outs = self._output_buffers()
         if self._launches:
-            plan = self._plan(inputs, outs, varying)
+            plan = self._plan(inputs, outs, varying, picked)
             commands = plan.commands
             # timestamps bracket one pass: a timed run is one submission
             timed = timestamp_writes is not None
@@ -509,18 +516,32 @@ class Program:
         inputs: list[DeviceBuffer],
         outs: dict[int, DeviceBuffer],
         varying: tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]] | None = None,
+        picked: tuple[DeviceBuffer, ...] | None = None,
     ) -> _Plan:
-        """The plan for these buffers: from the cache, else built (bind groups only where missing)."""
+        """The plan for these buffers: from the cache, else built (bind groups only where missing).
+
+        Keyed by the GPU buffer of each input a plan binds (under `varying`: its token, then the inputs
+        its pick keeps, `picked` when the caller has them), then their offsets, then the outputs' GPU
+        buffers: one flat tuple, without a pair to make and hash per input.
+        """
         if varying is not None:  # see run(): the token stands for the inputs pick leaves out
-            key = (varying[0], *map(_BUFFER_AT, varying[1](inputs)), *map(_RAW, outs.values()))
+            if picked is None:
+                picked = varying[1](inputs)
+            key = (varying[0], *map(_RAW, picked), *map(_OFFSET, picked), *map(_RAW, outs.values()))
         else:
             picked = self._pick_inputs(inputs) if self._input_slots else ()
-            key = (*map(_BUFFER_AT, picked), *map(_RAW, outs.values()))
+            key = (*map(_RAW, picked), *map(_OFFSET, picked), *map(_RAW, outs.values()))
         self._keys = (self._keys[1], key)  # the keys of the last two runs: _record_next predicts from them
         plan = self._plans.get(key)
         if plan is not None:
             self._plans.move_to_end(key)
             return plan
+        if varying is not None:  # the token's first plan: its inputs checked in full (_run_locked checks the picked)
+            dev = self.device
+            for buf in inputs:
+                if buf.device is not dev:
+                    buf.device.check_alive()
+                    raise DeviceError("an input tensor lives on another GPU device than this program; recreate it")
         buffers = dict(self._temps)
         buffers.update(outs)
         buffers.update((slot, inputs[i]) for slot, i in self._input_slots)
@@ -559,7 +580,7 @@ class Program:
             plan = self._plans.get(last if before is None or before == last else before)
             if plan is None or not plan.commands:
                 return
-            bounds = _chunks(len(plan.commands), SUBMIT_CHUNK, SUBMIT_GROWTH)
+            bounds = _chunks(len(plan.commands), RECORDED_FIRST_CHUNK, SUBMIT_GROWTH)
             device, handles = self.device.device._internal, self._unsubmitted
             _release_recorded(handles)
             try:
