@@ -85,7 +85,7 @@ SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 2
 # Record a replay's next run while the host waits for a read-back (Program._record_next; 0: never).
 PRERECORD = os.environ.get("WGJIT_PRERECORD", "1") != "0"
 # A recorded run's first command buffer: smaller than SUBMIT_CHUNK, as its encoding is done already and a
-# smaller buffer's submission returns sooner (H200 run S, 12L step: plan to first submit 27 us with 8, 34-50 with 16)
+# smaller buffer's submission returns sooner (H200 run S, 12L step: plan to first submit 27 us with 8 against 34 with 16)
 RECORDED_FIRST_CHUNK = 8
 _TIMELINE: Any = None  # the backend_wgpu.timeline.Timeline recording runs (None: off, the normal path)
 
