@@ -382,8 +382,8 @@ class Trace:
             repeats = None
             fast = self.fast_bound
             if fast is not None:  # only the argument inputs changed since the full bind: their buffers alone
-                ids = list(map(id, fast.pick_args(buffers)))
-                repeats = len(set(ids)) != len(ids) or not fast.fixed_ids.isdisjoint(ids)
+                ids = set(map(id, fast.pick_args(buffers)))
+                repeats = len(ids) != len(fast.args) or not fast.fixed_ids.isdisjoint(ids)
             _protect_shared_values(self.donated, leaves, buffers, repeats)
         results: list[DeviceBuffer] = []
         if self.program is not None:
