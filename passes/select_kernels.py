@@ -43,10 +43,12 @@ from backend_wgpu.kernels import (
     SoftmaxRegsKernel,
     SortMergeKernel,
     SplitGemvKernel,
+    ThinGemmKernel,
 )
 from backend_wgpu.kernels.attention.decode_combine import COMBINE_THREADS
 from backend_wgpu.kernels.attention.flash import walk_iterations
 from backend_wgpu.kernels.blocks import LOOP_STEPS, unroll_for
+from backend_wgpu.kernels.matmul.gemm_thin import THIN_ROWS
 from backend_wgpu.kernels.sort.bitonic import SIZES, BitonicSortKernel, padded, run_length
 from ir.caps import DeviceCaps
 from ir.dtypes import DType
@@ -479,6 +481,8 @@ def _select_matmul(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
         return gemv_choice(p, caps)
     if p.family == SplitGemvKernel.name:
         return split_gemv_choice(p, caps)
+    if p.family == ThinGemmKernel.name:
+        return thin_gemm_choice(p, caps)
     return _select_gemm(graph, node, caps) or KernelChoice(
         GemmKernel.name, "tiled", workgroup=(16, 16, 1), params=(("tile_m", 64), ("tile_n", 64), ("tile_k", 16))
     )
@@ -509,6 +513,35 @@ def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
     )
 
 
+# gemm_thin (backend_wgpu/kernels/matmul/gemm_thin.py) for products of at most this many rows whose B is
+# contiguous along k: H200 run S (gemm_1x16.txt), MiniLM at 1x16 tokens under gemm_blocked's best
+# configuration: 16x1152x384 16.4 us (b32x64), 16x384x1536 24.9 us (split4), 72 us under the older rule
+THIN_GEMM_MAX_M = 32
+THIN_GEMM_STEPS = 4  # vector loads along k per thread the rule aims for (all in flight at once)
+
+
+def thin_gemm_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
+    """gemm_thin: rows per workgroup split m evenly in blocks of at most THIN_ROWS; threads along k so that
+    each takes about THIN_GEMM_STEPS vector loads (32 to 256 threads); `wgjit tune`'s "wg<threads>.u<unroll>"
+    where it measured one."""
+    rows = -(-p.m // -(-p.m // THIN_ROWS))
+    tuned = _tuned(p, caps)
+    if tuned is not None:
+        wg, unroll = _gemv_numbers(tuned[0])
+        said: tuple[tuple[str, Any], ...] = (("tuned", tuned[1]),)
+    else:
+        steps = -(-p.k // 4)  # vec4 loads along k (the KernelElement is decided later; 4 where the views allow)
+        wg = min(
+            256, min(1024, caps.max_invocations), max(32, 1 << max(0, (-(-steps // THIN_GEMM_STEPS) - 1).bit_length()))
+        )
+        unroll = max(1, min(4, -(-steps // wg)))
+        said = ()
+    while -(-p.k // (wg * unroll)) > LOOP_STEPS:  # k this long: more loads per iteration
+        unroll *= 2
+    params = (("rows", rows), ("unroll", unroll), ("subgroups", caps.subgroups)) + said
+    return KernelChoice(ThinGemmKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params)
+
+
 def split_gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
     """gemv_split: the tuned "wx<x>.wy<y>.u<unroll>" where `wgjit tune` measured one, else the sizing rule."""
     h8 = p.dtypes[1] is DType.float16 and _vec_along(p.b, -1, 8)
@@ -529,7 +562,7 @@ def _gemv_numbers(name: str) -> tuple[int, ...]:
 def gemv_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
     """The GEMV configurations `wgjit tune` times: thread counts and unrolls within the loop budget."""
     limit = min(1024, caps.max_invocations)
-    if p.family == GemvKernel.name:
+    if p.family in (GemvKernel.name, ThinGemmKernel.name):
         return [
             f"wg{wg}.u{u}"
             for wg in (32, 64, 128, 256, 512, 1024)
@@ -546,6 +579,9 @@ def gemv_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
 
 
 def _builtin_gemv(p: GemmProblem, caps: DeviceCaps) -> str:
+    if p.family == ThinGemmKernel.name:
+        c = thin_gemm_choice(p, untuned(caps))
+        return f"wg{c.workgroup[0]}.u{c.param('unroll')}"
     if p.family == GemvKernel.name:
         wg, params = _row_walk(p.k, caps)
         return f"wg{wg}.u{dict(params).get('unroll', 1)}"
@@ -749,9 +785,11 @@ class GemmProblem:
 
     @property
     def family(self) -> str:
-        """Which kernel family runs it: one output row reads B along k (gemv) or along n (gemv_split); else gemm."""
+        """Which kernel family runs it: one output row reads B along k (gemv) or along n (gemv_split); a few
+        rows with B along k, gemm_thin; else gemm."""
         if self.m != 1:
-            return BlockedGemmKernel.name
+            thin = self.m <= THIN_GEMM_MAX_M and self.n > 1 and self.b.strides[-2] == 1
+            return ThinGemmKernel.name if thin else BlockedGemmKernel.name
         b_k_stride, b_n_stride = self.b.strides[-2], self.b.strides[-1]
         if b_k_stride == 1 and self.n > 1 or self.n == 1:
             return GemvKernel.name
@@ -970,6 +1008,8 @@ def gemm_split(graph: Graph, node: Node, caps: DeviceCaps) -> int:
     if not is_gemm(graph, node):
         return 1
     p = gemm_problem(graph, node)
+    if p.family != BlockedGemmKernel.name:  # gemm_thin splits k over its threads already
+        return 1
     tuned = _tuned(p, caps)
     if tuned is not None:
         return int(tuned[0][len("split") :]) if tuned[0].startswith("split") else 1

@@ -97,6 +97,7 @@ CASES: dict[str, Case] = {
     "gemm_blocked": Case((_f32(130, 64), _f32(64, 132)), lambda a, b: a @ b, np.matmul),
     "gemv": Case((_f32(1, 300), _f32(36, 300)), lambda v, w: v @ w.T, lambda v, w: v @ w.T),
     "gemv_split": Case((_f32(1, 300), _f32(300, 36)), lambda v, w: v @ w, np.matmul),
+    "gemm_thin": Case((_f32(7, 300), _f32(36, 300)), lambda x, w: x @ w.T, lambda x, w: x @ w.T),
     "concat": Case((M, N), lambda a, b: tr.concat([a, b.T], axis=0), lambda a, b: np.concatenate([a, b.T], 0)),
     "arange": Case((), lambda: tr.arange(5, 500, 3) * 2, lambda: np.arange(5, 500, 3, dtype=np.int32) * 2),
     "gather": Case((M,), lambda a: tr.index_select(a, [3, 0, 69], 0), lambda a: a[[3, 0, 69]]),

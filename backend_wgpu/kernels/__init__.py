@@ -11,6 +11,7 @@ from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 from backend_wgpu.kernels.conv.conv1d import Conv1dKernel
 from backend_wgpu.kernels.elementwise.elementwise import ElementwiseKernel
 from backend_wgpu.kernels.matmul.gemm_blocked import BlockedGemmKernel
+from backend_wgpu.kernels.matmul.gemm_thin import ThinGemmKernel
 from backend_wgpu.kernels.matmul.gemm_tiled import GemmKernel
 from backend_wgpu.kernels.matmul.gemv import GemvKernel
 from backend_wgpu.kernels.matmul.gemv_multi import GemvMultiKernel
@@ -47,6 +48,7 @@ KERNELS: dict[str, type[Kernel]] = {
         BlockedGemmKernel,
         GemvKernel,
         SplitGemvKernel,
+        ThinGemmKernel,
         ConcatKernel,
         ArangeKernel,
         GatherKernel,

@@ -78,6 +78,10 @@ SHAPES = [
     Case("prefill k/v 512x512x2048", (), 512, 512, 2048, True),
     Case("prefill 512x8192x2048", (), 512, 8192, 2048, True),
     Case("prefill 512x2048x8192", (), 512, 2048, 8192, True),
+    Case("minilm 1x16 qkv 16x1152x384", (), 16, 1152, 384, True),
+    Case("minilm 1x16 out 16x384x384", (), 16, 384, 384, True),
+    Case("minilm 1x16 up 16x1536x384", (), 16, 1536, 384, True),
+    Case("minilm 1x16 down 16x384x1536", (), 16, 384, 1536, True),
 ]
 QUICK = [
     Case("odd 70x50x90", (), 70, 50, 90, False),

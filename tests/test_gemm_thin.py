@@ -1,0 +1,80 @@
+"""gemm_thin: products of a few rows (2..THIN_GEMM_MAX_M) with B contiguous along k, against numpy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tracer as tr
+from backend_wgpu import get_device
+from ir.dtypes import DType
+from ir.view import View
+from passes.select_kernels import THIN_GEMM_MAX_M, GemmProblem, gemv_candidates, thin_gemm_choice
+from tests.helpers import assert_close
+
+RNG = np.random.default_rng(11)
+
+
+def _kernels(t: tr.Tensor) -> str:
+    return str(tr.explain(t)).replace("test_gemm_thin.py", "")  # the kernels, not the caller's file name
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k"),
+    [(2, 8, 12), (5, 7, 9), (16, 384, 1536), (16, 40, 384), (17, 33, 64), (20, 24, 100), (THIN_GEMM_MAX_M, 64, 128)],
+)
+def test_thin_products_match_numpy(m: int, n: int, k: int) -> None:
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    w = RNG.standard_normal((n, k)).astype(np.float32)
+    y = tr.tensor(x) @ tr.tensor(w).T
+    assert "gemm_thin" in _kernels(y)
+    assert_close(y.numpy(), x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+def test_a_fused_epilogue_batches_and_a_strided_a() -> None:
+    """MiniLM's shape of linear: bias, gelu and a residual on the product; a batch of 2; A a column slice."""
+    big = RNG.standard_normal((2, 6, 80)).astype(np.float32)
+    x = big[:, :, 8:72]  # rows 80 apart: A read through its strides (vec4 along k: 8 and 80 are multiples of 4)
+    w = RNG.standard_normal((24, 64)).astype(np.float32)
+    bias = RNG.standard_normal(24).astype(np.float32)
+    res = RNG.standard_normal((2, 6, 24)).astype(np.float32)
+    y = (tr.tensor(big)[:, :, 8:72] @ tr.tensor(w).T + tr.tensor(bias)).gelu() + tr.tensor(res)
+    assert "gemm_thin" in _kernels(y)
+    h = x.astype(np.float64) @ w.T + bias
+    want = 0.5 * h * (1 + np.vectorize(math.erf)(h / np.sqrt(2))) + res
+    assert_close(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_float16_operands_and_scalar_loads() -> None:
+    x = RNG.standard_normal((4, 13)).astype(np.float16)  # k = 13: no vector loads along k
+    w = RNG.standard_normal((10, 13)).astype(np.float16)
+    y = tr.tensor(x) @ tr.tensor(w).T
+    assert "gemm_thin" in _kernels(y)
+    assert_close(y.numpy(), x.astype(np.float64) @ w.T.astype(np.float64), rtol=2e-3, atol=2e-3)
+
+
+def test_more_rows_or_b_along_n_stay_with_the_blocked_gemm() -> None:
+    x = RNG.standard_normal((THIN_GEMM_MAX_M + 1, 32)).astype(np.float32)
+    w = RNG.standard_normal((16, 32)).astype(np.float32)
+    y = tr.tensor(x) @ tr.tensor(w).T
+    assert "gemm_thin" not in _kernels(y) and "gemm_blocked" in _kernels(y)
+    assert_close(y.numpy(), x @ w.T, rtol=1e-5, atol=1e-4)
+    v = RNG.standard_normal((4, 32)).astype(np.float32)
+    z = tr.tensor(v) @ tr.tensor(w.T.copy())  # B (32, 16) contiguous along n
+    assert "gemm_thin" not in _kernels(z)
+    assert_close(z.numpy(), v @ w.T, rtol=1e-5, atol=1e-4)
+
+
+def test_rule_sizes_and_tuning_names() -> None:
+    """Rows split evenly in blocks of at most 16; threads along k 32..256; the tuner's names are gemv's."""
+    caps = get_device().caps
+    b = View((1536, 8), (1, 1536), 0)  # W.T of a (8, 1536) weight: contiguous along k
+    p = GemmProblem(1, 20, 8, 1536, View.contiguous((20, 1536)), b, (DType.float32,) * 3)
+    assert p.family == "gemm_thin"
+    choice = thin_gemm_choice(p, caps)
+    assert choice.param("rows") == 10  # 20 rows: two blocks of ten
+    assert 32 <= choice.workgroup[0] <= 256
+    names = gemv_candidates(p, caps)
+    assert names and all(n.startswith("wg") for n in names)
