@@ -483,7 +483,7 @@ class Program:
                     dev.queue.submit([encoder.finish()])
                     dev.stats["submits"] += 1
             dev.stats["dispatches"] += len(self._launches)
-            if PRERECORD and _SET_PIPELINE is not None and not timed:
+            if PRERECORD and _SET_PIPELINE is not None and not timed and _TIMELINE is None:
                 dev.when_reading(self._record_task)
         self.runs += 1
         # an output in an input slot (an in-place chain over a donated input) keeps that input's DeviceBuffer
@@ -580,7 +580,8 @@ class Program:
             plan = self._plans.get(last if before is None or before == last else before)
             if plan is None or not plan.commands:
                 return
-            bounds = _chunks(len(plan.commands), RECORDED_FIRST_CHUNK, SUBMIT_GROWTH)
+            first = min(SUBMIT_CHUNK, RECORDED_FIRST_CHUNK) if SUBMIT_CHUNK > 0 else 0  # 0: one submission
+            bounds = _chunks(len(plan.commands), first, SUBMIT_GROWTH)
             device, handles = self.device.device._internal, self._unsubmitted
             _release_recorded(handles)
             try:
