@@ -24,10 +24,12 @@ the best f32 time of the same shape.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +85,14 @@ SHAPES = [
     Case("minilm 1x16 up 16x1536x384", (), 16, 1536, 384, True),
     Case("minilm 1x16 down 16x384x1536", (), 16, 384, 1536, True),
 ]
+# --thin: rows from 8 to 128 over MiniLM's and the ~1B decoder's weights (x @ W.T), gemm_thin against the
+# blocked GEMM's rule (splits included), b32x64 and split2/split4: where passes.select_kernels.THIN_GEMM_MAX_M
+# should stop
+THIN = [
+    Case(f"thin {m}x{n}x{k}", (), m, n, k, True)
+    for m in (8, 16, 32, 48, 64, 96, 128)
+    for n, k in ((384, 384), (1536, 384), (384, 1536), (2048, 2048))
+]
 QUICK = [
     Case("odd 70x50x90", (), 70, 50, 90, False),
     Case("batched 6x64x64x32", (2, 3), 64, 64, 32, True),
@@ -109,6 +119,16 @@ def compile_candidate(y: tr.Tensor, config: str) -> tuple[Program, list[Any], st
     (key,) = gemm_keys(built.graph, dataclasses.replace(dev.caps, tuning=TuningTable()))
     caps = forced(dev, key, config)
     program = Program(run_pipeline(built.graph, caps).graph, dev)
+    label = " + ".join(f"{d.kernel}[{d.variant}]" for d in program.dispatches)
+    return program, [lz.buffer for lz in built.inputs], label
+
+
+def compile_thin(y: tr.Tensor) -> tuple[Program, list[Any], str]:
+    """The program for y with its product run by gemm_thin (whatever its rows), its inputs, its kernels."""
+    dev = get_device()
+    built = build_graph([y._lazy])
+    with thin_rows(1 << 30):
+        program = Program(run_pipeline(built.graph, dataclasses.replace(dev.caps, tuning=TuningTable())).graph, dev)
     label = " + ".join(f"{d.kernel}[{d.variant}]" for d in program.dispatches)
     return program, [lz.buffer for lz in built.inputs], label
 
@@ -142,14 +162,36 @@ def torch_setup(case: Case, a: np.ndarray, b: np.ndarray, device: str) -> tuple[
 SPLITS_EVERYWHERE = False  # --splits: k splits timed for every case, not only where gemm_candidates offers them
 
 
+THIN_SWEEP = False  # --thin: gemm_thin beside the blocked rule's few configurations (candidates_for)
+
+
+@contextlib.contextmanager
+def thin_rows(limit: int) -> Iterator[None]:
+    """Products of at most `limit` rows go to gemm_thin while this lasts (0: none; select_kernels.THIN_GEMM_MAX_M)."""
+    import passes.select_kernels as rules
+
+    before, rules.THIN_GEMM_MAX_M = rules.THIN_GEMM_MAX_M, limit
+    try:
+        yield
+    finally:
+        rules.THIN_GEMM_MAX_M = before
+
+
 def candidates_for(y: tr.Tensor) -> tuple[list[str], str]:
+    with thin_rows(0):  # the blocked GEMM's configurations (gemm_thin is its own contender, "thin")
+        return _candidates_for(y)
+
+
+def _candidates_for(y: tr.Tensor) -> tuple[list[str], str]:
     dev = get_device()
     built = build_graph([y._lazy])
     g = fold_views(dce(built.graph, dev.caps), dev.caps)
     (p,) = tunable_problems([g]).values()
     names, builtin = gemm_candidates(p, dev.caps, f16_products=True), builtin_config(p, dev)
-    if SPLITS_EVERYWHERE:
+    if SPLITS_EVERYWHERE or THIN_SWEEP:
         names += [f"split{s}" for s in (2, 4) if f"split{s}" not in names and p.k // s >= 128]
+    if THIN_SWEEP:
+        names = [n for n in names if n in ("b32x64", "b64", "split2", "split4")]
     return names + ([builtin] if builtin not in names else []), builtin
 
 
@@ -168,10 +210,16 @@ def run_case(
         names = [n for n in names if n in keep or n == builtin or GEMM_CONFIGS.get(n, NO_HALF).half_products]
     contenders: dict[str, tuple[Program, list[Any]]] = {}
     failures = 0
+    if THIN_SWEEP:
+        names = [*names, "thin"]
     for name in names:  # the built-in rule's choice (`builtin`) is one of them
         label = name
         try:
-            program, buffers, kernels = compile_candidate(wgjit_product(ta, tb, case), name)
+            if name == "thin":
+                program, buffers, kernels = compile_thin(wgjit_product(ta, tb, case))
+            else:
+                with thin_rows(0):
+                    program, buffers, kernels = compile_candidate(wgjit_product(ta, tb, case), name)
             err = float(np.abs(read(program, buffers, ref.shape, case.dtype) - ref).max()) / scale
         except Exception as e:  # noqa: BLE001  a candidate that fails to build is reported, not fatal
             print(f"{case.name} {case.dtype}: {label}: FAILED to run: {e}", flush=True)
@@ -209,9 +257,10 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated substrings of case names to run")
     ap.add_argument("--dtypes", default="float32,float16", help="comma-separated: float32, float16")
     ap.add_argument("--splits", action="store_true", help="also time k splits (split2, split4) for every case")
+    ap.add_argument("--thin", action="store_true", help="the thin cases: gemm_thin against the blocked GEMM by rows")
     args = ap.parse_args()
-    global SPLITS_EVERYWHERE
-    SPLITS_EVERYWHERE = args.splits
+    global SPLITS_EVERYWHERE, THIN_SWEEP
+    SPLITS_EVERYWHERE, THIN_SWEEP = args.splits, args.thin
     try:
         import torch
     except ImportError:  # a smoke run: numpy on the host is the reference and the yardstick
@@ -226,7 +275,9 @@ def main() -> int:
     print(f"adapter: {dev.caps.name} ({dev.caps.backend}, {dev.caps.driver}); {who}")
     t_start = time.perf_counter()
     cases = [
-        dataclasses.replace(c, dtype=dt) for dt in args.dtypes.split(",") for c in (QUICK if args.quick else SHAPES)
+        dataclasses.replace(c, dtype=dt)
+        for dt in args.dtypes.split(",")
+        for c in (QUICK if args.quick else THIN if args.thin else SHAPES)
     ]
     if args.only:
         cases = [c for c in cases if any(s in c.name for s in args.only.split(","))]
