@@ -48,7 +48,7 @@ from backend_wgpu.kernels import (
 from backend_wgpu.kernels.attention.decode_combine import COMBINE_THREADS
 from backend_wgpu.kernels.attention.flash import walk_iterations
 from backend_wgpu.kernels.blocks import LOOP_STEPS, unroll_for
-from backend_wgpu.kernels.matmul.gemm_thin import THIN_ROWS
+from backend_wgpu.kernels.matmul.gemm_thin import THIN_ROWS, parts_size
 from backend_wgpu.kernels.sort.bitonic import SIZES, BitonicSortKernel, padded, run_length
 from ir.caps import DeviceCaps
 from ir.dtypes import DType
@@ -518,6 +518,7 @@ def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
 # configuration: 16x1152x384 16.4 us (b32x64), 16x384x1536 24.9 us (split4), 72 us under the older rule
 THIN_GEMM_MAX_M = 32
 THIN_GEMM_STEPS = 4  # vector loads along k per thread the rule aims for (all in flight at once)
+THIN_GEMM_COLS = int(os.environ.get("WGJIT_THIN_COLS", "4"))  # columns per workgroup, at most
 
 
 def thin_gemm_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
@@ -538,7 +539,12 @@ def thin_gemm_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
         said = ()
     while -(-p.k // (wg * unroll)) > LOOP_STEPS:  # k this long: more loads per iteration
         unroll *= 2
-    params = (("rows", rows), ("unroll", unroll), ("subgroups", caps.subgroups)) + said
+    cols = THIN_GEMM_COLS  # columns per workgroup: each load of A's rows serves that many
+    while cols > 1 and (
+        p.n < 8 * cols or 4 * parts_size(rows, cols, wg, caps.subgroups) > caps.max_workgroup_storage // 2
+    ):
+        cols //= 2
+    params = (("rows", rows), ("cols", cols), ("unroll", unroll), ("subgroups", caps.subgroups)) + said
     return KernelChoice(ThinGemmKernel.name, "k_contig", workgroup=(wg, 1, 1), params=params)
 
 

@@ -13,6 +13,7 @@ from ir.dtypes import DType
 from ir.view import View
 from passes.select_kernels import THIN_GEMM_MAX_M, GemmProblem, gemv_candidates, thin_gemm_choice
 from tests.helpers import assert_close
+from tests.test_kernels_perf_variants import run_with_caps
 
 RNG = np.random.default_rng(11)
 
@@ -78,3 +79,20 @@ def test_rule_sizes_and_tuning_names() -> None:
     assert 32 <= choice.workgroup[0] <= 256
     names = gemv_candidates(p, caps)
     assert names and all(n.startswith("wg") for n in names)
+
+
+@pytest.mark.parametrize("subgroups", [False, True])
+@pytest.mark.parametrize(("m", "n", "k"), [(16, 40, 384), (9, 13, 1000), (3, 64, 2048)])
+def test_with_and_without_subgroups_and_more_block_outputs_than_threads(
+    subgroups: bool, m: int, n: int, k: int
+) -> None:
+    """The parts of each block element meet through workgroup memory alone, or after subgroup sums; blocks of
+    rows x cols larger than the workgroup store through a loop; k = 1000 reads vec4 with a ragged tail of threads."""
+    if subgroups and not get_device().caps.subgroups:
+        pytest.skip("the adapter has no subgroups")
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    w = RNG.standard_normal((n, k)).astype(np.float32)
+    got, program = run_with_caps(tr.tensor(x) @ tr.tensor(w).T, subgroups=subgroups)
+    (d,) = program.dispatches
+    assert d.kernel == "gemm_thin" and (":sg" in d.variant) == subgroups, d.variant
+    assert_close(got, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-3)

@@ -1,13 +1,14 @@
-"""gemm_thin[k_contig]: a few output rows (2 to THIN_ROWS) and B contiguous along K (x @ W.T).
+"""gemm_thin[k_contig]: a few output rows and B contiguous along K (x @ W.T).
 
 A register-blocked GEMM walks k in steps, each waiting on the loads of the step before: with a
 handful of rows its few workgroups spend their time on that chain (MiniLM at 1x16 tokens ran
-16x384x1536 in 72 us on an H200, for 2.4 MB of weights). Here, as in gemv, a workgroup owns
-one output column and its threads stride along k, every load independent of the others; it
-does so for a block of `rows` rows at once, so each load of B's column serves all of them and
-each thread keeps one partial sum per row. The sums meet in workgroup memory (after subgroup
-sums where the adapter has subgroups), and thread r adds row r's and stores it through the
-epilogue. B is read once in all; A (a few rows) is read by every column's workgroup, from cache.
+16x384x1536 in 72 us on an H200, for 2.4 MB of weights). Here, as in gemv, a workgroup's threads
+stride along k, every load independent of the others; the workgroup owns a block of `rows` rows
+(at most THIN_ROWS) by `cols` columns, so each thread keeps rows x cols partial sums, each load of
+a column of B serves every row and each load of a row of A every column. The sums meet in
+workgroup memory (after subgroup sums where the adapter has subgroups), and thread i adds block
+element i's (and i + threads, ...) and stores it through the epilogue. B is read once in all; A (a few rows) is read by
+every column block's workgroup, from cache: `cols` divides that traffic.
 """
 
 from __future__ import annotations
@@ -37,8 +38,14 @@ def rows_vector(a_view: View, width: int) -> bool:
     )
 
 
+def parts_size(rows: int, cols: int, threads: int, subgroups: bool) -> int:
+    """Floats of workgroup memory for the partial sums: one per thread per block element, or one per
+    subgroup (WebGPU's subgroups have at least 4 lanes)."""
+    return rows * cols * (max(1, threads // 4) if subgroups else threads)
+
+
 class ThinGemmKernel(MatmulKernel):
-    """gemm_thin[k_contig]: a workgroup per (output column, block of rows), threads along k."""
+    """gemm_thin[k_contig]: a workgroup per block of rows x cols outputs, threads along k."""
 
     name = "gemm_thin"
     width_along_k = True
@@ -51,9 +58,9 @@ class ThinGemmKernel(MatmulKernel):
 
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
-        rows = node.kernel.param("rows")
+        rows, cols = node.kernel.param("rows"), node.kernel.param("cols", 1)
         return (
-            f"few output rows: a workgroup per output column and {rows} rows, threads along K (B read "
+            f"few output rows: a workgroup per {rows} rows x {cols} columns, threads along K (B read "
             f"contiguously along K, once); {rule_said(node)}"
         )
 
@@ -62,13 +69,17 @@ class ThinGemmKernel(MatmulKernel):
         return self.choice.param("rows")
 
     @property
+    def cols(self) -> int:
+        return self.choice.param("cols", 1)
+
+    @property
     def unroll(self) -> int:
         return self.choice.param("unroll", 1)
 
     def variant_key(self) -> str:
         fused = f":{self.code.key()}" if self.code else ""
         sg = ":sg" if self.choice.param("subgroups", False) else ""
-        return f"{self.choice.variant}:r{self.rows}:u{self.unroll}{sg}{fused}"
+        return f"{self.choice.variant}:r{self.rows}c{self.cols}:u{self.unroll}{sg}{fused}"
 
     def operand_type(self, i: int) -> str:
         if self.role(i) == "epilogue":
@@ -80,58 +91,71 @@ class ThinGemmKernel(MatmulKernel):
 
     def calculate_dispatch(self) -> Workload:
         batch, m, n, _ = self._dims()
-        blocks = -(-m // self.rows)
-        return Workload.for_workgroups(batch * blocks * n, self.choice.workgroup, self.max_workgroups)
+        blocks = -(-m // self.rows) * -(-n // self.cols)
+        return Workload.for_workgroups(batch * blocks, self.choice.workgroup, self.max_workgroups)
 
     def loop_iterations(self) -> int:
         wg = self.choice.workgroup[0]
         k = self._dims()[3] // self.kernel_element()
-        return strided_loop_cost(k, wg, self.unroll) + wg + 1  # the loop, then row r's sum of the parts
+        outs = self.rows * self.cols
+        return strided_loop_cost(k, wg, self.unroll) + -(-outs // wg) * (wg + 1) + 1  # the loop, then the parts
 
     def render(self, b: WgslBuilder) -> None:
-        w, wg, rows = self.kernel_element(), self.choice.workgroup[0], self.rows
+        w, wg, rows, cols = self.kernel_element(), self.choice.workgroup[0], self.rows, self.cols
         subgroups = bool(self.choice.param("subgroups", False))
         vt = f32v(w)
         in_a, in_b = self.in_name(self.ia), self.in_name(self.ib)
         if self.code:
             self.code.describe(b)
-        b.workgroup_var(f"parts: array<f32, {rows * wg}>")
-        b.line("let col = wg % params.n;")
-        b.line(f"let blocks = (params.m + {rows - 1}u) / {rows}u;")
-        b.line("let row0 = (wg / params.n) % blocks * " + f"{rows}u;")
-        b.line("let bt = wg / params.n / blocks;")
+        outs = rows * cols
+        b.workgroup_var(f"parts: array<f32, {parts_size(rows, cols, wg, subgroups)}>")
+        b.line(f"let col_blocks = (params.n + {cols - 1}u) / {cols}u;")
+        b.line(f"let row_blocks = (params.m + {rows - 1}u) / {rows}u;")
+        b.line(f"let col0 = wg % col_blocks * {cols}u;")
+        b.line(f"let row0 = wg / col_blocks % row_blocks * {rows}u;")
+        b.line("let bt = wg / col_blocks / row_blocks;")
         b.line("if (bt >= params.batch) { return; }")
         self._batch_offsets(b, "bt")
-        b.line("let b_col = b_base + i32(col) * params.b_sn;")
-        # rows past m read row m - 1 again (their sums are never stored): no branch in the loop
+        # rows and columns past the edge read the last one again (their sums are never stored): no branch
         for r in range(rows):
             b.line(f"let a_row{r} = a_base + i32(min(row0 + {r}u, params.m - 1u)) * params.a_sm;")
-            b.line(f"var acc{r}: {vt} = {vt}(0.0);")
+        for c in range(cols):
+            b.line(f"let b_col{c} = b_base + i32(min(col0 + {c}u, params.n - 1u)) * params.b_sn;")
+        for r in range(rows):
+            for c in range(cols):
+                b.line(f"var acc{r}_{c} = 0.0;")
 
         def visit(j: str, _copy: int, indent: str) -> None:
-            if w > 1:
-                b.line(f"{indent}let bv = {vt}({in_b}[u32(b_col) / {w}u + {j}]);")
-                for r in range(rows):
-                    b.line(f"{indent}acc{r} = fma({vt}({in_a}[u32(a_row{r}) / {w}u + {j}]), bv, acc{r});")
-            else:
-                b.line(f"{indent}let bv = f32({in_b}[u32(b_col + i32({j}) * params.b_sk)]);")
-                for r in range(rows):
-                    b.line(f"{indent}acc{r} = fma(f32({in_a}[u32(a_row{r} + i32({j}) * params.a_sk)]), bv, acc{r});")
+            for c in range(cols):
+                at = f"u32(b_col{c}) / {w}u + {j}" if w > 1 else f"u32(b_col{c} + i32({j}) * params.b_sk)"
+                b.line(f"{indent}let b{c} = {vt}({in_b}[{at}]);")
+            for r in range(rows):
+                at = f"u32(a_row{r}) / {w}u + {j}" if w > 1 else f"u32(a_row{r} + i32({j}) * params.a_sk)"
+                b.line(f"{indent}let a{r} = {vt}({in_a}[{at}]);")
+                for c in range(cols):
+                    term = f"dot(a{r}, b{c})" if w > 1 else f"a{r} * b{c}"
+                    b.line(f"{indent}acc{r}_{c} += {term};")
 
         strided_loop(b, "j", "lidx", "params.k" if w == 1 else f"params.k / {w}u", f"{wg}u", self.unroll, visit)
         for r in range(rows):
-            total = f"dot(acc{r}, {vt}(1.0))" if w > 1 else f"acc{r}"
-            if subgroups:  # each subgroup's sum by its first lane, at that subgroup's place
-                b.builtin("@builtin(subgroup_invocation_id) sg_lane: u32")
-                b.builtin("@builtin(subgroup_size) sg_size: u32")
-                b.line(f"let sum{r} = subgroupAdd({total});")
-                b.line(f"if (sg_lane == 0u) {{ parts[{r * wg}u + lidx / sg_size] = sum{r}; }}")
-            else:
-                b.line(f"parts[{r * wg}u + lidx] = {total};")
+            for c in range(cols):
+                at = (r * cols + c) * (parts_size(rows, cols, wg, subgroups) // outs)
+                if subgroups:  # each subgroup's sum by its first lane, at that subgroup's place
+                    b.builtin("@builtin(subgroup_invocation_id) sg_lane: u32")
+                    b.builtin("@builtin(subgroup_size) sg_size: u32")
+                    b.line(f"let sum{r}_{c} = subgroupAdd(acc{r}_{c});")
+                    b.line(f"if (sg_lane == 0u) {{ parts[{at}u + lidx / sg_size] = sum{r}_{c}; }}")
+                else:
+                    b.line(f"parts[{at}u + lidx] = acc{r}_{c};")
         b.line("workgroupBarrier();")
         count = f"({wg}u + sg_size - 1u) / sg_size" if subgroups else f"{wg}u"
-        b.line(f"if (lidx < {rows}u && row0 + lidx < params.m) {{")
-        b.line(f"  var total = parts[lidx * {wg}u];")
-        b.line(f"  for (var i = 1u; i < {count}; i++) {{ total += parts[lidx * {wg}u + i]; }}")
-        self.store(b, "(bt * params.m + row0 + lidx) * params.n + col", "total", indent="  ")
+        stride = parts_size(rows, cols, wg, subgroups) // outs  # one block element's parts
+        b.line(f"for (var e = lidx; e < {outs}u; e += {wg}u) {{  // block element e: row e / cols, column e % cols")
+        b.line(f"  let row = row0 + e / {cols}u;")
+        b.line(f"  let col = col0 + e % {cols}u;")
+        b.line("  if (row < params.m && col < params.n) {")
+        b.line(f"    var total = parts[e * {stride}u];")
+        b.line(f"    for (var i = 1u; i < {count}; i++) {{ total += parts[e * {stride}u + i]; }}")
+        self.store(b, "(bt * params.m + row) * params.n + col", "total", indent="    ")
+        b.line("  }")
         b.line("}")
