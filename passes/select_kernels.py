@@ -513,12 +513,25 @@ def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
     )
 
 
-# gemm_thin (backend_wgpu/kernels/matmul/gemm_thin.py) for products of at most this many rows whose B is
-# contiguous along k: H200 run S (gemm_1x16.txt), MiniLM at 1x16 tokens under gemm_blocked's best
-# configuration: 16x1152x384 16.4 us (b32x64), 16x384x1536 24.9 us (split4), 72 us under the older rule
-THIN_GEMM_MAX_M = 32
+# gemm_thin (backend_wgpu/kernels/matmul/gemm_thin.py) for products of few rows whose B is contiguous along k:
+# up to THIN_GEMM_ALWAYS_M rows, and up to THIN_GEMM_MAX_M where B has at most THIN_GEMM_MAX_WEIGHTS elements
+# (past that, the blocked GEMM's k splits win). Two columns per workgroup past THIN_GEMM_TWO_COLS
+# multiply-adds (A is read once per column block: fewer reads), one below (more workgroups).
+# H200 run U (benchmarks/runs/2026-12-01-U/), us, gemm_thin with 1 / 2 columns against the best blocked
+# configuration (b32x64 or a k split): 16x384x384 9.0 / 12.0 against 16.0; 16x2048x2048 34.8 / 23.0 against
+# 30.9; 32x1536x384 16.1 / 13.0 against 15.6; 64x384x1536 27.4 / 14.2 against 25.7; 32x2048x2048 33.5 at
+# best against 30.9, 64x2048x2048 60.0 against 32.0; 96x384x384 16.0 against 15.9
+THIN_GEMM_ALWAYS_M, THIN_GEMM_MAX_M, THIN_GEMM_MAX_WEIGHTS = 16, 64, 1536 * 1536
+THIN_GEMM_TWO_COLS = 12 << 20
 THIN_GEMM_STEPS = 4  # vector loads along k per thread the rule aims for (all in flight at once)
-THIN_GEMM_COLS = int(os.environ.get("WGJIT_THIN_COLS", "4"))  # columns per workgroup, at most
+THIN_GEMM_COLS = int(os.environ.get("WGJIT_THIN_COLS", "0"))  # columns per workgroup (0: the rule's 1 or 2)
+
+
+def thin_gemm_wins(p: GemmProblem) -> bool:
+    """A product of a few rows (m > 1) that gemm_thin runs: B contiguous along k, and the rows few enough."""
+    if p.m > THIN_GEMM_MAX_M or p.n < 2 or p.b.strides[-2] != 1:
+        return False
+    return p.m <= THIN_GEMM_ALWAYS_M or p.n * p.k <= THIN_GEMM_MAX_WEIGHTS
 
 
 def thin_gemm_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
@@ -539,7 +552,7 @@ def thin_gemm_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
         said = ()
     while -(-p.k // (wg * unroll)) > LOOP_STEPS:  # k this long: more loads per iteration
         unroll *= 2
-    cols = THIN_GEMM_COLS  # columns per workgroup: each load of A's rows serves that many
+    cols = THIN_GEMM_COLS or (2 if p.m * p.n * p.k > THIN_GEMM_TWO_COLS else 1)  # A's loads serve that many
     while cols > 1 and (
         p.n < 8 * cols or 4 * parts_size(rows, cols, wg, caps.subgroups) > caps.max_workgroup_storage // 2
     ):
@@ -794,8 +807,7 @@ class GemmProblem:
         """Which kernel family runs it: one output row reads B along k (gemv) or along n (gemv_split); a few
         rows with B along k, gemm_thin; else gemm."""
         if self.m != 1:
-            thin = self.m <= THIN_GEMM_MAX_M and self.n > 1 and self.b.strides[-2] == 1
-            return ThinGemmKernel.name if thin else BlockedGemmKernel.name
+            return ThinGemmKernel.name if thin_gemm_wins(self) else BlockedGemmKernel.name
         b_k_stride, b_n_stride = self.b.strides[-2], self.b.strides[-1]
         if b_k_stride == 1 and self.n > 1 or self.n == 1:
             return GemvKernel.name

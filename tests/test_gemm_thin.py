@@ -1,4 +1,5 @@
-"""gemm_thin: products of a few rows (2..THIN_GEMM_MAX_M) with B contiguous along k, against numpy."""
+"""gemm_thin: products of a few rows (2..THIN_GEMM_MAX_M, by passes.select_kernels.thin_gemm_wins) with B
+contiguous along k, against numpy."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def _kernels(t: tr.Tensor) -> str:
 
 @pytest.mark.parametrize(
     ("m", "n", "k"),
-    [(2, 8, 12), (5, 7, 9), (16, 384, 1536), (16, 40, 384), (17, 33, 64), (20, 24, 100), (THIN_GEMM_MAX_M, 64, 128)],
+    [(2, 8, 12), (5, 7, 9), (16, 384, 1536), (16, 40, 384), (17, 33, 64), (20, 24, 100), (THIN_GEMM_MAX_M, 64, 128), (48, 1536, 400)],
 )
 def test_thin_products_match_numpy(m: int, n: int, k: int) -> None:
     x = RNG.standard_normal((m, k)).astype(np.float32)

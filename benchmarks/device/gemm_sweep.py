@@ -86,7 +86,7 @@ SHAPES = [
     Case("minilm 1x16 down 16x384x1536", (), 16, 384, 1536, True),
 ]
 # --thin: rows from 8 to 128 over MiniLM's and the ~1B decoder's weights (x @ W.T), gemm_thin against the
-# blocked GEMM's rule (splits included), b32x64 and split2/split4: where passes.select_kernels.THIN_GEMM_MAX_M
+# blocked GEMM's rule (splits included), b32x64 and split2/split4: where passes.select_kernels.thin_gemm_wins
 # should stop
 THIN = [
     Case(f"thin {m}x{n}x{k}", (), m, n, k, True)
@@ -167,14 +167,16 @@ THIN_SWEEP = False  # --thin: gemm_thin beside the blocked rule's few configurat
 
 @contextlib.contextmanager
 def thin_rows(limit: int) -> Iterator[None]:
-    """Products of at most `limit` rows go to gemm_thin while this lasts (0: none; select_kernels.THIN_GEMM_MAX_M)."""
+    """Products of at most `limit` rows go to gemm_thin while this lasts, whatever their weights (0: none;
+    passes.select_kernels.thin_gemm_wins)."""
     import passes.select_kernels as rules
 
-    before, rules.THIN_GEMM_MAX_M = rules.THIN_GEMM_MAX_M, limit
+    before = rules.THIN_GEMM_ALWAYS_M, rules.THIN_GEMM_MAX_M
+    rules.THIN_GEMM_ALWAYS_M = rules.THIN_GEMM_MAX_M = limit
     try:
         yield
     finally:
-        rules.THIN_GEMM_MAX_M = before
+        rules.THIN_GEMM_ALWAYS_M, rules.THIN_GEMM_MAX_M = before
 
 
 def candidates_for(y: tr.Tensor) -> tuple[list[str], str]:
