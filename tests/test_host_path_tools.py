@@ -1,0 +1,44 @@
+"""The device diagnostics of the host path and of gemm_thin, run small on any adapter: their stamps come in
+order and are undone after, and the thin sweep times gemm_thin beside the blocked GEMM with checked values."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import backend_wgpu.device as device_module
+import backend_wgpu.program as program_module
+from backend_wgpu import get_device
+
+pytestmark = pytest.mark.gpu
+
+
+def test_critical_path_stamps_a_replay_in_order_and_undoes_its_wrappers() -> None:
+    from benchmarks.device import critical_path
+    from benchmarks.device.timeline import decoder_case
+
+    jit_module = importlib.import_module("tracer.jit")
+    originals = (program_module.Program.run, device_module.Device.finish_read, jit_module.JitFunction.__call__)
+    after, spent, wall = critical_path.measure(decoder_case("tiny"), calls=4, warm_s=0.2)
+    assert wall > 0
+    order = ["b jit call", "d bound", "f Program.run", "i plan", "j 1st submit returned", "k replay returned"]
+    stamps = [after[k] for k in order]
+    assert stamps == sorted(stamps) and stamps[0] >= 0, after
+    assert spent["i plan"] > 0 and spent["j 1st submit returned"] > 0
+    now = (program_module.Program.run, device_module.Device.finish_read, jit_module.JitFunction.__call__)
+    assert now == originals  # the wrappers are gone: later code runs unwrapped
+
+
+def test_thin_sweep_times_gemm_thin_beside_the_blocked_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks.device import gemm_sweep
+    from benchmarks.timing import ProgramTimer
+
+    monkeypatch.setattr(gemm_sweep, "THIN_SWEEP", True)
+    case = gemm_sweep.Case("thin 8x24x64", (), 8, 24, 64, True)
+    medians, builtin, failures = gemm_sweep.run_case(case, ProgramTimer(get_device()), "cpu", 1, 2)
+    assert failures == 0
+    assert "thin" in medians and builtin in medians and builtin != "thin"
+    import passes.select_kernels as rules
+
+    assert rules.THIN_GEMM_MAX_M == 64 and rules.THIN_GEMM_ALWAYS_M == 16  # thin_rows restored the rule
