@@ -25,7 +25,16 @@ def _kernels(t: tr.Tensor) -> str:
 
 @pytest.mark.parametrize(
     ("m", "n", "k"),
-    [(2, 8, 12), (5, 7, 9), (16, 384, 1536), (16, 40, 384), (17, 33, 64), (20, 24, 100), (THIN_GEMM_MAX_M, 64, 128), (48, 1536, 400)],
+    [
+        (2, 8, 12),
+        (5, 7, 9),
+        (16, 384, 1536),
+        (16, 40, 384),
+        (17, 33, 64),
+        (20, 24, 100),
+        (THIN_GEMM_MAX_M, 64, 128),
+        (48, 1536, 400),
+    ],
 )
 def test_thin_products_match_numpy(m: int, n: int, k: int) -> None:
     x = RNG.standard_normal((m, k)).astype(np.float32)

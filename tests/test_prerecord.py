@@ -23,12 +23,16 @@ def _program(fn: tr.jit) -> object:
     return trace.program
 
 
-def test_a_recorded_run_is_submitted_when_its_plan_comes_and_gives_numpy_values() -> None:
-    rng = np.random.default_rng(0)
+def _setup(seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray, tr.Tensor, tr.Tensor, tr.jit]:
+    """A generator, the layer's weight and bias (numpy and wgjit) and a fresh jitted step."""
+    rng = np.random.default_rng(seed)
     w_np = rng.standard_normal((16, 8)).astype(np.float32)
     b_np = rng.standard_normal(8).astype(np.float32)
-    w, b = tr.tensor(w_np), tr.tensor(b_np)
-    step = tr.jit(_layer)
+    return rng, w_np, b_np, tr.tensor(w_np), tr.tensor(b_np), tr.jit(_layer)
+
+
+def test_a_recorded_run_is_submitted_when_its_plan_comes_and_gives_numpy_values() -> None:
+    rng, w_np, b_np, w, b, step = _setup(0)
     dev = get_device()
     for _ in range(4):  # traced, replayed (a full bind, then the fast one): the plans exist
         x = rng.standard_normal((4, 16)).astype(np.float32)
@@ -45,11 +49,7 @@ def test_a_recorded_run_is_submitted_when_its_plan_comes_and_gives_numpy_values(
 
 
 def test_a_recorded_run_for_another_plan_is_released_not_submitted() -> None:
-    rng = np.random.default_rng(1)
-    w_np = rng.standard_normal((16, 8)).astype(np.float32)
-    b_np = rng.standard_normal(8).astype(np.float32)
-    w, b = tr.tensor(w_np), tr.tensor(b_np)
-    step = tr.jit(_layer)
+    rng, w_np, b_np, w, b, step = _setup(1)
     xs = [rng.standard_normal((4, 16)).astype(np.float32) for _ in range(6)]
     want = [np.maximum(x @ w_np + b_np, 0) * 0.5 for x in xs]
     for _ in range(2):

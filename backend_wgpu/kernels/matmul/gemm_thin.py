@@ -16,8 +16,9 @@ from __future__ import annotations
 from backend_wgpu.element import WIDTHS, k_contiguous
 from backend_wgpu.kernel import Workload
 from backend_wgpu.kernels.blocks import strided_loop, strided_loop_cost
-from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
-from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
+from backend_wgpu.kernels.matmul.base import rule_said
+from backend_wgpu.kernels.matmul.gemv import GemvKernel
+from backend_wgpu.wgsl import WgslBuilder, f32v
 from ir.graph import Graph
 from ir.node import Node
 from ir.view import View
@@ -44,11 +45,11 @@ def parts_size(rows: int, cols: int, threads: int, subgroups: bool) -> int:
     return rows * cols * (max(1, threads // 4) if subgroups else threads)
 
 
-class ThinGemmKernel(MatmulKernel):
-    """gemm_thin[k_contig]: a workgroup per block of rows x cols outputs, threads along k."""
+class ThinGemmKernel(GemvKernel):
+    """gemm_thin[k_contig]: a workgroup per block of rows x cols outputs, threads along k (gemv's operand
+    types and unroll; gemv is its one-row, one-column case with a workgroup tree)."""
 
     name = "gemm_thin"
-    width_along_k = True
 
     @classmethod
     def widest_element(cls, node: Node, views: list[View]) -> int:
@@ -72,22 +73,10 @@ class ThinGemmKernel(MatmulKernel):
     def cols(self) -> int:
         return self.choice.param("cols", 1)
 
-    @property
-    def unroll(self) -> int:
-        return self.choice.param("unroll", 1)
-
     def variant_key(self) -> str:
         fused = f":{self.code.key()}" if self.code else ""
         sg = ":sg" if self.choice.param("subgroups", False) else ""
         return f"{self.choice.variant}:r{self.rows}c{self.cols}:u{self.unroll}{sg}{fused}"
-
-    def operand_type(self, i: int) -> str:
-        if self.role(i) == "epilogue":
-            return self.code.operand_type(i)
-        return vtype(self.operands[i].dtype, self.kernel_element(), storage=True)
-
-    def output_type(self) -> str:
-        return vtype(self.node.dtype, 1, storage=True)
 
     def calculate_dispatch(self) -> Workload:
         batch, m, n, _ = self._dims()
