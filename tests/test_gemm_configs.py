@@ -29,6 +29,14 @@ pytestmark = pytest.mark.gpu
 RNG = np.random.default_rng(77)
 
 
+@pytest.fixture(autouse=True)
+def blocked_gemm_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every product here is gemm_blocked's, also those of few rows that gemm_thin takes by default
+    (tests/test_gemm_thin.py has those)."""
+    monkeypatch.setattr(sk, "THIN_GEMM_ALWAYS_M", 0)
+    monkeypatch.setattr(sk, "THIN_GEMM_MAX_M", 0)
+
+
 def randn(*shape: int, dtype: str = "float32") -> np.ndarray:
     return RNG.standard_normal(shape).astype(dtype)
 

@@ -106,3 +106,12 @@ def test_with_and_without_subgroups_and_more_block_outputs_than_threads(
     (d,) = program.dispatches
     assert d.kernel == "gemm_thin" and (":sg" in d.variant) == subgroups, d.variant
     assert_close(got, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-3)
+
+
+def test_batched_operands_on_both_sides() -> None:
+    """q @ k.T per head (B batched too, read along k): every batch's own rows and columns."""
+    q = RNG.standard_normal((3, 2, 40, 48)).astype(np.float32)
+    k = RNG.standard_normal((3, 1, 24, 48)).astype(np.float32)  # broadcast over the second batch dim
+    y = tr.tensor(q) @ tr.tensor(k).transpose(-1, -2)
+    assert "gemm_thin[" in _kernels(y)
+    assert_close(y.numpy(), q.astype(np.float64) @ np.swapaxes(k, -1, -2), rtol=1e-5, atol=1e-4)

@@ -63,7 +63,7 @@ def close(got: np.ndarray, want: np.ndarray, tol: float = 1e-5) -> None:
         (3, 4, 5, False, False, "a_k4.b_s.o1"),  # tiny: one tile, mostly padding
         (64, 36, 68, True, False, "a_m4.b_n4.o4"),  # A transposed (contiguous along m)
         (65, 36, 68, False, True, "a_k4.b_k4.o4"),  # x @ W.T: B contiguous along k
-        (33, 35, 37, True, True, "a_s.b_s.o1"),
+        (67, 35, 37, True, True, "a_s.b_s.o1"),  # (more rows than gemm_thin takes)
         (130, 260, 129, False, False, "a_k4.b_s.o1"),  # several k steps, n not a multiple of 4
     ],
 )
