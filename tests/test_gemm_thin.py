@@ -115,3 +115,17 @@ def test_batched_operands_on_both_sides() -> None:
     y = tr.tensor(q) @ tr.tensor(k).transpose(-1, -2)
     assert "gemm_thin[" in _kernels(y)
     assert_close(y.numpy(), q.astype(np.float64) @ np.swapaxes(k, -1, -2), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("config", ["wg32.u1", "wg64.u4", "wg256.u2"])
+def test_a_tuned_configuration_sets_threads_and_unroll(config: str) -> None:
+    """`wgjit tune`'s winners for a gemm_thin problem (gemv's names) reach the kernel; values stay numpy's."""
+    from gemm_tuning import run_tuned
+
+    x = RNG.standard_normal((12, 520)).astype(np.float32)
+    w = RNG.standard_normal((40, 520)).astype(np.float32)
+    got, program = run_tuned(tr.tensor(x) @ tr.tensor(w).T, config)
+    (d,) = program.dispatches
+    threads, unroll = (int(p.lstrip("wgu")) for p in config.split("."))
+    assert d.kernel == "gemm_thin" and d.workgroup_size[0] == threads and f":u{unroll}" in d.variant, d
+    assert_close(got, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-3)
