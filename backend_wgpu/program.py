@@ -483,7 +483,9 @@ class Program:
                     dev.queue.submit([encoder.finish()])
                     dev.stats["submits"] += 1
             dev.stats["dispatches"] += len(self._launches)
-            if PRERECORD and _SET_PIPELINE is not None and not timed and _TIMELINE is None:
+            # a program run before (a replay, or a lazy loop's cached graph) is likely to run again: a
+            # one-off program's next run would be recorded for nothing
+            if PRERECORD and self.runs and _SET_PIPELINE is not None and not timed and _TIMELINE is None:
                 dev.when_reading(self._record_task)
         self.runs += 1
         # an output in an input slot (an in-place chain over a donated input) keeps that input's DeviceBuffer
