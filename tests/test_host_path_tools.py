@@ -20,12 +20,13 @@ def test_critical_path_stamps_a_replay_in_order_and_undoes_its_wrappers() -> Non
 
     jit_module = importlib.import_module("tracer.jit")
     originals = (program_module.Program.run, device_module.Device.finish_read, jit_module.JitFunction.__call__)
-    after, spent, wall = critical_path.measure(decoder_case("tiny"), calls=4, warm_s=0.2)
-    assert wall > 0
+    rows, spent, walls = critical_path.measure_calls(decoder_case("tiny"), calls=4, warm_s=0.2)
+    assert len(rows) == len(spent) == len(walls) == 4 and min(walls) > 0
     order = ["b jit call", "d bound", "f Program.run", "i plan", "j 1st submit returned", "k replay returned"]
-    stamps = [after[k] for k in order]
-    assert stamps == sorted(stamps) and stamps[0] >= 0, after
-    assert spent["i plan"] > 0 and spent["j 1st submit returned"] > 0
+    for row, used in zip(rows, spent, strict=True):  # each call's stages in the order they run
+        stamps = [row[k] for k in order]
+        assert stamps == sorted(stamps) and stamps[0] >= 0, row
+        assert used["i plan"] > 0 and used["j 1st submit returned"] > 0
     now = (program_module.Program.run, device_module.Device.finish_read, jit_module.JitFunction.__call__)
     assert now == originals  # the wrappers are gone: later code runs unwrapped
 

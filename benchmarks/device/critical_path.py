@@ -108,7 +108,17 @@ def install(stamps: Stamps) -> None:
 def measure(
     case: Any, calls: int, warm_s: float, settle_s: float = 0.0
 ) -> tuple[dict[str, float], dict[str, float], float]:
-    """(median us after the read per stamp, median us spent per wrapped function, median wall ms per call)."""
+    """(median us after the read per stamp, median us spent per wrapped function, median wall ms per call).
+    Each stamp's median is taken apart: medians of stages that follow one another need not be in order."""
+    rows, spent, walls = measure_calls(case, calls, warm_s, settle_s)
+    return _medians(rows), _medians(spent), statistics.median(walls) * 1e3
+
+
+def measure_calls(
+    case: Any, calls: int, warm_s: float, settle_s: float = 0.0
+) -> tuple[list[dict[str, float]], list[dict[str, float]], list[float]]:
+    """Per measured call: us after the read per stamp, and us spent per wrapped function; the unwrapped
+    calls' wall seconds."""
     import backend_wgpu.device as device
 
     end = time.perf_counter() + warm_s
@@ -145,7 +155,7 @@ def measure(
     finally:
         device.Device.finish_read = finish  # type: ignore[method-assign]
         stamps.undo()
-    return _medians(rows), _medians(spent), statistics.median(walls) * 1e3
+    return rows, spent, walls
 
 
 def _medians(rows: list[dict[str, float]]) -> dict[str, float]:
