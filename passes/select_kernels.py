@@ -582,11 +582,18 @@ def gemv_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
     """The GEMV configurations `wgjit tune` times: thread counts and unrolls within the loop budget."""
     limit = min(1024, caps.max_invocations)
     if p.family in (GemvKernel.name, ThinGemmKernel.name):
+        rows = -(-p.m // -(-p.m // THIN_ROWS))
+
+        def fits(wg: int) -> bool:  # gemm_thin's partial sums (one column a workgroup) in its workgroup memory
+            return (
+                p.family == GemvKernel.name or 4 * parts_size(rows, 1, wg, caps.subgroups) <= caps.max_workgroup_storage
+            )
+
         return [
             f"wg{wg}.u{u}"
             for wg in (32, 64, 128, 256, 512, 1024)
             for u in (1, 2, 4, 8)
-            if wg <= limit and -(-p.k // (wg * u)) <= LOOP_STEPS
+            if wg <= limit and -(-p.k // (wg * u)) <= LOOP_STEPS and fits(wg)
         ]
     return [
         f"wx{wx}.wy{wy}.u{u}"

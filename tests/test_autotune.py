@@ -286,7 +286,7 @@ def test_wgjit_tune_needs_a_script_and_known_families(tmp_path: Path, capsys: py
     script = tmp_path / "never_run.py"
     script.write_text("raise SystemExit('the script must not run')\n")
     assert main(["tune", str(script), "--only", "gemv,gemm"]) == 2
-    assert "--only gemm: choose among gemm_blocked, gemv, gemv_split, qgemv" in capsys.readouterr().err
+    assert "--only gemm: choose among gemm_blocked, gemm_thin, gemv, gemv_split, qgemv" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

@@ -3,6 +3,7 @@ contiguous along k, against numpy."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 import tracer as tr
 from backend_wgpu import get_device
+from backend_wgpu.kernels.matmul.gemm_thin import parts_size
 from ir.dtypes import DType
 from ir.view import View
 from passes.select_kernels import THIN_GEMM_MAX_M, GemmProblem, gemv_candidates, thin_gemm_choice
@@ -129,3 +131,15 @@ def test_a_tuned_configuration_sets_threads_and_unroll(config: str) -> None:
     threads, unroll = (int(p.lstrip("wgu")) for p in config.split("."))
     assert d.kernel == "gemm_thin" and d.workgroup_size[0] == threads and f":u{unroll}" in d.variant, d
     assert_close(got, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-3)
+
+
+def test_tuning_candidates_fit_the_workgroup_memory() -> None:
+    """Without subgroups each thread keeps its own partial sums in workgroup memory: the tuner never offers a
+    workgroup whose sums would not fit."""
+    caps = dataclasses.replace(get_device().caps, subgroups=False, max_workgroup_storage=16384, max_invocations=1024)
+    b = View((4096, 64), (1, 4096), 0)
+    p = GemmProblem(1, 16, 64, 4096, View.contiguous((16, 4096)), b, (DType.float32,) * 3)
+    names = gemv_candidates(p, caps)
+    threads = {int(n.split(".")[0][2:]) for n in names}
+    assert threads and max(threads) == 256  # 16 rows x 256 threads x 4 bytes = 16 KiB
+    assert 4 * parts_size(16, 1, max(threads), False) <= caps.max_workgroup_storage

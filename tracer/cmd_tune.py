@@ -14,7 +14,7 @@ import traceback
 
 # graphs are tuned as passes.split_k sees them: after fold_views and fuse_attention, before any split
 TUNED_STAGE = "fuse_attention"
-FAMILIES = {"gemm_blocked", "gemv", "gemv_split", "qgemv"}  # the kernels with tunable configurations
+FAMILIES = {"gemm_blocked", "gemm_thin", "gemv", "gemv_split", "qgemv"}  # the kernels with tunable configurations
 
 
 def _add_options(p: argparse.ArgumentParser, default: object) -> None:
@@ -26,7 +26,7 @@ def _add_options(p: argparse.ArgumentParser, default: object) -> None:
     p.add_argument(
         "--only",
         default=d(""),
-        help="comma-separated kernel families to tune: gemm_blocked, gemv, gemv_split, qgemv (default: all)",
+        help="comma-separated kernel families to tune: gemm_blocked, gemm_thin, gemv, gemv_split, qgemv (default: all)",
     )
 
 
