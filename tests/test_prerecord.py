@@ -110,3 +110,31 @@ def test_work_while_reading_runs_once_and_only_while_the_gpu_is_busy() -> None:
     del gone
     dev._work_while_reading(busy)  # a dead reference is skipped
     assert ran == [1]
+
+
+def test_recorded_runs_read_the_runtime_integers_written_just_before() -> None:
+    """A decode-like step at a runtime position: each call writes the uniform (the position) and its
+    argument, then submits the commands recorded during the last read; every token equals numpy's."""
+    rng = np.random.default_rng(3)
+    cache_np = np.zeros((16, 4), np.float32)
+    cache = tr.tensor(cache_np)
+    w_np = rng.standard_normal((4, 4)).astype(np.float32)
+    w = tr.tensor(w_np)
+
+    @tr.jit
+    def step(row: tr.Tensor, pos: object, cache: tr.Tensor) -> tuple[tr.Tensor, tr.Tensor]:
+        cache.index_write(row, (pos, 0))
+        return cache[pos] @ w + cache.sum(axis=0), cache
+
+    dev = get_device()
+    used = dev.stats["runs_prerecorded"]
+    for pos in range(12):
+        row = rng.standard_normal((1, 4)).astype(np.float32)
+        if pos >= 4:  # the plans exist: record the next run as a busy read-back would
+            for trace in step.traces.values():
+                if trace.program is not None:
+                    trace.program._record_next()
+        out, cache = step(tr.tensor(row), tr.dynamic(pos), cache)
+        cache_np[pos] = row[0]
+        assert_close(out.numpy(), cache_np[pos] @ w_np + cache_np.sum(axis=0), rtol=1e-5, atol=1e-5)
+    assert dev.stats["runs_prerecorded"] > used  # the recorded commands ran (the values above say they were right)
