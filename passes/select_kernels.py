@@ -534,11 +534,16 @@ def thin_gemm_wins(p: GemmProblem) -> bool:
     return p.m <= THIN_GEMM_ALWAYS_M or p.n * p.k <= THIN_GEMM_MAX_WEIGHTS
 
 
+def thin_block_rows(m: int) -> int:
+    """gemm_thin's rows per workgroup: m split evenly in blocks of at most THIN_ROWS (20 rows: two of ten)."""
+    return -(-m // -(-m // THIN_ROWS))
+
+
 def thin_gemm_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
     """gemm_thin: rows per workgroup split m evenly in blocks of at most THIN_ROWS; threads along k so that
     each takes about THIN_GEMM_STEPS vector loads (32 to 256 threads); `wgjit tune`'s "wg<threads>.u<unroll>"
     where it measured one."""
-    rows = -(-p.m // -(-p.m // THIN_ROWS))
+    rows = thin_block_rows(p.m)
     tuned = _tuned(p, caps)
     if tuned is not None:
         wg, unroll = _gemv_numbers(tuned[0])
@@ -582,7 +587,7 @@ def gemv_candidates(p: GemmProblem, caps: DeviceCaps) -> list[str]:
     """The GEMV configurations `wgjit tune` times: thread counts and unrolls within the loop budget."""
     limit = min(1024, caps.max_invocations)
     if p.family in (GemvKernel.name, ThinGemmKernel.name):
-        rows = -(-p.m // -(-p.m // THIN_ROWS))
+        rows = thin_block_rows(p.m)
 
         def fits(wg: int) -> bool:  # gemm_thin's partial sums (one column a workgroup) in its workgroup memory
             return (
