@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import re
 import threading
 import weakref
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -33,6 +34,10 @@ READBACK_KEPT_PER_SIZE = 4  # and this many of each size (reads started ahead ho
 # copy releases the GIL); 1: the calling thread alone. Default: 4 on a host of 8 or more cores.
 READ_COPY_THREADS = int(os.environ.get("WGJIT_READ_THREADS", "4" if (os.cpu_count() or 1) >= 8 else "1"))
 READ_COPY_PART_BYTES = 1 << 20  # a thread's share is at least this: smaller copies are not worth a hand-off
+# A read of at least LEND_MIN_BYTES becomes an array over its mapped staging buffer, no copy (LentRead),
+# while the staging buffers so lent to live arrays total at most this; 0: every read is copied out
+LEND_READ_BYTES = int(os.environ.get("WGJIT_LEND_READ_BYTES", str(256 << 20)))
+LEND_MIN_BYTES = 1 << 20
 # Free upload buffers kept for the next upload of the same size (UploadPool), all sizes together
 UPLOAD_POOL_BYTES = int(os.environ.get("WGJIT_UPLOAD_POOL_BYTES", str(64 << 20)))
 UPLOAD_POOL_BUFFERS = 32  # and at most this many
@@ -75,10 +80,11 @@ _copy_pool: Any = None  # the ThreadPoolExecutor of _copy_bytes, made at its fir
 def _copy_bytes(target: np.ndarray, source: np.ndarray) -> None:
     """target[:] = source (uint8, C-contiguous), a large copy split over READ_COPY_THREADS threads.
 
-    The copy out of mapped staging memory is the read-back's host cost once the GPU is done, and it
-    runs at ~10 GB/s (the mapped pages are faulted in on each map). MiniLM's 6.3 MB hidden state on
-    the H200's host (run Q, benchmarks/runs/2026-12-01-Q/tl_*.txt, two processes each): one thread
-    0.57 and 0.64 ms, four 0.48 and 0.44, eight 0.62 and 0.57."""
+    The copy out of mapped staging memory is the read-back's host cost once the GPU is done: the H200's
+    host copies at ~10 GB/s, from mapped memory as from any array (no page faults: run V's
+    readback_map.txt). MiniLM's 6.3 MB hidden state (run Q, benchmarks/runs/2026-12-01-Q/tl_*.txt, two
+    processes each): one thread 0.57 and 0.64 ms, four 0.48 and 0.44, eight 0.62 and 0.57. Reads this
+    large are lent instead (LentRead) unless past the lending budget."""
     global _copy_pool
     n = source.nbytes
     parts = min(READ_COPY_THREADS, n // READ_COPY_PART_BYTES)
@@ -95,6 +101,38 @@ def _copy_bytes(target: np.ndarray, source: np.ndarray) -> None:
     target[:step] = source[:step]  # this thread's share
     for share in others:
         share.result()
+
+
+def staging_class(size: int) -> int:
+    """The size of the kept staging buffer that serves a read of `size` bytes: a power of two up to 1 MiB,
+    then a multiple of an eighth of the next power of two (a lent buffer is held as long as its array,
+    so it wastes at most an eighth: MiniLM's 6 MiB hidden state takes 6 MiB, not 8)."""
+    p2 = max(4096, 1 << (size - 1).bit_length())
+    if p2 <= 1 << 20:
+        return p2
+    step = p2 // 8
+    return -(-size // step) * step
+
+
+class LentRead:
+    """The owner of a numpy array that lies in a read-back's mapped staging buffer (Device.read_array).
+
+    A large read is not copied out: the array is made over the mapped memory (`__array_interface__`:
+    this object becomes the array's base, and every view of it keeps it alive). When the last of them
+    dies the buffer goes to its device's `returned` queue, and the device unmaps it and keeps it for
+    a later read (Device._take_back_lent) at its next read-back. On the H200's host the copy this saves
+    is ~0.6 ms for 6.3 MB, and the mapped memory reads as fast as any array
+    (benchmarks/runs/2026-12-01-V/readback_map.txt)."""
+
+    __slots__ = ("__array_interface__", "staging", "returned")
+
+    def __init__(self, staging: Any, address: int, shape: tuple[int, ...], dtype: np.dtype, returned: deque) -> None:
+        self.staging = staging
+        self.returned = returned
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (address, False), "version": 3}
+
+    def __del__(self) -> None:
+        self.returned.append(self.staging)  # deque.append: safe from any thread, lock or not
 
 
 class RawMap:
@@ -381,7 +419,9 @@ class Device:
         self.stats: Counter[str] = Counter()
         self.lock = threading.RLock()
         self.lost = False
-        self._readback: dict[int, list[Any]] = {}  # free read-back staging buffers per power-of-two size
+        self._readback: dict[int, list[Any]] = {}  # free read-back staging buffers per size (staging_class)
+        self._returned: deque[Any] = deque()  # staging buffers of lent arrays that died (LentRead), still mapped
+        self._lent_bytes = 0  # the staging bytes lent to arrays not yet taken back
         self._spin_wait = _DEVICE_POLL is not None and self.adapter.info.get("adapter_type") != "CPU"
         self.uploads = UploadPool(UPLOAD_POOL_BYTES, UPLOAD_POOL_BUFFERS)
         # work for the host while it waits for a read-back (when_reading): weak references to callables
@@ -513,6 +553,7 @@ class Device:
         self.check_alive()
         stamp = READ_STAMP  # timeline (backend_wgpu.timeline): 0 read started, 1 copy submitted
         with self.lock, self.guard("reading a tensor back"):
+            self._take_back_lent()
             copies, pending = [], []
             for buf, n in reads:
                 buf.device.check_alive()  # a buffer of a replaced device
@@ -535,21 +576,10 @@ class Device:
         """Wait for a started read (start_reads) and copy its bytes into `out` (C-contiguous, pending.nbytes)."""
         self.check_alive()
         assert out.flags.c_contiguous and out.nbytes == pending.nbytes and pending.device is self
-        if pending.done:
-            raise RuntimeError("finish_read: this read was finished already")
         stamp = READ_STAMP  # timeline: 2 map done, 3 copied out
         with self.lock, self.guard("reading a tensor back"):
-            pending.done = True
+            raw = self._wait_mapped(pending)
             staging, size = pending.staging, (pending.nbytes + 3) & ~3
-            raw = isinstance(pending.promise, RawMap)
-            if raw:
-                if self._while_reading:
-                    self._work_while_reading(pending.promise)
-                self._wait_raw_map(pending.promise)
-            else:
-                pending.promise.sync_wait()
-            if stamp is not None:
-                stamp(2, pending)
             try:
                 if raw:
                     mapped = _ffi.buffer(_MAPPED_RANGE(staging._internal, 0, size), size)
@@ -566,6 +596,69 @@ class Device:
                 stamp(3, pending)
             self._give_staging(staging)
             self.stats["reads"] += 1
+
+    def read_array(
+        self, buf: DeviceBuffer, shape: tuple[int, ...], dtype: Any, pending: PendingRead | None = None
+    ) -> np.ndarray:
+        """The first bytes of `buf` as a new C-contiguous array of `shape` and `dtype`, once the work
+        submitted before has run (`pending`: finish that read, started by start_reads, instead).
+
+        A read of LEND_MIN_BYTES or more is not copied: the array lies in its mapped staging buffer
+        (LentRead), while the buffers so lent total at most LEND_READ_BYTES; a smaller read, or one
+        past that budget, is copied into a new array."""
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if pending is None:
+            if nbytes == 0:
+                return np.empty(shape, dtype)
+            (pending,) = self.start_reads([(buf, nbytes)])
+        assert pending.nbytes == nbytes and pending.device is self
+        size = pending.staging.size
+        lend = (
+            isinstance(pending.promise, RawMap)
+            and nbytes >= LEND_MIN_BYTES
+            and self._lent_bytes + size <= LEND_READ_BYTES
+        )
+        if not lend:
+            out = np.empty(shape, dtype)
+            self.finish_read(pending, out)
+            return out
+        self.check_alive()
+        with self.lock, self.guard("reading a tensor back"):
+            self._wait_mapped(pending)
+            address = int(_ffi.cast("uintptr_t", _MAPPED_RANGE(pending.staging._internal, 0, (nbytes + 3) & ~3)))
+            self._lent_bytes += size
+            owner = LentRead(pending.staging, address, shape, dtype, self._returned)
+            if READ_STAMP is not None:
+                READ_STAMP(3, pending)
+            self.stats["reads"] += 1
+            self.stats["reads lent"] += 1
+            return np.asarray(owner)
+
+    def _wait_mapped(self, pending: PendingRead) -> bool:
+        """Wait until a started read's staging buffer is mapped (True: through a RawMap, by C calls)."""
+        if pending.done:
+            raise RuntimeError("finish_read: this read was finished already")
+        pending.done = True
+        raw = isinstance(pending.promise, RawMap)
+        if raw:
+            if self._while_reading:
+                self._work_while_reading(pending.promise)
+            self._wait_raw_map(pending.promise)
+        else:
+            pending.promise.sync_wait()
+        if READ_STAMP is not None:
+            READ_STAMP(2, pending)
+        return raw
+
+    def _take_back_lent(self) -> None:
+        """Unmap the staging buffers whose lent arrays died (LentRead) and keep them for later reads."""
+        while self._returned:
+            staging = self._returned.popleft()
+            self._lent_bytes -= staging.size
+            if not self.lost:
+                _UNMAP(staging._internal)
+                self._give_staging(staging)
 
     def when_reading(self, task: weakref.ref) -> None:
         """Run `task()` (a weak reference to a callable) at the next read-back if it finds the GPU still
@@ -642,6 +735,7 @@ class Device:
     def drop_readback(self) -> None:
         """Free the kept read-back staging buffers (the next reads make new ones)."""
         with self.lock:
+            self._take_back_lent()
             for kept in self._readback.values():
                 for staging in kept:
                     staging.destroy()
@@ -649,7 +743,7 @@ class Device:
 
     def _take_staging(self, size: int) -> Any:
         """A mappable buffer of at least `size` bytes: a kept one of its size class, else a new one."""
-        cls = max(4096, 1 << (size - 1).bit_length())
+        cls = staging_class(size)
         kept = self._readback.get(cls)
         if kept:
             return kept.pop()
@@ -661,7 +755,7 @@ class Device:
     def _give_staging(self, staging: Any) -> None:
         """Keep a staging buffer whose read is done for the next read of its size class (a few per class)."""
         cls = staging.size
-        if cls > READBACK_KEPT_BYTES or cls & (cls - 1):
+        if cls > READBACK_KEPT_BYTES or staging_class(cls) != cls:
             staging.destroy()
             return
         kept = self._readback.setdefault(cls, [])

@@ -19,7 +19,7 @@ def test_critical_path_stamps_a_replay_in_order_and_undoes_its_wrappers() -> Non
     from benchmarks.device.timeline import decoder_case
 
     jit_module = importlib.import_module("tracer.jit")
-    originals = (program_module.Program.run, device_module.Device.finish_read, jit_module.JitFunction.__call__)
+    originals = (program_module.Program.run, device_module.Device.read_array, jit_module.JitFunction.__call__)
     rows, spent, walls = critical_path.measure_calls(decoder_case("tiny"), calls=6, warm_s=0.2)
     assert len(rows) == len(spent) == len(walls) == 6 and min(walls) > 0
     order = ["b jit call", "d bound", "f Program.run", "i plan", "j 1st submit returned", "k replay returned"]
@@ -31,7 +31,7 @@ def test_critical_path_stamps_a_replay_in_order_and_undoes_its_wrappers() -> Non
         stamps = [row[k] for k in order]
         assert stamps == sorted(stamps) and stamps[0] >= 0, row
         assert used["i plan"] > 0 and used["j 1st submit returned"] > 0
-    now = (program_module.Program.run, device_module.Device.finish_read, jit_module.JitFunction.__call__)
+    now = (program_module.Program.run, device_module.Device.read_array, jit_module.JitFunction.__call__)
     assert now == originals  # the wrappers are gone: later code runs unwrapped
 
 

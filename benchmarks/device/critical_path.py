@@ -131,13 +131,14 @@ def measure_calls(
         walls.append(time.perf_counter() - t)
     stamps = Stamps()
     install(stamps)
-    finish = device.Device.finish_read
+    read_array = device.Device.read_array
 
-    def finish_read(self: Any, pending: Any, out: Any) -> None:  # the mark: a read-back returned
-        finish(self, pending, out)
+    def marked(self: Any, *args: Any, **kwargs: Any) -> Any:  # the mark: a tensor's read-back returned
+        out = read_array(self, *args, **kwargs)
         stamps.mark = _ns()
+        return out
 
-    device.Device.finish_read = finish_read  # type: ignore[method-assign]
+    device.Device.read_array = marked  # type: ignore[method-assign]
     rows: list[dict[str, float]] = []
     spent: list[dict[str, float]] = []
     try:
@@ -153,7 +154,7 @@ def measure_calls(
             rows.append({k: (v - mark) / 1e3 for k, v in stamps.first.items() if v >= mark})
             spent.append({k: v / 1e3 for k, v in stamps.spent.items()})
     finally:
-        device.Device.finish_read = finish  # type: ignore[method-assign]
+        device.Device.read_array = read_array  # type: ignore[method-assign]
         stamps.undo()
     return rows, spent, walls
 
