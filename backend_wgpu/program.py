@@ -243,6 +243,8 @@ _HANDED: dict[int, tuple[weakref.ref, weakref.ref, int, Any]] = {}
 
 
 def _handed_back(ref: weakref.ref) -> None:
+    if _HANDED is None:  # interpreter shutdown: this module's globals are gone, and so is the pool
+        return
     entry = _HANDED.pop(id(ref), None)
     if entry is not None:
         OUTPUT_POOL.give_back(entry[1], entry[2], entry[3])

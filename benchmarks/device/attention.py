@@ -107,6 +107,10 @@ VARIANTS: list[tuple[int, ...]] = [
     (64, 32, 16, False, False, False, False),
     (64, 32, 8, False, False, True, False),
     (128, 32, 8, False, False, True, False),
+    # 256 query rows (512 threads): each block of k and v serves twice the rows; k and v sharing a buffer
+    (256, 16, 8, False, True, False, False, False, True, False, True),
+    (256, 16, 8, False, True, False, False, False, True),
+    (128, 16, 8, False, True, False, False, False, True, False, True),
     # pipelined: two barriers per block (br, bc, tx, q, a, sg, pf, vg, unrolled, pipelined)
     (128, 32, 8, False, False, False, True, False, True, True),
     (128, 32, 4, False, False, False, True, False, True, True),
