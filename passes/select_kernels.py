@@ -34,6 +34,7 @@ from backend_wgpu.kernels import (
     QuantGatherKernel,
     QuantGemmKernel,
     QuantGemvKernel,
+    QuantThinKernel,
     ReduceKernel,
     RopeKernel,
     RowReduceKernel,
@@ -49,6 +50,7 @@ from backend_wgpu.kernels.attention.decode_combine import COMBINE_THREADS
 from backend_wgpu.kernels.attention.flash import walk_iterations
 from backend_wgpu.kernels.blocks import LOOP_STEPS, unroll_for
 from backend_wgpu.kernels.matmul.gemm_thin import THIN_ROWS, parts_size
+from backend_wgpu.kernels.quant.qgemm_thin import QTHIN_ROWS
 from backend_wgpu.kernels.sort.bitonic import SIZES, BitonicSortKernel, padded, run_length
 from ir.caps import DeviceCaps
 from ir.dtypes import DType
@@ -267,9 +269,9 @@ def _select_quantized(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoic
         p = qgemv_problem(graph, node)
         tuned = _tuned(p, caps) if p is not None else None
         if tuned is None:
-            return quant_matmul_choice(graph, node)
+            return quant_matmul_choice(graph, node, caps=caps)
         wx, wy, rows, unroll = _gemv_numbers(tuned[0])
-        choice = quant_matmul_choice(graph, node, wx, wy, rows, unroll)
+        choice = quant_matmul_choice(graph, node, wx, wy, rows, unroll, caps=caps)
         return replace(choice, params=choice.params + (("tuned", tuned[1]),))
     if node.op is Op.CAST:
         return KernelChoice(DequantKernel.name, workgroup=(256, 1, 1))
@@ -285,14 +287,15 @@ def quant_matmul_choice(
     wy: int | None = None,
     rows: int | None = None,
     unroll: int | None = None,
+    caps: DeviceCaps | None = None,
 ) -> KernelChoice:
-    """qgemv for one row of x, qgemm for more; x read as vec4 where its view allows."""
+    """qgemv for one row of x, qgemm_thin for a few, qgemm for more; x read as vec4 where its view allows."""
     m = node.shape[0]
     w = graph[node.srcs[1]]
     k = graph[node.srcs[0]].shape[-1]
     _, a_view = view_of_operand(graph, node.srcs[0])
     variant = "x4" if row_vector(a_view, 1, 4) else "x1"
-    return quant_choice(m, k, w.dtype, variant, wx, wy, rows, unroll, n=node.shape[-1])
+    return quant_choice(m, k, w.dtype, variant, wx, wy, rows, unroll, n=node.shape[-1], caps=caps)
 
 
 def quant_choice(
@@ -305,6 +308,7 @@ def quant_choice(
     rows: int | None = None,
     unroll: int | None = None,
     n: int | None = None,
+    caps: DeviceCaps | None = None,
 ) -> KernelChoice:
     """quant_matmul_choice from the sizes: wx doubled (wy halved) while a row's units would pass the loop budget.
 
@@ -333,7 +337,44 @@ def quant_choice(
         return KernelChoice(QuantGemvKernel.name, variant, workgroup=(wx, wy, 1), params=params)
     if k // 32 > MAX_LOOP:
         raise ShapeError(f"matmul: k={k} is too long for the {wdtype.value} GEMM (at most {MAX_LOOP * 32})")
+    if n is not None and quant_thin_wins(m, n):
+        return quant_thin_choice(m, n, k, wdtype, variant, caps)
     return KernelChoice(QuantGemmKernel.name, variant, workgroup=(16, 16, 1))
+
+
+# qgemm_thin against qgemm, H200 run W (benchmarks/runs/2026-12-01-W/qthin_sweep.txt: q4_0 and q8_0 weights of
+# 2048x2048, 8192x2048 and 2048x8192, 2 to 128 rows of x), us: 16x2048x2048 q4_0 90.7 against 1253, 2x2048x8192
+# 16.7 against 889, 32x8192x2048 169.5 against 227.0, 128x2048x2048 170.3 against 227.3; qgemm wins from 64 rows
+# by 8192 (q4_0 227.8 against 330.9) and at 128 by 8192 (327.5 against 652.5). So: qgemm_thin up to QTHIN_ALWAYS_M
+# rows, and up to QTHIN_MAX_M where the output has at most QTHIN_MAX_OUTPUTS values.
+QTHIN_ALWAYS_M, QTHIN_MAX_M, QTHIN_MAX_OUTPUTS = 32, 128, 1 << 18
+# its settings, from the same sweep: 4 weight rows a workgroup won every case (against 1 and 2); threads along a row
+# about half its units (32 to 128), halved again from QTHIN_MANY_BLOCKS workgroups: within 14% of each case's
+# fastest thread count
+QTHIN_COLS, QTHIN_UNITS, QTHIN_MANY_BLOCKS = 4, 2, 2048
+
+
+def quant_thin_wins(m: int, n: int) -> bool:
+    """A quantized product of a few rows of x (m > 1) that qgemm_thin runs rather than qgemm."""
+    return 1 < m <= QTHIN_MAX_M and (m <= QTHIN_ALWAYS_M or m * n <= QTHIN_MAX_OUTPUTS)
+
+
+def quant_thin_choice(m: int, n: int, k: int, wdtype: DType, variant: str, caps: DeviceCaps | None) -> KernelChoice:
+    """qgemm_thin's block of rows of x (m split evenly in blocks of at most QTHIN_ROWS) and weight rows, and
+    its threads along a weight row's units."""
+    rows = -(-m // -(-m // QTHIN_ROWS))
+    units = k // (16 if wdtype is DType.q8_0 else 32)
+    limit = min(128, caps.max_invocations) if caps is not None else 128
+    threads = min(limit, max(32, 1 << max(0, (-(-units // QTHIN_UNITS) - 1).bit_length())))
+    subgroups = bool(caps is not None and caps.subgroups)
+    storage = caps.max_workgroup_storage if caps is not None else 16384
+    cols = QTHIN_COLS
+    while cols > 1 and (n < 8 * cols or 4 * parts_size(rows, cols, threads, subgroups) > storage // 2):
+        cols //= 2
+    if -(-m // rows) * -(-n // cols) >= QTHIN_MANY_BLOCKS:
+        threads = max(32, threads // 2)
+    params = (("rows", rows), ("cols", cols), ("subgroups", subgroups))
+    return KernelChoice(QuantThinKernel.name, variant, workgroup=(threads, 1, 1), params=params)
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,10 @@ CASES: dict[str, Case] = {
         needs="gguf",
     ),
     "qgemm": Case(
-        (K[:5, :64],), lambda x: x @ tr.quantize(W, tr.q8_0).T, lambda x: x @ _dequantized(W, "q8_0").T, needs="gguf"
+        (_f32(130, 64),), lambda x: x @ tr.quantize(W, tr.q8_0).T, lambda x: x @ _dequantized(W, "q8_0").T, needs="gguf"
+    ),
+    "qgemm_thin": Case(
+        (K[:5, :64],), lambda x: x @ tr.quantize(W, tr.q4_0).T, lambda x: x @ _dequantized(W, "q4_0").T, needs="gguf"
     ),
     "qgather": Case(
         (),

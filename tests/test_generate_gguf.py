@@ -264,7 +264,7 @@ def q4_k_config() -> L.LlamaConfig:
 
 
 def test_q4_k_file_stays_quantized_and_matches_numpy(tmp_path: Path) -> None:
-    """Every matrix of a Q4_K file stays q4_k on the GPU, read by qgather, gemv_multi and qgemv (decode), qgemm (prefill),
+    """Every matrix of a Q4_K file stays q4_k on the GPU, read by qgather, gemv_multi and qgemv (decode), qgemm_thin (prefill),
     and the logits are numpy's of the values gguf reads from the file; --quantize q4_k of the same
     weights as a folder gives the same blocks, so the same logits."""
     cfg, mode = q4_k_config(), G.MODES[0]

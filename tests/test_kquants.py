@@ -26,6 +26,7 @@ import tracer as tr
 from ir import quant
 from ir.dtypes import DType
 from tests.helpers import kernels_of
+from tests.test_quant import rows_kernel
 
 gguf = pytest.importorskip("gguf", reason="k-quant tests read blocks with the gguf package (pip install 'wgjit[gguf]')")
 
@@ -273,17 +274,17 @@ def test_gemv_strided_x(kq: KQuant, rng: np.random.Generator) -> None:
     assert_product(y.numpy(), big[:, 1], ref)
 
 
-@pytest.mark.parametrize("m,n,k", [(2, 3, 256), (65, 71, 512), (7, 64, 2048), (130, 33, 256)])
+@pytest.mark.parametrize("m,n,k", [(2, 3, 256), (65, 71, 512), (7, 64, 2048), (130, 33, 256), (20, 1030, 256)])
 def test_gemm(m: int, n: int, k: int, kq: KQuant, rng: np.random.Generator) -> None:
-    """Several rows (prefill): qgemm, edges in m and n."""
+    """Several rows (prefill): qgemm_thin up to its limits, then qgemm; edges in m and n."""
     w, ref = kq.weights(rng, n, k)
     x = rng.standard_normal((m, k)).astype(np.float32)
     y = tr.tensor(x) @ w.T
-    assert quant_kernels(y) == [("qgemm", f"x4.{kq.name}")]
+    assert quant_kernels(y) == [(rows_kernel(m, n), f"x4.{kq.name}")]
     assert_product(y.numpy(), x, ref)
 
 
-@pytest.mark.parametrize("m", [1, 5])
+@pytest.mark.parametrize("m", [1, 5, 130])
 def test_fused_epilogue(m: int, kq: KQuant, rng: np.random.Generator) -> None:
     """bias + silu + residual after the matmul: one dispatch (weights from tr.quantize: values near 1)."""
     w, ref = kq.quantized(rng, 48, 256)
@@ -291,7 +292,7 @@ def test_fused_epilogue(m: int, kq: KQuant, rng: np.random.Generator) -> None:
     bias, res = rng.standard_normal(48).astype(np.float32), rng.standard_normal((m, 48)).astype(np.float32)
     y = tr.nn.linear(tr.tensor(x), w, tr.tensor(bias)).silu() + tr.tensor(res)
     program = tr.compile(y)
-    assert [(d.kernel, d.op) for d in program.dispatches] == [("qgemv" if m == 1 else "qgemm", "fused")]
+    assert [(d.kernel, d.op) for d in program.dispatches] == [(rows_kernel(m, 48), "fused")]
     z = x @ ref.T + bias
     np.testing.assert_allclose(y.numpy(), z / (1 + np.exp(-z)) + res, rtol=1e-4, atol=1e-4)
 

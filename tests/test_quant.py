@@ -142,14 +142,61 @@ def test_gemv_strided_x(dt: DType, rng: np.random.Generator) -> None:
     assert_close(y.numpy(), reference(w, dt) @ big[:, 1], rtol=1e-4, atol=1e-4)
 
 
+def rows_kernel(m: int, n: int) -> str:
+    """The kernel the rules give a quantized product of m rows of x and n weight rows."""
+    from passes.select_kernels import quant_thin_wins
+
+    return "qgemv" if m == 1 else "qgemm_thin" if quant_thin_wins(m, n) else "qgemm"
+
+
 @pytest.mark.parametrize("dt", FORMATS)
-@pytest.mark.parametrize("m,n,k", [(2, 3, 32), (65, 70, 96), (130, 64, 256)])
+@pytest.mark.parametrize("m,n,k", [(2, 3, 32), (65, 70, 96), (130, 64, 256), (200, 4096, 64)])
 def test_gemm(dt: DType, m: int, n: int, k: int, rng: np.random.Generator) -> None:
-    """Several rows (prefill): qgemm, edges in m and n."""
+    """Several rows (prefill): qgemm_thin up to its limits, then qgemm; edges in m and n."""
     w, x = weights(rng, n, k), rng.standard_normal((m, k)).astype(np.float32)
     y = tr.tensor(x) @ tr.quantize(w, dt).T
-    assert quant_kernels(y) == [("qgemm", f"x4.{dt.value}")]
+    assert quant_kernels(y) == [(rows_kernel(m, n), f"x4.{dt.value}")]
     assert_close(y.numpy(), x @ reference(w, dt).T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+@pytest.mark.parametrize(
+    "m,n,k,cols,threads",
+    [(2, 3, 32, 1, 32), (16, 40, 96, 4, 32), (17, 33, 256, 4, 64), (37, 130, 512, 2, 128), (64, 9, 64, 4, 32)],
+)
+@pytest.mark.parametrize("subgroups", [False, True])
+def test_gemm_thin_settings(
+    dt: DType, m: int, n: int, k: int, cols: int, threads: int, subgroups: bool, rng: np.random.Generator, device
+) -> None:
+    """qgemm_thin at forced settings: blocks of rows of x past m (17 = 9 + 8, 37 = 3 x 13), weight rows past n
+    (a last block of 1 to 3), more threads than a row's units, with and without subgroup sums."""
+    import dataclasses
+
+    from backend_wgpu import Program
+    from ir.node import KernelChoice
+    from passes import run_pipeline
+    from tracer.graph_builder import build_graph
+
+    if subgroups and not device.caps.subgroups:
+        pytest.skip("no subgroups on this adapter")
+    w, x = weights(rng, n, k), rng.standard_normal((m, k)).astype(np.float32)
+    y = tr.tensor(x).realize() @ tr.quantize(w, dt).realize().T
+    built = build_graph([y._lazy])
+    graph = run_pipeline(built.graph, device.caps).graph
+    rows = -(-m // -(-m // 16))
+    params = (("rows", rows), ("cols", cols), ("subgroups", subgroups))
+    forced = KernelChoice("qgemm_thin", "x4", workgroup=(threads, 1, 1), params=params)
+    graph = graph.with_nodes(
+        dataclasses.replace(nd, kernel=dataclasses.replace(forced, variant=nd.kernel.variant))
+        if nd.kernel is not None and nd.kernel.name == "qgemm_thin"
+        else nd
+        for nd in graph
+    )
+    program = Program(graph, device)
+    assert [d.kernel for d in program.dispatches] == ["qgemm_thin"]
+    out = program.run([lz.buffer for lz in built.inputs])[0]
+    got = np.frombuffer(device.read(out), np.float32)[: m * n].reshape(m, n)
+    assert_close(got, x @ reference(w, dt).T, rtol=1e-4, atol=1e-4)
 
 
 def test_gemm_strided_x(rng: np.random.Generator) -> None:
@@ -158,23 +205,23 @@ def test_gemm_strided_x(rng: np.random.Generator) -> None:
     q, ref = tr.quantize(w, tr.q8_0), reference(w, DType.q8_0)
     big = rng.standard_normal((9, 70)).astype(np.float32)
     y = tr.nn.linear(tr.tensor(big)[:, 1:65], q)
-    assert quant_kernels(y) == [("qgemm", "x1.q8_0")]
+    assert quant_kernels(y) == [("qgemm_thin", "x1.q8_0")]
     assert_close(y.numpy(), big[:, 1:65] @ ref.T, rtol=1e-4, atol=1e-4)
     xt = rng.standard_normal((64, 3, 2)).astype(np.float32)
     y = tr.nn.linear(tr.tensor(xt).permute(2, 1, 0), q)
-    assert y.shape == (2, 3, 24) and quant_kernels(y)[-1] == ("qgemm", "x4.q8_0")
+    assert y.shape == (2, 3, 24) and quant_kernels(y)[-1] == ("qgemm_thin", "x4.q8_0")
     assert_close(y.numpy(), xt.transpose(2, 1, 0) @ ref.T, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("dt", FORMATS)
-@pytest.mark.parametrize("m", [1, 5])
+@pytest.mark.parametrize("m", [1, 5, 130])
 def test_fused_epilogue(dt: DType, m: int, rng: np.random.Generator) -> None:
     """bias + silu + residual after the quant matmul: one dispatch, as after the float GEMVs."""
     w, x = weights(rng, 48, 64), rng.standard_normal((m, 64)).astype(np.float32)
     bias, res = rng.standard_normal(48).astype(np.float32), rng.standard_normal((m, 48)).astype(np.float32)
     y = tr.nn.linear(tr.tensor(x), tr.quantize(w, dt), tr.tensor(bias)).silu() + tr.tensor(res)
     program = tr.compile(y)
-    assert [(d.kernel, d.op) for d in program.dispatches] == [("qgemv" if m == 1 else "qgemm", "fused")]
+    assert [(d.kernel, d.op) for d in program.dispatches] == [(rows_kernel(m, 48), "fused")]
     z = x @ reference(w, dt).T + bias
     assert_close(y.numpy(), z / (1 + np.exp(-z)) + res, rtol=1e-4, atol=1e-4)
 

@@ -24,6 +24,7 @@ from backend_wgpu.kernels.norm.norm import NormKernel
 from backend_wgpu.kernels.quant.dequant import DequantKernel
 from backend_wgpu.kernels.quant.qgather import QuantGatherKernel
 from backend_wgpu.kernels.quant.qgemm import QuantGemmKernel
+from backend_wgpu.kernels.quant.qgemm_thin import QuantThinKernel
 from backend_wgpu.kernels.quant.qgemv import QuantGemvKernel
 from backend_wgpu.kernels.reduce.reduce import ReduceKernel
 from backend_wgpu.kernels.reduce.row_reduce import RowReduceKernel
@@ -65,6 +66,7 @@ KERNELS: dict[str, type[Kernel]] = {
         SampleKernel,
         QuantGemvKernel,
         QuantGemmKernel,
+        QuantThinKernel,
         DequantKernel,
         QuantGatherKernel,
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 from backend_wgpu.element import WIDTHS, k_contiguous
 from backend_wgpu.kernel import Workload
 from backend_wgpu.kernels.blocks import strided_loop, strided_loop_cost
-from backend_wgpu.kernels.matmul.base import rule_said
+from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
 from backend_wgpu.kernels.matmul.gemv import GemvKernel
 from backend_wgpu.wgsl import WgslBuilder, f32v
 from ir.graph import Graph
@@ -96,7 +96,6 @@ class ThinGemmKernel(GemvKernel):
         in_a, in_b = self.in_name(self.ia), self.in_name(self.ib)
         if self.code:
             self.code.describe(b)
-        outs = rows * cols
         b.workgroup_var(f"parts: array<f32, {parts_size(rows, cols, wg, subgroups)}>")
         b.line(f"let col_blocks = (params.n + {cols - 1}u) / {cols}u;")
         b.line(f"let row_blocks = (params.m + {rows - 1}u) / {rows}u;")
@@ -126,25 +125,36 @@ class ThinGemmKernel(GemvKernel):
                     b.line(f"{indent}acc{r}_{c} += {term};")
 
         strided_loop(b, "j", "lidx", "params.k" if w == 1 else f"params.k / {w}u", f"{wg}u", self.unroll, visit)
-        for r in range(rows):
-            for c in range(cols):
-                at = (r * cols + c) * (parts_size(rows, cols, wg, subgroups) // outs)
-                if subgroups:  # each subgroup's sum by its first lane, at that subgroup's place
-                    b.builtin("@builtin(subgroup_invocation_id) sg_lane: u32")
-                    b.builtin("@builtin(subgroup_size) sg_size: u32")
-                    b.line(f"let sum{r}_{c} = subgroupAdd(acc{r}_{c});")
-                    b.line(f"if (sg_lane == 0u) {{ parts[{at}u + lidx / sg_size] = sum{r}_{c}; }}")
-                else:
-                    b.line(f"parts[{at}u + lidx] = acc{r}_{c};")
-        b.line("workgroupBarrier();")
-        count = f"({wg}u + sg_size - 1u) / sg_size" if subgroups else f"{wg}u"
-        stride = parts_size(rows, cols, wg, subgroups) // outs  # one block element's parts
-        b.line(f"for (var e = lidx; e < {outs}u; e += {wg}u) {{  // block element e: row e / cols, column e % cols")
-        b.line(f"  let row = row0 + e / {cols}u;")
-        b.line(f"  let col = col0 + e % {cols}u;")
-        b.line("  if (row < params.m && col < params.n) {")
-        b.line(f"    var total = parts[e * {stride}u];")
-        b.line(f"    for (var i = 1u; i < {count}; i++) {{ total += parts[e * {stride}u + i]; }}")
-        self.store(b, "(bt * params.m + row) * params.n + col", "total", indent="    ")
-        b.line("  }")
-        b.line("}")
+        store_block_sums(self, b, rows, cols, wg, subgroups, "(bt * params.m + row) * params.n + col")
+
+
+def store_block_sums(
+    kernel: MatmulKernel, b: WgslBuilder, rows: int, cols: int, wg: int, subgroups: bool, index: str
+) -> None:
+    """The end of a thin kernel (gemm_thin, qgemm_thin): each thread's partial sums `acc{r}_{c}` of a block of
+    rows x cols outputs (from row0, col0) into `parts` (declared parts_size floats; after subgroup sums where
+    `subgroups`), then thread e adds block element e's parts (and e + wg's...) and stores the total through
+    the kernel's epilogue at `index` (WGSL, of `row` and `col`)."""
+    outs = rows * cols
+    stride = parts_size(rows, cols, wg, subgroups) // outs  # one block element's parts
+    for r in range(rows):
+        for c in range(cols):
+            at = (r * cols + c) * stride
+            if subgroups:  # each subgroup's sum by its first lane, at that subgroup's place
+                b.builtin("@builtin(subgroup_invocation_id) sg_lane: u32")
+                b.builtin("@builtin(subgroup_size) sg_size: u32")
+                b.line(f"let sum{r}_{c} = subgroupAdd(acc{r}_{c});")
+                b.line(f"if (sg_lane == 0u) {{ parts[{at}u + lidx / sg_size] = sum{r}_{c}; }}")
+            else:
+                b.line(f"parts[{at}u + lidx] = acc{r}_{c};")
+    b.line("workgroupBarrier();")
+    count = f"({wg}u + sg_size - 1u) / sg_size" if subgroups else f"{wg}u"
+    b.line(f"for (var e = lidx; e < {outs}u; e += {wg}u) {{  // block element e: row e / cols, column e % cols")
+    b.line(f"  let row = row0 + e / {cols}u;")
+    b.line(f"  let col = col0 + e % {cols}u;")
+    b.line("  if (row < params.m && col < params.n) {")
+    b.line(f"    var total = parts[e * {stride}u];")
+    b.line(f"    for (var i = 1u; i < {count}; i++) {{ total += parts[e * {stride}u + i]; }}")
+    kernel.store(b, index, "total", indent="    ")
+    b.line("  }")
+    b.line("}")

@@ -36,6 +36,19 @@ def quant_operand(graph: Graph, node: Node) -> Node:
     return graph[b.srcs[0]] if b.op is Op.VIEW else b
 
 
+def unit_update(fmt: QuantFormat, acc: str, lanes: list[tuple[str, int]], d: str, x: str, s: str) -> str:
+    """WGSL: `acc` += one unit's dot product, its lanes of quants (`fmt.lanes(q)`: value, offset in the unit)
+    and scale `d` (formats.py) against x's values `{x}0`, `{x}1`, ... (vec4<f32>, one per lane) whose sum is
+    `s` (used where the format has an offset)."""
+    terms = " + ".join(f"dot({value}, {x}{j})" for j, (value, _) in enumerate(lanes))
+    if fmt.half_scales:  # values 0..15 (the first four lanes) and 16..31 scaled apart
+        lo, hi = (" + ".join(f"dot({v}, {x}{j})" for j, (v, o) in enumerate(lanes) if (o < 16) == h) for h in (1, 0))
+        return f"{acc} = fma({d}.x, {lo}, fma({d}.y, {hi}, {acc}));"
+    if fmt.has_offset:
+        return f"{acc} = fma({d}.x, {terms}, fma(-{d}.y, {s}, {acc}));"
+    return f"{acc} = fma({d}, {terms}, {acc});"
+
+
 class QuantMatmulKernel(MatmulKernel):
     """What qgemv and qgemm share: x (M, K) @ w.T, w quantized (N, K) in units of 16 bytes."""
 
@@ -122,18 +135,7 @@ class QuantGemvKernel(QuantMatmulKernel):
                 b.line(f"  let s{i} = dot({' + '.join(f'x{i}_{j}' for j in range(len(lanes)))}, vec4<f32>(1.0));")
         for i in range(len(units)):
             for r in range(rows):
-                lanes = fmt.lanes(f"q{i}_{r}")
-                terms = " + ".join(f"dot({value}, x{i}_{j})" for j, (value, _) in enumerate(lanes))
-                if fmt.half_scales:  # values 0..15 (the first four lanes) and 16..31 scaled apart
-                    lo, hi = (
-                        " + ".join(f"dot({v}, x{i}_{j})" for j, (v, o) in enumerate(lanes) if (o < 16) == h)
-                        for h in (1, 0)
-                    )
-                    b.line(f"  acc{r} = fma(d{i}_{r}.x, {lo}, fma(d{i}_{r}.y, {hi}, acc{r}));")
-                elif fmt.has_offset:
-                    b.line(f"  acc{r} = fma(d{i}_{r}.x, {terms}, fma(-d{i}_{r}.y, s{i}, acc{r}));")
-                else:
-                    b.line(f"  acc{r} = fma(d{i}_{r}, {terms}, acc{r});")
+                b.line(f"  {unit_update(fmt, f'acc{r}', fmt.lanes(f'q{i}_{r}'), f'd{i}_{r}', f'x{i}_', f's{i}')}")
 
     def render(self, b: WgslBuilder) -> None:
         fmt = self.fmt

@@ -1,0 +1,98 @@
+"""qgemm_thin: a few rows of x (a short prompt's prefill) times a quantized weight, x @ w.T.
+
+qgemm stages 64x64 tiles: a prompt of 16 tokens fills a quarter of each tile, and a 2048-wide weight
+makes 32 workgroups, each walking k one dependent block at a time. Here, as in qgemv, a workgroup's
+threads stride along the 16-byte units of its weight rows, every load independent and dequantized in
+registers; and, as in gemm_thin, the workgroup owns a block of `rows` rows of x (at most
+QTHIN_ROWS) by `cols` weight rows: each unit, loaded and unpacked once, serves every row of x, and
+each load of x every weight row. The partial sums meet in workgroup memory (gemm_thin's
+store_block_sums) and go out through the fused epilogue. The weight is read once per block of x's
+rows; x (a few rows) by every workgroup, from cache. All arithmetic in f32.
+"""
+
+from __future__ import annotations
+
+from backend_wgpu.kernel import Workload
+from backend_wgpu.kernels.matmul.base import rule_said
+from backend_wgpu.kernels.matmul.gemm_thin import parts_size, store_block_sums
+from backend_wgpu.kernels.quant.formats import describe
+from backend_wgpu.kernels.quant.qgemv import QuantMatmulKernel, quant_operand, unit_update
+from backend_wgpu.wgsl import WgslBuilder
+from ir.graph import Graph
+from ir.node import Node
+
+QTHIN_ROWS = 16  # rows of x per workgroup at most (rows x cols partial sums in each thread's registers)
+
+
+class QuantThinKernel(QuantMatmulKernel):
+    name = "qgemm_thin"
+
+    @classmethod
+    def reason(cls, graph: Graph, node: Node) -> str:
+        w = quant_operand(graph, node)
+        rows, cols = node.kernel.param("rows"), node.kernel.param("cols", 1)
+        return (
+            f"few rows of x @ w.T, w {describe(w.dtype, w.shape)} dequantized in registers: a workgroup per "
+            f"{rows} rows of x by {cols} weight rows, {node.kernel.workgroup[0]} threads along each weight row's "
+            f"16-byte units; {rule_said(node)}"
+        )
+
+    @property
+    def rows(self) -> int:
+        return self.choice.param("rows")
+
+    @property
+    def cols(self) -> int:
+        return self.choice.param("cols", 1)
+
+    def calculate_dispatch(self) -> Workload:
+        m, n = self.core.shape
+        blocks = -(-m // self.rows) * -(-n // self.cols)
+        return Workload.for_workgroups(blocks, self.choice.workgroup, self.max_workgroups)
+
+    def loop_iterations(self) -> int:
+        threads = self.choice.workgroup[0]
+        units = self.fmt.units(self.operands[self.ia].view.shape[-1])
+        outs = self.rows * self.cols
+        return -(-units // threads) + 1 + -(-outs // threads) * (threads + 1)  # the units, then the sums
+
+    def render(self, b: WgslBuilder) -> None:
+        fmt, rows, cols = self.fmt, self.rows, self.cols
+        threads = self.choice.workgroup[0]
+        subgroups = bool(self.choice.param("subgroups", False))
+        in_b = self.in_name(self.ib)
+        fmt.define(b, in_b)
+        if self.code:
+            self.code.describe(b)
+        b.workgroup_var(f"parts: array<f32, {parts_size(rows, cols, threads, subgroups)}>")
+        b.line(f"let col_blocks = (params.n + {cols - 1}u) / {cols}u;")
+        b.line(f"let col0 = wg % col_blocks * {cols}u;")
+        b.line(f"let row0 = wg / col_blocks * {rows}u;")
+        b.line("if (row0 >= params.m) { return; }  // whole workgroups only: the barrier stays uniform")
+        # rows and weight rows past the edge read the last one again (their sums are never stored): no branch
+        for c in range(cols):
+            b.line(f"let unit{c} = min(col0 + {c}u, params.n - 1u) * params.upr;")
+        for r in range(rows):
+            b.line(f"let xrow{r} = min(row0 + {r}u, params.m - 1u);")
+            for c in range(cols):
+                b.line(f"var acc{r}_{c} = 0.0;")
+        lanes = fmt.lanes("q")
+        b.line(f"for (var u = lidx; u < params.upr; u += {threads}u) {{")
+        for c in range(cols):  # every load first: the weight rows' units and scales
+            b.line(f"  let q{c} = {in_b}[unit{c} + u];")
+            for load in fmt.loads(in_b, f"q{c}", f"unit{c} + u"):
+                b.line(f"  {load}")
+            b.line(f"  let d{c} = {in_b}_scale({fmt.block_of(f'unit{c} + u')});")
+            # each lane unpacked once, for every row of x
+            for j, (value, _) in enumerate(fmt.lanes(f"q{c}")):
+                b.line(f"  let w{c}_{j} = {value};")
+        unpacked = [[(f"w{c}_{j}", offset) for j, (_, offset) in enumerate(lanes)] for c in range(cols)]
+        for r in range(rows):
+            for j, (_, offset) in enumerate(lanes):
+                b.line(f"  let x{r}_{j} = {self.x_at(f'xrow{r}', f'u * {fmt.values_per_unit}u + {offset}u')};")
+            if fmt.has_offset:  # sum(x) over the unit, for its offset: scale * dot(q, x) - offset * sum(x)
+                b.line(f"  let s{r} = dot({' + '.join(f'x{r}_{j}' for j in range(len(lanes)))}, vec4<f32>(1.0));")
+            for c in range(cols):
+                b.line(f"  {unit_update(fmt, f'acc{r}_{c}', unpacked[c], f'd{c}', f'x{r}_', f's{r}')}")
+        b.line("}")
+        store_block_sums(self, b, rows, cols, threads, subgroups, "row * params.n + col")
