@@ -11,6 +11,7 @@ from ir.errors import WgjitError
 from ir.graph import Graph
 from ir.verify import verify
 from passes.dce import dce
+from passes.dequantize_wide import dequantize_wide
 from passes.fold_views import fold_views
 from passes.fuse import fuse
 from passes.fuse_attention import fuse_attention
@@ -26,14 +27,15 @@ from passes.vectorize import vectorize
 
 Pass = Callable[[Graph, DeviceCaps], Graph]
 
-# fuse_attention reads the views fold_views made; split_k cuts GEMMs whose k a thread could not
+# fuse_attention reads the views fold_views made; dequantize_wide (a quantized weight read by many rows
+# becomes a float one) comes before split_k and select_kernels, which then see a float matmul; split_k cuts GEMMs whose k a thread could not
 # walk within lavapipe's loop budget; split_sort cuts rows longer than one workgroup sorts into
 # runs and merges; split_attention comes before select_kernels (which picks the
 # kernels of both halves); fuse_gemv and fuse come after it (legality asks which kernel each
 # reduction/matmul got) and before vectorize, inplace and plan_memory (which then see one node per kernel)
 PIPELINE: list[Pass] = [
-    dce, fold_views, fuse_attention, split_k, split_sort, split_attention, select_kernels, fuse_gemv, fuse,
-    vectorize, inplace, plan_memory, schedule,
+    dce, fold_views, fuse_attention, dequantize_wide, split_k, split_sort, split_attention, select_kernels,
+    fuse_gemv, fuse, vectorize, inplace, plan_memory, schedule,
 ]  # fmt: skip
 
 

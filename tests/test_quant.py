@@ -143,19 +143,37 @@ def test_gemv_strided_x(dt: DType, rng: np.random.Generator) -> None:
 
 
 def rows_kernel(m: int, n: int) -> str:
-    """The kernel the rules give a quantized product of m rows of x and n weight rows."""
+    """The kernel the rules give a quantized product of m rows of x and n weight rows (past qgemm_thin's rows,
+    passes.dequantize_wide makes it a float product: `dequant` is the first dispatch)."""
     from passes.select_kernels import quant_thin_wins
 
-    return "qgemv" if m == 1 else "qgemm_thin" if quant_thin_wins(m, n) else "qgemm"
+    return "qgemv" if m == 1 else "qgemm_thin" if quant_thin_wins(m, n) else "dequant"
 
 
 @pytest.mark.parametrize("dt", FORMATS)
 @pytest.mark.parametrize("m,n,k", [(2, 3, 32), (65, 70, 96), (130, 64, 256), (200, 4096, 64)])
 def test_gemm(dt: DType, m: int, n: int, k: int, rng: np.random.Generator) -> None:
-    """Several rows (prefill): qgemm_thin up to its limits, then qgemm; edges in m and n."""
+    """Several rows (prefill): qgemm_thin up to its limits, then the weight dequantized and a float GEMM;
+    edges in m and n."""
     w, x = weights(rng, n, k), rng.standard_normal((m, k)).astype(np.float32)
     y = tr.tensor(x) @ tr.quantize(w, dt).T
-    assert quant_kernels(y) == [(rows_kernel(m, n), f"x4.{dt.value}")]
+    kernels = quant_kernels(y)
+    if rows_kernel(m, n) == "qgemm_thin":
+        assert kernels == [("qgemm_thin", f"x4.{dt.value}")]
+    else:
+        assert kernels[0][0] == "dequant" and len(kernels) >= 2 and "qgemm" not in {kn for kn, _ in kernels}
+    assert_close(y.numpy(), x @ reference(w, dt).T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+def test_gemm_of_a_weight_kept_quantized(dt: DType, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past qgemm_thin's rows with dequantize_wide off (a float copy over its limit): qgemm, edges in m and n."""
+    from passes import dequantize_wide
+
+    monkeypatch.setattr(dequantize_wide, "DEQUANTIZE_MAX_BYTES", 0)
+    w, x = weights(rng, 71, 96), rng.standard_normal((131, 96)).astype(np.float32)
+    y = tr.tensor(x) @ tr.quantize(w, dt).T
+    assert quant_kernels(y) == [("qgemm", f"x4.{dt.value}")]
     assert_close(y.numpy(), x @ reference(w, dt).T, rtol=1e-4, atol=1e-4)
 
 
@@ -221,7 +239,11 @@ def test_fused_epilogue(dt: DType, m: int, rng: np.random.Generator) -> None:
     bias, res = rng.standard_normal(48).astype(np.float32), rng.standard_normal((m, 48)).astype(np.float32)
     y = tr.nn.linear(tr.tensor(x), tr.quantize(w, dt), tr.tensor(bias)).silu() + tr.tensor(res)
     program = tr.compile(y)
-    assert [(d.kernel, d.op) for d in program.dispatches] == [(rows_kernel(m, 48), "fused")]
+    kernels = [(d.kernel, d.op) for d in program.dispatches]
+    if m == 130:  # dequantized, then the float GEMM with the epilogue fused
+        assert kernels[0][0] == "dequant" and kernels[-1][1] == "fused" and len(kernels) == 2
+    else:
+        assert kernels == [(rows_kernel(m, 48), "fused")]
     z = x @ reference(w, dt).T + bias
     assert_close(y.numpy(), z / (1 + np.exp(-z)) + res, rtol=1e-4, atol=1e-4)
 

@@ -22,25 +22,30 @@ import numpy as np
 import tracer as tr
 from backend_wgpu import Program, get_device
 from benchmarks.timing import ProgramTimer
+from passes import dequantize_wide as dw
 from passes import run_pipeline
 from passes import select_kernels as sk
 from tracer.graph_builder import build_graph
 
 
 def programs(model: Any, length: int, vocab: int) -> tuple[dict[str, Program], list[Any], int]:
-    """The prefill of `length` random ids compiled by the rules and with qgemm alone; its inputs; the logits' output."""
+    """The prefill of `length` random ids compiled three ways from one traced graph; its inputs; the logits'
+    output: the rules, the rules without dequantize_wide (qgemm past qgemm_thin's rows), and qgemm alone (the
+    rules before this session)."""
     dev = get_device()
     ids = tr.tensor(np.random.default_rng(length).integers(0, vocab, (1, length)).astype(np.int32)).realize()
     cache = [t.realize() for t in model.empty_cache().tensors()]
     outs = model.prefill(ids, *cache)
     built = build_graph([t._lazy for t in outs])
-    compiled = {"qgemm_thin": Program(run_pipeline(built.graph, dev.caps).graph, dev)}
-    rule = sk.quant_thin_wins
-    sk.quant_thin_wins = lambda m, n: False  # the rule before qgemm_thin: qgemm for every product of 2+ rows
+    compiled = {"rules": Program(run_pipeline(built.graph, dev.caps).graph, dev)}
+    rule, limit = sk.quant_thin_wins, dw.DEQUANTIZE_MAX_BYTES
     try:
+        dw.DEQUANTIZE_MAX_BYTES = 0
+        compiled["no_dequant"] = Program(run_pipeline(built.graph, dev.caps).graph, dev)
+        sk.quant_thin_wins = lambda m, n: False
         compiled["qgemm"] = Program(run_pipeline(built.graph, dev.caps).graph, dev)
     finally:
-        sk.quant_thin_wins = rule
+        sk.quant_thin_wins, dw.DEQUANTIZE_MAX_BYTES = rule, limit
     return compiled, [lz.buffer for lz in built.inputs], 0
 
 
@@ -51,7 +56,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="1B")
     ap.add_argument("--formats", default="q4_0,q8_0")
-    ap.add_argument("--lengths", default="16,64,128")
+    ap.add_argument("--lengths", default="16,64,128,512")
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
@@ -71,10 +76,12 @@ def main() -> None:
             for name, program in compiled.items():
                 res = program.run(inputs)[out]
                 logits[name] = np.frombuffer(dev.read(res), np.float32)[-cfg.vocab :]
-                kinds = sorted({d.kernel for d in program.dispatches if d.kernel.startswith("qgemm")})
+                kinds = sorted(
+                    {d.kernel for d in program.dispatches if d.kernel.startswith(("qgemm", "dequant", "gemm"))}
+                )
                 print(f"{fmt} prefill {length}: {name}: {len(program.dispatches)} dispatches, {kinds}", flush=True)
-            a, b = logits["qgemm_thin"], logits["qgemm"]
-            err = float(np.abs(a - b).max() / np.abs(b).max())
+            b = logits["qgemm"]
+            err = max(float(np.abs(a - b).max() / np.abs(b).max()) for a in logits.values())
             print(f"{fmt} prefill {length}: last logits max |diff| / max = {err:.1e}", flush=True)
             wall: dict[str, list[float]] = {n: [] for n in compiled}
             gpu: dict[str, list[float]] = {n: [] for n in compiled}
@@ -94,11 +101,14 @@ def main() -> None:
                 flush=True,
             )
         del model
-    print("\nprefill wall ms with the logits read back (GPU ms of one pass, diagnostic); ratio = qgemm / qgemm_thin")
-    print(f"{'format':<7} {'tokens':>6} {'qgemm_thin':>18} {'qgemm':>18} {'ratio':>6} {'check':>8}")
+    print("\nprefill wall ms with the logits read back (GPU ms of one pass, diagnostic); x = qgemm alone / that")
+    print(f"{'format':<7} {'tokens':>6} {'rules':>24} {'no dequantize_wide':>24} {'qgemm alone':>18} {'check':>8}")
     for fmt, length, row, err in table:
-        (tw, tg), (qw, qg) = row["qgemm_thin"], row["qgemm"]
-        print(f"{fmt:<7} {length:>6} {tw:>9.3f} ({tg:>6.3f}) {qw:>9.3f} ({qg:>6.3f}) {qw / tw:>5.2f}x {err:>8.1e}")
+        (rw, rg), (nw, ng), (qw, qg) = row["rules"], row["no_dequant"], row["qgemm"]
+        print(
+            f"{fmt:<7} {length:>6} {rw:>9.3f} ({rg:>6.3f}) {qw / rw:>5.2f}x {nw:>9.3f} ({ng:>6.3f}) {qw / nw:>5.2f}x "
+            f"{qw:>9.3f} ({qg:>6.3f}) {err:>8.1e}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""Quantized products of many rows (a long prompt's prefill): the weight dequantized once, then the f32 GEMM.
+
+qgemm dequantizes every block into workgroup memory for each 64-row tile of x and multiplies
+with scalar reads: on the H200 it ran the ~1B decoder's 128-token prefill at 42 ms against the
+f32 GEMM's 11 (benchmarks/runs/2026-12-01-W). Where the rules would give a quantized matmul to
+qgemm (more rows than qgemm_thin takes), this pass reads the weight through a CAST to float32
+instead (the dequant kernel, one pass over the blocks) and leaves the product to the float GEMM
+rules: the blocked GEMM, its splits, its fused epilogues. The float copy is a temporary of the
+program (passes.plan_memory reuses its slot), at most DEQUANTIZE_MAX_BYTES and within one storage
+binding; a larger weight keeps qgemm. It runs after fold_views (it reads operands through their views) and before split_k and
+select_kernels, which then see an ordinary float matmul.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ir.caps import DeviceCaps
+from ir.dtypes import DType
+from ir.graph import Graph
+from ir.node import Node
+from ir.ops import Op
+from passes.fold_views import view_of_operand
+from passes.select_kernels import quant_thin_wins
+
+# the largest float32 copy of one weight this pass makes (WGJIT_DEQUANTIZE_MAX_BYTES; 0: never)
+DEQUANTIZE_MAX_BYTES = int(os.environ.get("WGJIT_DEQUANTIZE_MAX_BYTES", str(256 << 20)))
+
+
+def dequantize_wide(graph: Graph, caps: DeviceCaps) -> Graph:
+    wide = [n for n in graph if _dequantized_here(graph, n, min(DEQUANTIZE_MAX_BYTES, caps.max_storage_binding))]
+    if not wide:
+        return graph
+    rewrite = {n.id for n in wide}
+    nodes: list[Node] = []
+    next_id = graph.next_id()
+    for node in graph:
+        if node.id not in rewrite:
+            nodes.append(node)
+            continue
+        weight, view = view_of_operand(graph, node.srcs[1])
+        cast = Node(next_id, Op.CAST, (weight.id,), weight.shape, DType.float32, label=weight.label)
+        read = Node(next_id + 1, Op.VIEW, (cast.id,), view.shape, DType.float32, view)
+        next_id += 2
+        nodes += [
+            cast,
+            read,
+            Node(node.id, node.op, (node.srcs[0], read.id), node.shape, node.dtype, node.arg, label=node.label),
+        ]
+    return graph.with_nodes(nodes)
+
+
+def _dequantized_here(graph: Graph, node: Node, limit: int) -> bool:
+    """A float matmul x @ w.T of a quantized weight w (N, K) whose rows of x are past qgemm_thin's, its float
+    copy at most `limit` bytes."""
+    if node.op is not Op.MATMUL or node.dtype is not DType.float32 or len(node.shape) != 2:
+        return False
+    x = graph[node.srcs[0]]
+    weight, _ = view_of_operand(graph, node.srcs[1])
+    if not weight.dtype.is_quantized or x.dtype.is_quantized:
+        return False
+    m, n = node.shape
+    return m > 1 and not quant_thin_wins(m, n) and 0 < 4 * weight.size <= limit
