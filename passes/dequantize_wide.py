@@ -1,14 +1,14 @@
 """Quantized products of many rows (a long prompt's prefill): the weight dequantized once, then the f32 GEMM.
 
 qgemm dequantizes every block into workgroup memory for each 64-row tile of x and multiplies
-with scalar reads: on the H200 it ran the ~1B decoder's 128-token prefill at 42 ms against the
-f32 GEMM's 11 (benchmarks/runs/2026-12-01-W). Where the rules would give a quantized matmul to
-qgemm (more rows than qgemm_thin takes), this pass reads the weight through a CAST to float32
-instead (the dequant kernel, one pass over the blocks) and leaves the product to the float GEMM
-rules: the blocked GEMM, its splits, its fused epilogues. The float copy is a temporary of the
-program (passes.plan_memory reuses its slot), at most DEQUANTIZE_MAX_BYTES and within one storage
-binding; a larger weight keeps qgemm. It runs after fold_views (it reads operands through their views) and before split_k and
-select_kernels, which then see an ordinary float matmul.
+with scalar reads: on the H200 it ran the ~1B decoder's 512-token prefill at 80 ms against the
+f32 GEMM's 30 (benchmarks/runs/2026-12-01-W). Where x has many rows (past qgemm_thin's, or
+DEQUANTIZE_MIN_ROWS), this pass reads the weight through a CAST to float32 instead (the dequant
+kernel, one pass over the blocks) and leaves the product to the float GEMM rules: the blocked
+GEMM, its splits, its fused epilogues. The float copy is a temporary of the program
+(passes.plan_memory reuses its slot), at most DEQUANTIZE_MAX_BYTES and within one storage
+binding; a larger weight keeps the quantized kernels. It runs after fold_views (it reads operands
+through their views) and before split_k and select_kernels, which then see an ordinary float matmul.
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ from passes.select_kernels import quant_thin_wins
 
 # the largest float32 copy of one weight this pass makes (WGJIT_DEQUANTIZE_MAX_BYTES; 0: never)
 DEQUANTIZE_MAX_BYTES = int(os.environ.get("WGJIT_DEQUANTIZE_MAX_BYTES", str(256 << 20)))
+# products of this many rows or more are dequantized even where qgemm_thin would take them (0: only past
+# it). H200 run W (qprefill_dequant_rows.txt), the ~1B prefill with every weight whose copy fits dequantized
+# against the rules without this: 128 tokens q4_0 18.4 against 29.3 ms, q8_0 15.4 against 23.0; 64 tokens
+# 19.7 against 19.2, 17.1 against 15.3; fewer tokens lose more. Between 64 and 128, unmeasured: 96.
+DEQUANTIZE_MIN_ROWS = 96
 
 
 def dequantize_wide(graph: Graph, caps: DeviceCaps) -> Graph:
@@ -60,4 +65,9 @@ def _dequantized_here(graph: Graph, node: Node, limit: int) -> bool:
     if not weight.dtype.is_quantized or x.dtype.is_quantized:
         return False
     m, n = node.shape
-    return m > 1 and not quant_thin_wins(m, n) and 0 < 4 * weight.size <= limit
+    return many_rows(m, n) and 0 < 4 * weight.size <= limit
+
+
+def many_rows(m: int, n: int) -> bool:
+    """Enough rows of x (m) by n weight rows for a float copy of the weight to pay (if it fits)."""
+    return m > 1 and (not quant_thin_wins(m, n) or 0 < DEQUANTIZE_MIN_ROWS <= m)

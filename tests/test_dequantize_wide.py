@@ -8,9 +8,8 @@ import pytest
 import tracer as tr
 from backend_wgpu import get_device
 from ir.ops import Op
-from passes.dequantize_wide import dequantize_wide
+from passes.dequantize_wide import dequantize_wide, many_rows
 from passes.fold_views import fold_views
-from passes.select_kernels import quant_thin_wins
 from tests.helpers import kernels_of
 from tracer.graph_builder import build_graph
 
@@ -26,7 +25,7 @@ def reference(w: np.ndarray, dt: str) -> np.ndarray:
 def test_a_prefill_and_a_decode_row_of_one_weight(rng: np.random.Generator) -> None:
     """200 rows (a float copy and a float GEMM) and one row (qgemv, the blocks themselves) of the same weight,
     with a bias, in one program: both against numpy, and the pass leaves the one-row product alone."""
-    assert not quant_thin_wins(200, 96)
+    assert many_rows(200, 96) and not many_rows(1, 96) and not many_rows(16, 96)
     w = rng.standard_normal((96, 64)).astype(np.float32)
     x, v, bias = (rng.standard_normal(s).astype(np.float32) for s in ((200, 64), (1, 64), (96,)))
     q, b = tr.quantize(w, tr.q4_0), tr.tensor(bias)

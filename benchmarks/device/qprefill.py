@@ -38,16 +38,17 @@ def programs(model: Any, length: int, vocab: int) -> tuple[dict[str, Program], l
     outs = model.prefill(ids, *cache)
     built = build_graph([t._lazy for t in outs])
     compiled = {"rules": Program(run_pipeline(built.graph, dev.caps).graph, dev)}
-    rule, limit = sk.quant_thin_wins, dw.DEQUANTIZE_MAX_BYTES
+    rule, limit, min_rows = sk.quant_thin_wins, dw.DEQUANTIZE_MAX_BYTES, dw.DEQUANTIZE_MIN_ROWS
     try:
         dw.DEQUANTIZE_MAX_BYTES = 0
         compiled["no_dequant"] = Program(run_pipeline(built.graph, dev.caps).graph, dev)
         sk.quant_thin_wins = lambda m, n: False
         compiled["qgemm"] = Program(run_pipeline(built.graph, dev.caps).graph, dev)
-        dw.DEQUANTIZE_MAX_BYTES = limit
+        sk.quant_thin_wins, dw.DEQUANTIZE_MAX_BYTES = rule, limit
+        dw.DEQUANTIZE_MIN_ROWS = 2  # every weight whose copy fits dequantized; qgemm_thin for the rest
         compiled["dequant_all"] = Program(run_pipeline(built.graph, dev.caps).graph, dev)
     finally:
-        sk.quant_thin_wins, dw.DEQUANTIZE_MAX_BYTES = rule, limit
+        sk.quant_thin_wins, dw.DEQUANTIZE_MAX_BYTES, dw.DEQUANTIZE_MIN_ROWS = rule, limit, min_rows
     return compiled, [lz.buffer for lz in built.inputs], 0
 
 
@@ -110,7 +111,7 @@ def main() -> None:
         dw_, dg = row["dequant_all"]
         print(
             f"{fmt:<7} {length:>6} {rw:>9.3f} ({rg:>6.3f}) {qw / rw:>5.2f}x {nw:>9.3f} ({ng:>6.3f}) {qw / nw:>5.2f}x "
-            f"{qw:>9.3f} ({qg:>6.3f}) {err:>8.1e}   every product of 2+ rows dequantized: {dw_:.3f} ({dg:.3f})"
+            f"{qw:>9.3f} ({qg:>6.3f}) {err:>8.1e}   every weight that fits dequantized: {dw_:.3f} ({dg:.3f})"
         )
 
 
