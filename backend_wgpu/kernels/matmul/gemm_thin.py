@@ -20,7 +20,7 @@ from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
 from backend_wgpu.kernels.matmul.gemv import GemvKernel
 from backend_wgpu.wgsl import WgslBuilder, f32v
 from ir.graph import Graph
-from ir.node import Node
+from ir.node import KernelChoice, Node
 from ir.view import View
 
 THIN_ROWS = 16  # rows per workgroup at most (one partial sum per row in each thread's registers)
@@ -45,7 +45,22 @@ def parts_size(rows: int, cols: int, threads: int, subgroups: bool) -> int:
     return rows * cols * (max(1, threads // 4) if subgroups else threads)
 
 
-class ThinGemmKernel(GemvKernel):
+class ThinBlock:
+    """What the thin kernels (gemm_thin, qgemm_thin) share: a workgroup per block of `rows` rows by `cols`
+    columns of the output, both in their KernelChoice's params."""
+
+    choice: KernelChoice
+
+    @property
+    def rows(self) -> int:
+        return self.choice.param("rows")
+
+    @property
+    def cols(self) -> int:
+        return self.choice.param("cols", 1)
+
+
+class ThinGemmKernel(ThinBlock, GemvKernel):
     """gemm_thin[k_contig]: a workgroup per block of rows x cols outputs, threads along k (gemv's operand
     types and unroll; gemv is its one-row, one-column case with a workgroup tree)."""
 
@@ -64,14 +79,6 @@ class ThinGemmKernel(GemvKernel):
             f"few output rows: a workgroup per {rows} rows x {cols} columns, threads along K (B read "
             f"contiguously along K, once); {rule_said(node)}"
         )
-
-    @property
-    def rows(self) -> int:
-        return self.choice.param("rows")
-
-    @property
-    def cols(self) -> int:
-        return self.choice.param("cols", 1)
 
     def variant_key(self) -> str:
         fused = f":{self.code.key()}" if self.code else ""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from backend_wgpu.kernel import Workload
 from backend_wgpu.kernels.matmul.base import rule_said
-from backend_wgpu.kernels.matmul.gemm_thin import parts_size, store_block_sums
+from backend_wgpu.kernels.matmul.gemm_thin import ThinBlock, parts_size, store_block_sums
 from backend_wgpu.kernels.quant.formats import describe
 from backend_wgpu.kernels.quant.qgemv import QuantMatmulKernel, quant_operand, unit_update
 from backend_wgpu.wgsl import WgslBuilder
@@ -24,7 +24,7 @@ from ir.node import Node
 QTHIN_ROWS = 16  # rows of x per workgroup at most (rows x cols partial sums in each thread's registers)
 
 
-class QuantThinKernel(QuantMatmulKernel):
+class QuantThinKernel(ThinBlock, QuantMatmulKernel):
     name = "qgemm_thin"
 
     @classmethod
@@ -36,14 +36,6 @@ class QuantThinKernel(QuantMatmulKernel):
             f"{rows} rows of x by {cols} weight rows, {node.kernel.workgroup[0]} threads along each weight row's "
             f"16-byte units; {rule_said(node)}"
         )
-
-    @property
-    def rows(self) -> int:
-        return self.choice.param("rows")
-
-    @property
-    def cols(self) -> int:
-        return self.choice.param("cols", 1)
 
     def calculate_dispatch(self) -> Workload:
         m, n = self.core.shape
