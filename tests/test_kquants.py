@@ -26,7 +26,7 @@ import tracer as tr
 from ir import quant
 from ir.dtypes import DType
 from tests.helpers import kernels_of
-from tests.test_quant import rows_kernel
+from tests.test_quant import forced_thin_product, rows_kernel
 
 gguf = pytest.importorskip("gguf", reason="k-quant tests read blocks with the gguf package (pip install 'wgjit[gguf]')")
 
@@ -286,6 +286,17 @@ def test_gemm(m: int, n: int, k: int, kq: KQuant, rng: np.random.Generator) -> N
     else:  # passes.dequantize_wide: the weight dequantized, then a float GEMM
         assert kernels[0][0] == "dequant" and "qgemm" not in {kn for kn, _ in kernels}
     assert_product(y.numpy(), x, ref)
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("m,n,cols,threads", [(3, 5, 4, 64), (20, 33, 2, 128)])
+def test_gemm_thin_settings(
+    m: int, n: int, cols: int, threads: int, split: bool, kq: KQuant, rng: np.random.Generator, device
+) -> None:
+    """qgemm_thin at forced settings, a unit per thread or four threads to a unit (each its word's lanes)."""
+    w, ref = kq.weights(rng, n, 512)
+    x = rng.standard_normal((m, 512)).astype(np.float32)
+    assert_product(forced_thin_product(x, w, cols, threads, device.caps.subgroups, split, device), x, ref)
 
 
 @pytest.mark.parametrize("m", [1, 5, 130])

@@ -177,17 +177,10 @@ def test_gemm_of_a_weight_kept_quantized(dt: DType, rng: np.random.Generator, mo
     assert_close(y.numpy(), x @ reference(w, dt).T, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("dt", FORMATS)
-@pytest.mark.parametrize(
-    "m,n,k,cols,threads",
-    [(2, 3, 32, 1, 32), (16, 40, 96, 4, 32), (17, 33, 256, 4, 64), (37, 130, 512, 2, 128), (64, 9, 64, 4, 32)],
-)
-@pytest.mark.parametrize("subgroups", [False, True])
-def test_gemm_thin_settings(
-    dt: DType, m: int, n: int, k: int, cols: int, threads: int, subgroups: bool, rng: np.random.Generator, device
-) -> None:
-    """qgemm_thin at forced settings: blocks of rows of x past m (17 = 9 + 8, 37 = 3 x 13), weight rows past n
-    (a last block of 1 to 3), more threads than a row's units, with and without subgroup sums."""
+def forced_thin_product(
+    x: np.ndarray, wq: tr.Tensor, cols: int, threads: int, subgroups: bool, split: bool, device
+) -> np.ndarray:
+    """x @ wq.T run by qgemm_thin at the given settings (its rows: x's in blocks of at most 16)."""
     import dataclasses
 
     from backend_wgpu import Program
@@ -195,14 +188,12 @@ def test_gemm_thin_settings(
     from passes import run_pipeline
     from tracer.graph_builder import build_graph
 
-    if subgroups and not device.caps.subgroups:
-        pytest.skip("no subgroups on this adapter")
-    w, x = weights(rng, n, k), rng.standard_normal((m, k)).astype(np.float32)
-    y = tr.tensor(x).realize() @ tr.quantize(w, dt).realize().T
+    m, n = x.shape[0], wq.shape[0]
+    y = tr.tensor(x).realize() @ wq.realize().T
     built = build_graph([y._lazy])
     graph = run_pipeline(built.graph, device.caps).graph
     rows = -(-m // -(-m // 16))
-    params = (("rows", rows), ("cols", cols), ("subgroups", subgroups))
+    params = (("rows", rows), ("cols", cols), ("subgroups", subgroups), ("split", split))
     forced = KernelChoice("qgemm_thin", "x4", workgroup=(threads, 1, 1), params=params)
     graph = graph.with_nodes(
         dataclasses.replace(nd, kernel=dataclasses.replace(forced, variant=nd.kernel.variant))
@@ -213,7 +204,35 @@ def test_gemm_thin_settings(
     program = Program(graph, device)
     assert [d.kernel for d in program.dispatches] == ["qgemm_thin"]
     out = program.run([lz.buffer for lz in built.inputs])[0]
-    got = np.frombuffer(device.read(out), np.float32)[: m * n].reshape(m, n)
+    return np.frombuffer(device.read(out), np.float32)[: m * n].reshape(m, n)
+
+
+@pytest.mark.parametrize("dt", FORMATS)
+@pytest.mark.parametrize(
+    "m,n,k,cols,threads",
+    [(2, 3, 32, 1, 32), (16, 40, 96, 4, 32), (17, 33, 256, 4, 64), (37, 130, 512, 2, 128), (64, 9, 64, 4, 32)],
+)
+@pytest.mark.parametrize("subgroups", [False, True])
+@pytest.mark.parametrize("split", [False, True])
+def test_gemm_thin_settings(
+    dt: DType,
+    m: int,
+    n: int,
+    k: int,
+    cols: int,
+    threads: int,
+    subgroups: bool,
+    split: bool,
+    rng: np.random.Generator,
+    device,
+) -> None:
+    """qgemm_thin at forced settings: blocks of rows of x past m (17 = 9 + 8, 37 = 3 x 13), weight rows past n
+    (a last block of 1 to 3), more threads than a row's units, with and without subgroup sums, a unit per
+    thread or split four threads to a unit."""
+    if subgroups and not device.caps.subgroups:
+        pytest.skip("no subgroups on this adapter")
+    w, x = weights(rng, n, k), rng.standard_normal((m, k)).astype(np.float32)
+    got = forced_thin_product(x, tr.quantize(w, dt), cols, threads, subgroups, split, device)
     assert_close(got, x @ reference(w, dt).T, rtol=1e-4, atol=1e-4)
 
 

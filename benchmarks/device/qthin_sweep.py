@@ -7,7 +7,8 @@ For q4_0 and q8_0 weights of the ~1B decoder's shapes (w 2048x2048, 8192x2048, 2
 and 2 to 128 rows of x, each contender is checked against numpy (x times the weight's dequantized
 values) and then timed, interleaved in blocks (timestamps around the one dispatch; the median of
 block medians): qgemm (64x64 tiles), the built-in rule, and qgemm_thin with 1, 2 or 4 weight rows a
-workgroup and 32 to 256 threads. The last lines are the table, microseconds, fastest first per case.
+workgroup and 32 to 256 threads, and with each unit split among four threads (names ending in `s`, 4
+or 8 weight rows). The last lines are the table, microseconds, fastest first per case.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from tracer.graph_builder import build_graph
 SHAPES = [(2048, 2048), (8192, 2048), (2048, 8192)]  # (n, k) of w
 ROWS = [2, 8, 16, 32, 64, 128]
 QUICK_SHAPES, QUICK_ROWS = [(96, 256)], [2, 16, 40]
-SETTINGS = [(cols, threads) for cols in (1, 2, 4) for threads in (32, 64, 128, 256)]
+# (weight rows a workgroup, threads, units split four threads to a unit)
+SETTINGS = [(cols, threads, False) for cols in (1, 2, 4) for threads in (32, 64, 128, 256)]
+SETTINGS += [(cols, threads, True) for cols in (4, 8) for threads in (64, 128, 256)]
 
 
 def forced(choice: KernelChoice | None) -> Any:
@@ -79,10 +82,10 @@ def main() -> int:
                 case = f"{fmt} {m}x{n}x{k}"
                 choices: dict[str, KernelChoice | None] = {"rule": None}
                 choices["qgemm"] = KernelChoice("qgemm", "x4", workgroup=(16, 16, 1))
-                for cols, threads in SETTINGS:
+                for cols, threads, split in SETTINGS:
                     rows = -(-m // -(-m // 16))
-                    params = (("rows", rows), ("cols", cols), ("subgroups", dev.caps.subgroups))
-                    choices[f"c{cols}t{threads}"] = KernelChoice(
+                    params = (("rows", rows), ("cols", cols), ("subgroups", dev.caps.subgroups), ("split", split))
+                    choices[f"c{cols}t{threads}{'s' * split}"] = KernelChoice(
                         "qgemm_thin", "x4", workgroup=(threads, 1, 1), params=params
                     )
                 contenders = {}

@@ -163,6 +163,22 @@ class QuantFormat:
             (f"q4hi({q}.{c})", 16 + 4 * j) for j, c in enumerate("xyzw")
         ]
 
+    def word_lanes(self, q: str, w: str) -> list[tuple[str, int]]:
+        """The lanes of word `w` (a WGSL u32 expression, 0..3) of unit `q`, for a kernel that splits a unit's
+        words among threads: (vec4<f32> values before scaling, 0 or 16). Lane (value, h) holds the unit's
+        values h + 4 w .. h + 4 w + 3 (q8_0: one lane of the word's four int8; q4_0, q4_k, q6_k: two, the
+        low nibbles at h = 0 and the high at h = 16, as `lanes`)."""
+        word = f"{q}[{w}]"
+        if self.dtype is DType.q8_0:
+            return [(f"q8x4({word})", 0)]
+        if self.dtype is DType.q6_k:  # word w's high bits sit 2 w bits up (ir/quant.py)
+            return [
+                (f"q6x4({word}, {q}h.x >> (2u * {w}))", 0),
+                (f"q6x4({word} >> 4u, {q}h.y >> (2u * {w}))", 16),
+            ]
+        lo, hi = ("q4klo", "q4khi") if self.dtype is DType.q4_k else ("q4lo", "q4hi")
+        return [(f"{lo}({word})", 0), (f"{hi}({word})", 16)]
+
     def block_of(self, unit: str) -> str:
         """WGSL: the block (index of its scale) that unit `unit` belongs to."""
         return unit if self.units_per_block == 1 else f"({unit}) / {self.units_per_block}u"

@@ -43,7 +43,7 @@ class QuantThinKernel(ThinBlock, QuantMatmulKernel):
         return Workload.for_workgroups(blocks, self.choice.workgroup, self.max_workgroups)
 
     def loop_iterations(self) -> int:
-        threads = self.choice.workgroup[0]
+        threads = self.choice.workgroup[0] // (4 if self.choice.param("split", False) else 1)
         units = self.fmt.units(self.operands[self.ia].view.shape[-1])
         outs = self.rows * self.cols
         return -(-units // threads) + 1 + -(-outs // threads) * (threads + 1)  # the units, then the sums
@@ -68,23 +68,56 @@ class QuantThinKernel(ThinBlock, QuantMatmulKernel):
             b.line(f"let xrow{r} = min(row0 + {r}u, params.m - 1u);")
             for c in range(cols):
                 b.line(f"var acc{r}_{c} = 0.0;")
+        if self.choice.param("split", False):
+            self._split_units(b, threads)
+        else:
+            self._whole_units(b, threads)
+        b.line("}")
+        store_block_sums(self, b, rows, cols, threads, subgroups, "row * params.n + col")
+
+    def _whole_units(self, b: WgslBuilder, threads: int) -> None:
+        """The loop over units, one thread per unit (its 16-byte load and every lane): neighbouring threads
+        read x a unit (64 or 128 bytes) apart."""
+        fmt = self.fmt
         lanes = fmt.lanes("q")
         b.line(f"for (var u = lidx; u < params.upr; u += {threads}u) {{")
-        for c in range(cols):  # every load first: the weight rows' units and scales
-            b.line(f"  let q{c} = {in_b}[unit{c} + u];")
-            for load in fmt.loads(in_b, f"q{c}", f"unit{c} + u"):
-                b.line(f"  {load}")
-            b.line(f"  let d{c} = {in_b}_scale({fmt.block_of(f'unit{c} + u')});")
+        for c in range(self.cols):  # every load first: the weight rows' units and scales
+            self._unit_loads(b, c)
             # each lane unpacked once, for every row of x
             for j, (value, _) in enumerate(fmt.lanes(f"q{c}")):
                 b.line(f"  let w{c}_{j} = {value};")
-        unpacked = [[(f"w{c}_{j}", offset) for j, (_, offset) in enumerate(lanes)] for c in range(cols)]
-        for r in range(rows):
-            for j, (_, offset) in enumerate(lanes):
-                b.line(f"  let x{r}_{j} = {self.x_at(f'xrow{r}', f'u * {fmt.values_per_unit}u + {offset}u')};")
-            if fmt.has_offset:  # sum(x) over the unit, for its offset: scale * dot(q, x) - offset * sum(x)
-                b.line(f"  let s{r} = dot({' + '.join(f'x{r}_{j}' for j in range(len(lanes)))}, vec4<f32>(1.0));")
-            for c in range(cols):
+        unpacked = [[(f"w{c}_{j}", offset) for j, (_, offset) in enumerate(lanes)] for c in range(self.cols)]
+        self._rows(b, unpacked, [f"u * {fmt.values_per_unit}u + {offset}u" for _, offset in lanes])
+
+    def _split_units(self, b: WgslBuilder, threads: int) -> None:
+        """The loop over units, four threads per unit, one word each (`split`): the unit's load is the same for
+        the four, and neighbouring threads read neighbouring 16 bytes of x."""
+        fmt = self.fmt
+        lanes = fmt.word_lanes("q", "sub")
+        b.line("let sub = lidx % 4u;  // this thread's word of each unit")
+        b.line(f"for (var u = lidx / 4u; u < params.upr; u += {threads // 4}u) {{")
+        for c in range(self.cols):
+            self._unit_loads(b, c)
+            for j, (value, _) in enumerate(fmt.word_lanes(f"q{c}", "sub")):
+                b.line(f"  let w{c}_{j} = {value};")
+        unpacked = [[(f"w{c}_{j}", h) for j, (_, h) in enumerate(lanes)] for c in range(self.cols)]
+        self._rows(b, unpacked, [f"u * {fmt.values_per_unit}u + {h}u + 4u * sub" for _, h in lanes])
+
+    def _unit_loads(self, b: WgslBuilder, c: int) -> None:
+        """Weight row c's unit u (`q{c}`, and what its lanes read besides) and its scale (`d{c}`)."""
+        fmt, in_b = self.fmt, self.in_name(self.ib)
+        b.line(f"  let q{c} = {in_b}[unit{c} + u];")
+        for load in fmt.loads(in_b, f"q{c}", f"unit{c} + u"):
+            b.line(f"  {load}")
+        b.line(f"  let d{c} = {in_b}_scale({fmt.block_of(f'unit{c} + u')});")
+
+    def _rows(self, b: WgslBuilder, unpacked: list[list[tuple[str, int]]], at: list[str]) -> None:
+        """For each row of x: its values at positions `at` (one vec4 per lane) times every weight row's lanes."""
+        fmt = self.fmt
+        for r in range(self.rows):
+            for j, k in enumerate(at):
+                b.line(f"  let x{r}_{j} = {self.x_at(f'xrow{r}', k)};")
+            if fmt.has_offset:  # sum(x) over the lanes, for the offset: scale * dot(q, x) - offset * sum(x)
+                b.line(f"  let s{r} = dot({' + '.join(f'x{r}_{j}' for j in range(len(at)))}, vec4<f32>(1.0));")
+            for c in range(self.cols):
                 b.line(f"  {unit_update(fmt, f'acc{r}_{c}', unpacked[c], f'd{c}', f'x{r}_', f's{r}')}")
-        b.line("}")
-        store_block_sums(self, b, rows, cols, threads, subgroups, "row * params.n + col")
