@@ -30,6 +30,7 @@ from ir.tuning import TunedEntry, TuningTable
 from ir.view import View
 from passes import run_pipeline
 from passes.dce import dce
+from passes.dequantize_wide import dequantize_wide
 from passes.fold_views import fold_views
 from passes.fuse_attention import fuse_attention
 from passes.select_kernels import (
@@ -39,7 +40,7 @@ from passes.select_kernels import (
     gemm_problem,
     is_tunable_matmul,
     matmul_candidates,
-    qgemv_problem,
+    quant_matmul_problem,
 )
 
 Problem = GemmProblem | QuantGemvProblem
@@ -61,7 +62,7 @@ class TuneResult:
 
 def describe(p: Problem) -> str:
     if isinstance(p, QuantGemvProblem):
-        return f"1x{p.n}x{p.k} {p.dtypes[1].value}"
+        return f"{p.m}x{p.n}x{p.k} {p.dtypes[1].value}"
     batch = f"{p.batch}x" if p.batch > 1 else ""
     return f"{batch}{p.m}x{p.n}x{p.k} {p.dtypes[0].value}"
 
@@ -96,12 +97,12 @@ def problem_graph(p: Problem, rng: np.random.Generator) -> tuple[Graph, list[np.
 
 
 def quant_problem_graph(p: QuantGemvProblem, rng: np.random.Generator) -> tuple[Graph, list[np.ndarray], np.ndarray]:
-    """x (1, k) @ w.T with w (n, k) quantized on the host (tr.quantize), and numpy's product with w's values."""
+    """x (m, k) @ w.T with w (n, k) quantized on the host (tr.quantize), and numpy's product with w's values."""
     import tracer as tr
     from ir.quant import dequantize
     from tracer.graph_builder import build_graph
 
-    x = rng.standard_normal((1, p.k)).astype(p.dtypes[0].np)
+    x = rng.standard_normal((p.m, p.k)).astype(p.dtypes[0].np)
     wq = tr.quantize(rng.standard_normal((p.n, p.k)).astype(np.float32), p.dtypes[1])
     values = dequantize(wq._lazy.host, p.dtypes[1], (p.n, p.k))
     # x1: x read through a stride of 2 (a column slice), as a strided x is
@@ -193,7 +194,7 @@ def tune_gemm(
 
 def gemm_keys(graph: Graph, caps: Any) -> list[str]:
     """The tuning keys of the GEMMs in a traced graph, as passes.split_k and select_kernels will see them."""
-    g = fuse_attention(fold_views(dce(graph, caps), caps), caps)
+    g = dequantize_wide(fuse_attention(fold_views(dce(graph, caps), caps), caps), caps)
     return list(tunable_problems([g]))
 
 
@@ -203,11 +204,13 @@ def _static(view: View) -> bool:
 
 
 def tunable_problems(graphs: list[Graph]) -> dict[str, Problem]:
-    """The distinct matmul problems (one per tuning key, the first seen) of graphs after fold_views."""
+    """The distinct matmul problems (one per tuning key, the first seen) of graphs after dequantize_wide (the
+    passes before it: fold_views's views; a quantized weight read by many rows already a float copy)."""
     found: dict[str, Problem] = {}
     for graph in graphs:
         for node in graph:
-            q = qgemv_problem(graph, node) if node.op is Op.MATMUL and graph[node.srcs[1]].dtype.is_quantized else None
+            quantized = node.op is Op.MATMUL and graph[node.srcs[1]].dtype.is_quantized
+            q = quant_matmul_problem(graph, node) if quantized else None
             if q is not None:
                 found.setdefault(q.tuning_key(), q)
             if is_tunable_matmul(graph, node):
@@ -226,7 +229,7 @@ def tune_graphs(
     families: set[str] | None = None,
 ) -> list[TuneResult]:
     """Tune every distinct problem of `graphs` (of these kernel `families` only, when given: kernel
-    names such as gemm_blocked, gemv, gemv_split, qgemv); keep the winners in the cache and on the device."""
+    names such as gemm_blocked, gemv, gemv_split, qgemv, qgemm_thin); keep the winners in the cache and on the device."""
     device = device or get_device()
     problems = {k: p for k, p in tunable_problems(graphs).items() if families is None or p.family in families}
     results = []

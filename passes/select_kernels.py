@@ -266,12 +266,16 @@ MAX_LOOP = 65535  # lavapipe ends a loop after this many iterations
 def _select_quantized(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     """Kernels that read quantized blocks: the tracer lets only matmul (x @ w.T), gather and cast reach here."""
     if node.op is Op.MATMUL:
-        p = qgemv_problem(graph, node)
+        p = quant_matmul_problem(graph, node)
         tuned = _tuned(p, caps) if p is not None else None
         if tuned is None:
             return quant_matmul_choice(graph, node, caps=caps)
-        wx, wy, rows, unroll = _gemv_numbers(tuned[0])
-        choice = quant_matmul_choice(graph, node, wx, wy, rows, unroll, caps=caps)
+        if p is not None and p.family == QuantThinKernel.name:
+            cols, threads, split = qthin_numbers(tuned[0])
+            choice = quant_thin_choice(p.m, p.n, p.k, p.dtypes[1], p.layout, caps, cols, threads, split)
+        else:
+            wx, wy, rows, unroll = _gemv_numbers(tuned[0])
+            choice = quant_matmul_choice(graph, node, wx, wy, rows, unroll, caps=caps)
         return replace(choice, params=choice.params + (("tuned", tuned[1]),))
     if node.op is Op.CAST:
         return KernelChoice(DequantKernel.name, workgroup=(256, 1, 1))
@@ -359,14 +363,27 @@ def quant_thin_wins(m: int, n: int) -> bool:
     return 1 < m <= QTHIN_MAX_M and (m <= QTHIN_ALWAYS_M or m * n <= QTHIN_MAX_OUTPUTS)
 
 
-def quant_thin_choice(m: int, n: int, k: int, wdtype: DType, variant: str, caps: DeviceCaps | None) -> KernelChoice:
+def quant_thin_choice(
+    m: int,
+    n: int,
+    k: int,
+    wdtype: DType,
+    variant: str,
+    caps: DeviceCaps | None,
+    cols: int | None = None,
+    threads: int | None = None,
+    split: bool = False,
+) -> KernelChoice:
     """qgemm_thin's block of rows of x (m split evenly in blocks of at most QTHIN_ROWS) and weight rows, and
-    its threads along a weight row's units."""
+    its threads along a weight row's units: the rule's, or the given `cols`, `threads` and `split` (tuned)."""
     rows = -(-m // -(-m // QTHIN_ROWS))
+    subgroups = bool(caps is not None and caps.subgroups)
+    if cols is not None and threads is not None:
+        params = (("rows", rows), ("cols", cols), ("subgroups", subgroups), ("split", split))
+        return KernelChoice(QuantThinKernel.name, variant, workgroup=(threads, 1, 1), params=params)
     units = k // (16 if wdtype is DType.q8_0 else 32)
     limit = min(128, caps.max_invocations) if caps is not None else 128
     threads = min(limit, max(32, 1 << max(0, (-(-units // QTHIN_UNITS) - 1).bit_length())))
-    subgroups = bool(caps is not None and caps.subgroups)
     storage = caps.max_workgroup_storage if caps is not None else 16384
     cols = QTHIN_COLS
     while cols > 1 and (n < 8 * cols or 4 * parts_size(rows, cols, threads, subgroups) > storage // 2):
@@ -379,27 +396,63 @@ def quant_thin_choice(m: int, n: int, k: int, wdtype: DType, variant: str, caps:
 
 @dataclass(frozen=True)
 class QuantGemvProblem:
-    """What the qgemv rules look at: one row of x (k) times a quantized weight (n, k), read as w.T."""
+    """What the quantized GEMV rules look at: m rows of x (k) times a quantized weight (n, k), read as w.T;
+    one row for qgemv, a few for qgemm_thin (`family`)."""
 
     n: int
     k: int
     dtypes: tuple[DType, DType, DType]  # x, the weight's format, the output
     layout: str  # x4 (x read as vec4) or x1
     family: str = QuantGemvKernel.name
+    m: int = 1
 
     def tuning_key(self) -> str:
         dt = ",".join(d.value for d in self.dtypes[:2]) + "->" + self.dtypes[2].value
+        if self.family == QuantThinKernel.name:
+            return f"qgemm_thin {dt} {self.layout} m{bucket(self.m)} n{bucket(self.n)} k{bucket(self.k)}"
         return f"qgemv {dt} {self.layout} n{bucket(self.n)} k{bucket(self.k)}"
 
 
-def qgemv_problem(graph: Graph, node: Node) -> QuantGemvProblem | None:
-    """The qgemv problem of a quantized matmul of one row (None for more rows: qgemm has no knobs)."""
-    if node.op is not Op.MATMUL or node.shape[0] != 1:
+def quant_matmul_problem(graph: Graph, node: Node) -> QuantGemvProblem | None:
+    """The qgemv problem of a quantized matmul of one row, the qgemm_thin one of a few rows (None for more:
+    qgemm has no knobs)."""
+    if node.op is not Op.MATMUL or len(node.shape) != 2:
+        return None
+    m, n = node.shape
+    if m != 1 and not quant_thin_wins(m, n):
         return None
     _, a_view = view_of_operand(graph, node.srcs[0])
     w = graph[node.srcs[1]]
     dtypes = (graph[node.srcs[0]].dtype, w.dtype, node.dtype)
-    return QuantGemvProblem(node.shape[1], a_view.shape[-1], dtypes, "x4" if row_vector(a_view, 1, 4) else "x1")
+    family = QuantGemvKernel.name if m == 1 else QuantThinKernel.name
+    return QuantGemvProblem(n, a_view.shape[-1], dtypes, "x4" if row_vector(a_view, 1, 4) else "x1", family, m)
+
+
+def qthin_candidates(p: QuantGemvProblem, caps: DeviceCaps) -> list[str]:
+    """The qgemm_thin configurations `wgjit tune` times: "c<weight rows a workgroup>.t<threads>", ".s" ending
+    those whose units are split four threads to a unit."""
+    rows = -(-p.m // -(-p.m // QTHIN_ROWS))
+    grid = [
+        f"c{cols}.t{threads}{'.s' * split}"
+        for cols in (1, 2, 4, 8)
+        for threads in (32, 64, 128, 256)
+        for split in (False, True)
+        if threads <= caps.max_invocations and (cols == 1 or p.n >= 8 * cols)
+        if 4 * parts_size(rows, cols, threads, caps.subgroups) <= caps.max_workgroup_storage // 2
+    ]
+    builtin = builtin_qthin_config(p, caps)
+    return grid if builtin in grid else [*grid, builtin]
+
+
+def builtin_qthin_config(p: QuantGemvProblem, caps: DeviceCaps) -> str:
+    c = quant_thin_choice(p.m, p.n, p.k, p.dtypes[1], p.layout, caps)
+    return f"c{c.param('cols')}.t{c.workgroup[0]}{'.s' * bool(c.param('split', False))}"
+
+
+def qthin_numbers(name: str) -> tuple[int, int, bool]:
+    """(cols, threads, split) of a qgemm_thin configuration's name: "c4.t64.s" -> (4, 64, True)."""
+    parts = name.split(".")
+    return int(parts[0][1:]), int(parts[1][1:]), parts[-1] == "s"
 
 
 def qgemv_candidates(p: QuantGemvProblem, caps: DeviceCaps) -> list[str]:
@@ -903,7 +956,7 @@ def is_tunable_matmul(graph: Graph, node: Node) -> bool:
 def matmul_candidates(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -> list[str]:
     """What `wgjit tune` times for one matmul problem, by its family."""
     if isinstance(p, QuantGemvProblem):
-        return qgemv_candidates(p, caps)
+        return qthin_candidates(p, caps) if p.family == QuantThinKernel.name else qgemv_candidates(p, caps)
     return gemm_candidates(p, caps) if p.family == BlockedGemmKernel.name else gemv_candidates(p, caps)
 
 
@@ -911,7 +964,7 @@ def builtin_matmul_config(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -
     """The name of what the built-in rules pick for `p` (the tuner's baseline)."""
     caps = untuned(caps)
     if isinstance(p, QuantGemvProblem):
-        return builtin_qgemv_config(p)
+        return builtin_qthin_config(p, caps) if p.family == QuantThinKernel.name else builtin_qgemv_config(p)
     if p.family != BlockedGemmKernel.name:
         return _builtin_gemv(p, caps)
     split = builtin_gemm_split(p)
@@ -1069,6 +1122,8 @@ def _usable(p: GemmProblem | QuantGemvProblem, config: str, caps: DeviceCaps) ->
     """Can `config` (a cache entry's name) run `p` on this adapter? A stale or foreign entry cannot."""
     if p.family == QuantGemvKernel.name:
         return config in qgemv_candidates(p, caps)
+    if p.family == QuantThinKernel.name:
+        return config in qthin_candidates(p, caps)
     if p.family == BlockedGemmKernel.name:
         return config.startswith("split") or (config in GEMM_CONFIGS and _config_runs(p, GEMM_CONFIGS[config], caps))
     return config in gemv_candidates(p, caps)

@@ -286,7 +286,7 @@ def test_wgjit_tune_needs_a_script_and_known_families(tmp_path: Path, capsys: py
     script = tmp_path / "never_run.py"
     script.write_text("raise SystemExit('the script must not run')\n")
     assert main(["tune", str(script), "--only", "gemv,gemm"]) == 2
-    assert "--only gemm: choose among gemm_blocked, gemm_thin, gemv, gemv_split, qgemv" in capsys.readouterr().err
+    assert "--only gemm: choose among gemm_blocked, gemm_thin, gemv, gemv_split, qgemm_thin, qgemv" in capsys.readouterr().err
 
 
 @pytest.mark.gpu
@@ -352,3 +352,31 @@ def test_qgemv_configs_are_tuned_checked_and_used(fmt: str) -> None:
     g2 = run_pipeline(_graph(tr.tensor(x) @ wq.T), tuned_caps).graph
     (mm,) = [n for n in g2 if n.kernel is not None and n.kernel.name == "qgemv"]
     assert "4 weight rows per thread, 64 threads along each row" in why(g2, mm) and "tuned (test table" in why(g2, mm)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_k"])
+def test_qgemm_thin_configs_are_tuned_checked_and_used(fmt: str) -> None:
+    """A few rows times a quantized weight: the tuner's stand-in (x of those rows) matches the dequantized
+    product for split and whole units, a tuned configuration runs with its weight rows, threads and split,
+    and explain names the entry."""
+    rng = np.random.default_rng(4)
+    wf, x = rng.standard_normal((40, 256)).astype(np.float32), rng.standard_normal((5, 256)).astype(np.float32)
+    wq = tr.quantize(wf, fmt)
+    values = tr.quantize(wf, fmt).astype(tr.float32).numpy()
+    dev = get_device()
+    g = fold_views(dce(_graph(tr.tensor(x) @ wq.T), dev.caps), dev.caps)
+    (p,) = tunable_problems([g]).values()
+    assert p.family == "qgemm_thin" and p.tuning_key() == f"qgemm_thin float32,{fmt}->float32 x4 m8 n64 k256"
+    names = sk.matmul_candidates(p, dev.caps)
+    assert sk.builtin_matmul_config(p, dev.caps) in names and "c1.t32.s" in names and "c4.t64" in names
+    result = tune_gemm(p, dev, repeats=1, candidates=["c1.t32.s", "c4.t64"])
+    assert not result.rejected and set(result.times) == {"c1.t32.s", "c4.t64", result.entry.builtin}
+    got, program = run_tuned(tr.tensor(x) @ wq.T, "c1.t32.s")
+    (d,) = program.dispatches
+    assert d.kernel == "qgemm_thin" and d.workgroup_size[0] == 32 and "split" in d.variant, d
+    np.testing.assert_allclose(got, x.astype(np.float64) @ values.T, rtol=1e-4, atol=1e-4)
+    tuned_caps = dataclasses.replace(dev.caps, tuning=table_for([p.tuning_key()], "c1.t32.s"))
+    g2 = run_pipeline(_graph(tr.tensor(x) @ wq.T), tuned_caps).graph
+    (mm,) = [n for n in g2 if n.kernel is not None and n.kernel.name == "qgemm_thin"]
+    assert "by 1 weight rows, 32 threads" in why(g2, mm) and "tuned (test table" in why(g2, mm)

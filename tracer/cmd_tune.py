@@ -12,9 +12,16 @@ import argparse
 import sys
 import traceback
 
-# graphs are tuned as passes.split_k sees them: after fold_views and fuse_attention, before any split
-TUNED_STAGE = "fuse_attention"
-FAMILIES = {"gemm_blocked", "gemm_thin", "gemv", "gemv_split", "qgemv"}  # the kernels with tunable configurations
+# graphs are tuned as passes.split_k sees them: after fold_views, fuse_attention and dequantize_wide, before any split
+TUNED_STAGE = "dequantize_wide"
+FAMILIES = {
+    "gemm_blocked",
+    "gemm_thin",
+    "gemv",
+    "gemv_split",
+    "qgemv",
+    "qgemm_thin",
+}  # the kernels with tunable configurations
 
 
 def _add_options(p: argparse.ArgumentParser, default: object) -> None:
@@ -26,7 +33,7 @@ def _add_options(p: argparse.ArgumentParser, default: object) -> None:
     p.add_argument(
         "--only",
         default=d(""),
-        help="comma-separated kernel families to tune: gemm_blocked, gemm_thin, gemv, gemv_split, qgemv (default: all)",
+        help="comma-separated kernel families to tune: gemm_blocked, gemm_thin, gemv, gemv_split, qgemv, qgemm_thin (default: all)",
     )
 
 
