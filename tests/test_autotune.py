@@ -286,7 +286,10 @@ def test_wgjit_tune_needs_a_script_and_known_families(tmp_path: Path, capsys: py
     script = tmp_path / "never_run.py"
     script.write_text("raise SystemExit('the script must not run')\n")
     assert main(["tune", str(script), "--only", "gemv,gemm"]) == 2
-    assert "--only gemm: choose among gemm_blocked, gemm_thin, gemv, gemv_split, qgemm_thin, qgemv" in capsys.readouterr().err
+    assert (
+        "--only gemm: choose among gemm_blocked, gemm_thin, gemv, gemv_split, qgemm_thin, qgemv"
+        in capsys.readouterr().err
+    )
 
 
 @pytest.mark.gpu
@@ -379,4 +382,5 @@ def test_qgemm_thin_configs_are_tuned_checked_and_used(fmt: str) -> None:
     tuned_caps = dataclasses.replace(dev.caps, tuning=table_for([p.tuning_key()], "c1.t32.s"))
     g2 = run_pipeline(_graph(tr.tensor(x) @ wq.T), tuned_caps).graph
     (mm,) = [n for n in g2 if n.kernel is not None and n.kernel.name == "qgemm_thin"]
-    assert "by 1 weight rows, 32 threads" in why(g2, mm) and "tuned (test table" in why(g2, mm)
+    said = why(g2, mm)
+    assert "by 1 weight row, 32 threads" in said and "split among four threads" in said and "tuned (test table" in said

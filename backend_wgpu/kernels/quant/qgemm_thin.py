@@ -37,10 +37,11 @@ class QuantThinKernel(ThinBlock, QuantMatmulKernel):
     def reason(cls, graph: Graph, node: Node) -> str:
         w = quant_operand(graph, node)
         rows, cols = node.kernel.param("rows"), node.kernel.param("cols", 1)
+        units = "each unit split among four threads" if node.kernel.param("split", False) else "a unit each"
         return (
             f"few rows of x @ w.T, w {describe(w.dtype, w.shape)} dequantized in registers: a workgroup per "
-            f"{rows} rows of x by {cols} weight rows, {node.kernel.workgroup[0]} threads along each weight row's "
-            f"16-byte units; {rule_said(node)}"
+            f"{rows} rows of x by {cols} weight row{'s' * (cols > 1)}, {node.kernel.workgroup[0]} threads along "
+            f"the weight rows' 16-byte units ({units}); {rule_said(node)}"
         )
 
     def calculate_dispatch(self) -> Workload:
