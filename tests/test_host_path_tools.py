@@ -47,3 +47,37 @@ def test_thin_sweep_times_gemm_thin_beside_the_blocked_gemm(monkeypatch: pytest.
     import passes.select_kernels as rules
 
     assert rules.THIN_GEMM_MAX_M == 64 and rules.THIN_GEMM_ALWAYS_M == 16  # thin_rows restored the rule
+
+
+def test_readback_map_probe_reads_back_every_layout(monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+    """benchmarks/device/readback_map.py at 1 MB: every layout's copy arrives whole (it asserts the values)."""
+    from benchmarks.device import readback_map
+
+    monkeypatch.setattr("sys.argv", ["readback_map", "--mb", "1", "--reads", "2"])
+    assert readback_map.main() == 0
+    table = capsys.readouterr().out.splitlines()[-5:]
+    assert [line.split()[0] for line in table] == ["one", "2MB", "512KB", "64KB", "host"]
+
+
+def test_qthin_sweep_checks_and_times_every_setting(monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+    """benchmarks/device/qthin_sweep.py --quick: qgemm, the rule and each qgemm_thin setting (split ones too)
+    checked against numpy and timed."""
+    from benchmarks.device import qthin_sweep
+
+    monkeypatch.setattr(qthin_sweep, "QUICK_ROWS", [3])
+    monkeypatch.setattr("sys.argv", ["qthin_sweep", "--quick", "--formats", "q4_0", "--blocks", "1", "--runs", "1"])
+    assert qthin_sweep.main() == 0
+    out = capsys.readouterr().out
+    assert "0 check failures" in out and "c4t64s" in out and "qgemm " in out
+
+
+def test_qprefill_compares_the_rules_with_qgemm(monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+    """benchmarks/device/qprefill.py on the tiny decoder: four programs from one graph agree, each timed."""
+    from benchmarks.device import qprefill
+
+    argv = ["qprefill", "--config", "tiny", "--formats", "q8_0", "--lengths", "5", "--blocks", "1", "--runs", "1"]
+    monkeypatch.setattr("sys.argv", argv)
+    ((fmt, tokens, times, err),) = qprefill.main()
+    assert (fmt, tokens) == ("q8_0", 5) and err < 1e-4
+    assert set(times) == {"rules", "no_dequant", "qgemm", "dequant_all"} and min(min(t) for t in times.values()) > 0
+    assert "every weight that fits dequantized" in capsys.readouterr().out

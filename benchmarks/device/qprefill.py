@@ -52,7 +52,8 @@ def programs(model: Any, length: int, vocab: int) -> tuple[dict[str, Program], l
     return compiled, [lz.buffer for lz in built.inputs], 0
 
 
-def main() -> None:
+def main() -> list[tuple[str, int, dict[str, tuple[float, float]], float]]:
+    """Run, print, and return the table: (format, tokens, {program: (wall ms, GPU ms)}, the programs' largest difference)."""
     from benchmarks.e2e.decoder import config
     from examples import llama as L
 
@@ -113,6 +114,7 @@ def main() -> None:
             f"{fmt:<7} {length:>6} {rw:>9.3f} ({rg:>6.3f}) {qw / rw:>5.2f}x {nw:>9.3f} ({ng:>6.3f}) {qw / nw:>5.2f}x "
             f"{qw:>9.3f} ({qg:>6.3f}) {err:>8.1e}   every weight that fits dequantized: {dw_:.3f} ({dg:.3f})"
         )
+    return table
 
 
 if __name__ == "__main__":
