@@ -346,6 +346,26 @@ def test_quantized_programs(program) -> None:  # noqa: ANN001
     check_program(program)
 
 
+@pytest.fixture
+def dequantize_from_two_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """passes.dequantize_wide for every quantized product of two rows or more (the fuzzer's x has a few rows,
+    the rule's threshold is 96), with a program cache of its own (the same graphs compile differently)."""
+    from collections import OrderedDict
+
+    from passes import dequantize_wide
+
+    monkeypatch.setattr(dequantize_wide, "DEQUANTIZE_MIN_ROWS", 2)
+    monkeypatch.setattr(sys.modules["tracer.realize"], "_PROGRAMS", OrderedDict())
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(programs(max_steps=5, f16=False, ops=QUANT_PROGRAM_OPS))
+def test_quantized_programs_dequantized(dequantize_from_two_rows, program) -> None:  # noqa: ANN001
+    """The same random programs with their quantized products of several rows dequantized to float copies
+    first (passes.dequantize_wide), the interpreter checked before and after that pass as after every other."""
+    check_program(program)
+
+
 def test_kernels_need_no_float16_feature(rng: np.random.Generator) -> None:
     """With float32 x and output the WGSL must not `enable f16` (adapters without shader-f16 refuse it)."""
     q = tr.quantize(weights(rng, 8, 64), tr.q4_0)
