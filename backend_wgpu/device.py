@@ -632,7 +632,7 @@ class Device:
             if READ_STAMP is not None:
                 READ_STAMP(3, pending)
             self.stats["reads"] += 1
-            self.stats["reads lent"] += 1
+            self.stats["reads_lent"] += 1
             return np.asarray(owner)
 
     def _wait_mapped(self, pending: PendingRead) -> bool:
