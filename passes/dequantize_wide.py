@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from backend_wgpu.kernels.quant.dequant import FOR_WIDE_PRODUCT
 from ir.caps import DeviceCaps
 from ir.dtypes import DType
 from ir.graph import Graph
@@ -44,7 +45,8 @@ def dequantize_wide(graph: Graph, caps: DeviceCaps) -> Graph:
             nodes.append(node)
             continue
         weight, view = view_of_operand(graph, node.srcs[1])
-        cast = Node(next_id, Op.CAST, (weight.id,), weight.shape, DType.float32, label=weight.label)
+        label = f"{weight.label} {FOR_WIDE_PRODUCT}" if weight.label else FOR_WIDE_PRODUCT
+        cast = Node(next_id, Op.CAST, (weight.id,), weight.shape, DType.float32, label=label)
         read = Node(next_id + 1, Op.VIEW, (cast.id,), view.shape, DType.float32, view)
         next_id += 2
         nodes += [

@@ -33,6 +33,7 @@ def test_a_prefill_and_a_decode_row_of_one_weight(rng: np.random.Generator) -> N
     ref = reference(w, "q4_0")
     names = [d.kernel for d in tr.compile(wide, row).dispatches]
     assert "dequant" in names and "qgemv" in names and not {"qgemm", "qgemm_thin"} & set(names)
+    assert "a float copy for a product of many rows (passes.dequantize_wide" in str(tr.explain(wide, row))
     tr.realize(wide, row)
     np.testing.assert_allclose(wide.numpy(), x @ ref.T + bias, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(row.numpy(), v @ ref.T + bias, rtol=1e-4, atol=1e-4)

@@ -15,6 +15,9 @@ from ir.graph import Graph
 from ir.node import Node
 from ir.view import View
 
+# the label's end on the CASTs passes.dequantize_wide makes (explain says why the program dequantizes)
+FOR_WIDE_PRODUCT = "(dequantize_wide)"
+
 
 class DequantKernel(PerElementKernel):
     name = "dequant"
@@ -22,7 +25,10 @@ class DequantKernel(PerElementKernel):
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
         src = graph[node.srcs[0]]
-        return f"one thread per 16 bytes of quants: {describe(src.dtype, src.shape)} to {node.dtype.value}"
+        said = f"one thread per 16 bytes of quants: {describe(src.dtype, src.shape)} to {node.dtype.value}"
+        if node.label.endswith(FOR_WIDE_PRODUCT):
+            said += "; a float copy for a product of many rows (passes.dequantize_wide, WGJIT_DEQUANTIZE_MAX_BYTES)"
+        return said
 
     @classmethod
     def width_reason(cls, node: Node, views: list[View]) -> str:
