@@ -352,6 +352,27 @@ def host_bytes(array: np.ndarray) -> bytes:
     return data.tobytes()
 
 
+NVIDIA_VENDOR_ID = 0x10DE
+
+
+def least_subgroup_size(info: Any) -> int:
+    """The fewest lanes a subgroup of this adapter can have (kernels rely on at least this many).
+
+    wgpu reports WebGPU's generic bound (4) for every Vulkan adapter. NVIDIA's Vulkan drivers run
+    every compute subgroup as one 32-lane warp (their minimum and maximum subgroup sizes are both 32),
+    so there the bound is 32; elsewhere the reported one stands (AMD and Intel drivers pick the size
+    per pipeline). WGJIT_SUBGROUP_SIZE=N overrides both (an A/B of the subgroup paths, or an adapter
+    whose size you know). wgpu-py 0.32 spells the key "stackgroup_min_size"."""
+    forced = os.environ.get("WGJIT_SUBGROUP_SIZE", "").strip()
+    if forced:
+        return int(forced)
+    reported = int(info.get("subgroup_min_size") or info.get("stackgroup_min_size") or 0)
+    vulkan = str(info.get("backend_type", "")).lower() == "vulkan"
+    if vulkan and int(info.get("vendor_id") or 0) == NVIDIA_VENDOR_ID:
+        return max(reported, 32)
+    return reported
+
+
 @dataclass(eq=False)
 class PendingRead:
     """A read-back under way (Device.start_reads): its copy submitted and its map asked for."""
@@ -398,8 +419,7 @@ class Device:
             backend=str(info.get("backend_type", "")),
             shader_f16="shader-f16" in wanted,
             subgroups="subgroup" in wanted,
-            # the smallest subgroup the adapter may run; wgpu-py 0.32 spells the key "stackgroup_min_size"
-            subgroup_size=int(info.get("subgroup_min_size") or info.get("stackgroup_min_size") or 0),
+            subgroup_size=least_subgroup_size(info),
             timestamps="timestamp-query" in wanted,
             max_storage_binding=int(dl["max-storage-buffer-binding-size"]),
             max_storage_buffers_per_stage=int(dl["max-storage-buffers-per-shader-stage"]),

@@ -103,7 +103,7 @@ class Op(enum.Enum):
     # rotary position embedding: srcs x (..., d), cos, sin (x.shape[:-1] + (d/2,)); arg: RopeArg
     ROPE = "rope"
     # srcs: q (B, H, Lq, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev)[, mask (B, H, Lq, S)]; arg: AttentionArg
-    ATTENTION = "attention"  # softmax(q k^T * scale + mask) v, out (B, H, Lq, Ev)
+    ATTENTION = "attention"  # softmax(q k^T * scale + mask) v, out (B, H, Lq, Ev), or (B, Lq, H, Ev): heads_inner
     # flash-decoding (passes.split_attention): the keys cut into `splits` ranges of ceil(S / splits)
     # srcs as ATTENTION; arg: SplitsArg; out float32 (B, H, Lq, splits, Ev + 2): per range the
     # unnormalized output sum(exp(s - m) v), then m (the range's max score) and sum(exp(s - m))
@@ -216,6 +216,9 @@ class AttentionArg:
     length    the keys attended: the first `length` of k and v's S rows (None: all S). A runtime
               integer (ir.symbolic.Sym) when k and v are slices to a bucket (tracer.runtime_ints);
               causal alignment and the softmax then use this length, never S
+    heads_inner  the output is stored (B, Lq, H, Ev), the node's shape, rather than (B, H, Lq, Ev): each
+              query row holds every head's values, as the output projection reads them
+              (passes.attention_layout sets it in place of the copy a transpose would need)
     The scalar operands (a view of one element) follow the mask: scale_by's first, then fill's.
     passes.fuse_attention sets hide, fill and scale_by for attention written by hand.
     """
@@ -228,6 +231,7 @@ class AttentionArg:
     fill: bool = False
     scale_by: str = ""
     length: Any = None
+    heads_inner: bool = False
 
     def __post_init__(self) -> None:
         if self.mask not in ("none", "bool", "add"):

@@ -11,6 +11,7 @@ from ir.errors import WgjitError
 from ir.graph import Graph
 from ir.verify import verify
 from passes.dce import dce
+from passes.attention_layout import attention_layout
 from passes.dequantize_wide import dequantize_wide
 from passes.fold_views import fold_views
 from passes.fuse import fuse
@@ -31,10 +32,12 @@ Pass = Callable[[Graph, DeviceCaps], Graph]
 # becomes a float one) comes before split_k and select_kernels, which then see a float matmul; split_k cuts GEMMs whose k a thread could not
 # walk within lavapipe's loop budget; split_sort cuts rows longer than one workgroup sorts into
 # runs and merges; split_attention comes before select_kernels (which picks the
-# kernels of both halves); fuse_gemv and fuse come after it (legality asks which kernel each
+# kernels of both halves), attention_layout after it (flash attention stores heads inside rows where a copy
+# would transpose it); fuse_gemv and fuse come after it (legality asks which kernel each
 # reduction/matmul got) and before vectorize, inplace and plan_memory (which then see one node per kernel)
 PIPELINE: list[Pass] = [
-    dce, fold_views, fuse_attention, dequantize_wide, split_k, split_sort, split_attention, select_kernels,
+    dce, fold_views, fuse_attention, dequantize_wide, split_k, split_sort, split_attention, attention_layout,
+    select_kernels,
     fuse_gemv, fuse, vectorize, inplace, plan_memory, schedule,
 ]  # fmt: skip
 

@@ -210,3 +210,17 @@ def test_no_adapter_gives_a_device_error_saying_how_to_get_one(monkeypatch) -> N
     monkeypatch.setattr(wgpu.gpu, "enumerate_adapters_sync", lambda: [])
     with pytest.raises(tr.DeviceError, match="mesa-vulkan-drivers"):
         _choose_adapter()
+
+
+def test_least_subgroup_size_knows_nvidia_warps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """wgpu reports 4 lanes for every Vulkan adapter; NVIDIA's Vulkan subgroups are always 32 lanes."""
+    from backend_wgpu.device import least_subgroup_size
+
+    nvidia = {"vendor_id": 0x10DE, "backend_type": "Vulkan", "stackgroup_min_size": 4}
+    assert least_subgroup_size(nvidia) == 32
+    assert least_subgroup_size({**nvidia, "backend_type": "D3D12"}) == 4  # not known there: the report stands
+    assert least_subgroup_size({"vendor_id": 0x1002, "backend_type": "Vulkan", "subgroup_min_size": 32}) == 32
+    assert least_subgroup_size({"vendor_id": 65541, "backend_type": "Vulkan", "stackgroup_min_size": 4}) == 4
+    assert least_subgroup_size({}) == 0
+    monkeypatch.setenv("WGJIT_SUBGROUP_SIZE", "4")
+    assert least_subgroup_size(nvidia) == 4  # an A/B of the paths that rely on 32 lanes

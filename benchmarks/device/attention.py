@@ -111,6 +111,16 @@ VARIANTS: list[tuple[int, ...]] = [
     (256, 16, 8, False, True, False, False, False, True, False, True),
     (256, 16, 8, False, True, False, False, False, True),
     (128, 16, 8, False, True, False, False, False, True, False, True),
+    # subgroup row maxes (NVIDIA's 32-lane subgroups, known to the caps since run X): tx 16 halves each
+    # thread's registers (o and s), which may leave room for the prefetch
+    (128, 32, 8, False, True, True, False, False, True, False, True),
+    (128, 32, 8, False, True, True, True, False, True, False, True),
+    (128, 32, 16, False, True, True, False, False, True, False, True),
+    (128, 32, 16, False, True, True, True, False, True, False, True),
+    (128, 32, 16, False, True, False, False, False, True, False, True),
+    (128, 32, 8, False, False, True, True, False, True),
+    (128, 32, 16, False, False, True, True, False, True),
+    (64, 32, 8, False, False, True, True, False, True, True, True),
     # pipelined: two barriers per block (br, bc, tx, q, a, sg, pf, vg, unrolled, pipelined)
     (128, 32, 8, False, False, False, True, False, True, True),
     (128, 32, 4, False, False, False, True, False, True, True),
@@ -169,8 +179,8 @@ def fits(variant: tuple, case: Case) -> bool:
 
     caps = get_device().caps
     br, bc, tx, q_smem, kv_alias, sg, _pf, *vg = variant
-    if sg and not (caps.subgroups and caps.subgroup_size in (0, 32, 64) and caps.backend.lower() == "vulkan"):
-        return False  # NVIDIA reports no minimum size through wgpu; its subgroups have 32 lanes
+    if sg and not (caps.subgroups and caps.subgroup_size >= tx):
+        return False  # the row max's shuffles need the tx threads of a row group in one subgroup
     dk, dv = FlashAttentionKernel.padded_dims(case.d, case.d, tx)
     smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg, bool(vg and vg[0]))
     return smem <= caps.max_workgroup_storage and br // 4 * tx <= caps.max_invocations and case.d % (4 * tx) == 0

@@ -76,9 +76,11 @@ def _attention(node: Node, args: list[np.ndarray]) -> np.ndarray:
     """softmax(q k^T * scale + mask) v; a query that sees no key is NaN, no keys at all (S == 0) give 0."""
     s, _, v = _scores(args, node.arg)
     if s.shape[-1] == 0:
-        return np.zeros(s.shape[:-1] + v.shape[-1:])
-    p = np.exp(s - s.max(-1, keepdims=True))
-    return (p / p.sum(-1, keepdims=True)) @ v
+        out = np.zeros(s.shape[:-1] + v.shape[-1:])
+    else:
+        p = np.exp(s - s.max(-1, keepdims=True))
+        out = (p / p.sum(-1, keepdims=True)) @ v
+    return np.swapaxes(out, 1, 2) if node.arg.heads_inner else out  # (B, Lq, H, Ev)
 
 
 # srcs q (B, H, Lq, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev), then the operands AttentionArg names

@@ -29,6 +29,9 @@ keys at all (S == 0) it is 0. A key of weight exactly 0 inside a visited block s
 multiplies its value, so an inf or NaN there gives NaN; keys past the causal limit and
 blocks a padding mask hides entirely are never read (torch's fused kernels leave this open too).
 
+The output is stored (B, H, Lq, Ev), or (B, Lq, H, Ev) where AttentionArg.heads_inner says so (the
+transpose ahead of the output projection, folded in by passes.attention_layout: no copy after).
+
 Lengths, strides and the scale live in the uniform (one shader serves every sequence
 length, and the attended length can change between runs); the head dims, the tile
 sizes and the load mode are in the WGSL. Every loop runs at most S / bc, dk / 4 or bc / 4
@@ -96,6 +99,7 @@ class FlashAttentionKernel(Kernel):
         k, arg = node.kernel, node.arg
         what = [f"{arg.mask} mask" if arg.mask != "none" else "", "causal" if arg.causal else ""]
         what += [f"{arg.group} query heads per kv head" if arg.group > 1 else ""]
+        what += ["stored (B, Lq, H, Ev), heads inside rows: no copy after" if arg.heads_inner else ""]
         extra = ", ".join(w for w in what if w)
         q = graph[node.srcs[0]].shape
         workgroups = math.prod(q[:-2]) * -(-q[-2] // k.param("br"))
@@ -188,7 +192,7 @@ class FlashAttentionKernel(Kernel):
             if on
         )
         a = self.arg
-        mode = f"{a.mask}{'.row0' * self.mask_row0}{'.hide' * a.hide}{'.fill' * a.fill}{'.' + a.scale_by if a.scale_by else ''}{'.causal' * a.causal}"
+        mode = f"{a.mask}{'.row0' * self.mask_row0}{'.hide' * a.hide}{'.fill' * a.fill}{'.' + a.scale_by if a.scale_by else ''}{'.causal' * a.causal}{'.bshd' * a.heads_inner}"
         return f"{c.variant}:{self.br}x{self.bc}t{self.tx}:d{self.dk}.{self.dv}:{flags}:{mode}"
 
     def operand_type(self, i: int) -> str:
@@ -671,7 +675,10 @@ class FlashAttentionKernel(Kernel):
         ot = vtype(self.node.dtype, 1)
         for ri, ch in enumerate("xyzw"):
             b.line(f"if (row{ri} < params.lq) {{")
-            b.line(f"  let obase = (bh * params.lq + row{ri}) * params.dv;")
+            if self.arg.heads_inner:  # (B, Lq, H, Ev): the row holds every head's values
+                b.line(f"  let obase = ((bi * params.lq + row{ri}) * params.heads + hq) * params.dv;")
+            else:
+                b.line(f"  let obase = (bh * params.lq + row{ri}) * params.dv;")
             for g in range(self.gd):
                 b.line(f"  {{ let d = ({g * self.tx}u + tx) * 4u;")
                 val = f"o{ri}_{g} * inv.{ch}"
