@@ -10,8 +10,8 @@ from ir.caps import DeviceCaps
 from ir.errors import WgjitError
 from ir.graph import Graph
 from ir.verify import verify
-from passes.dce import dce
 from passes.attention_layout import attention_layout
+from passes.dce import dce
 from passes.dequantize_wide import dequantize_wide
 from passes.fold_views import fold_views
 from passes.fuse import fuse

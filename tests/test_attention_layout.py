@@ -44,7 +44,11 @@ def test_merged_heads_are_stored_in_place_of_the_copy(
     b: int, h: int, hkv: int, lq: int, s: int, e: int, ev: int, dtype: str, causal: bool, masked: bool,
     rng: np.random.Generator,
 ) -> None:  # fmt: skip
-    q, k, v = randn(rng, b, h, lq, e, dtype=dtype), randn(rng, b, hkv, s, e, dtype=dtype), randn(rng, b, hkv, s, ev, dtype=dtype)
+    q, k, v = (
+        randn(rng, b, h, lq, e, dtype=dtype),
+        randn(rng, b, hkv, s, e, dtype=dtype),
+        randn(rng, b, hkv, s, ev, dtype=dtype),
+    )
     keep = None
     if masked:
         keep = np.ones((b, 1, 1, s), bool)
