@@ -1165,17 +1165,16 @@ class AttentionTile(NamedTuple):
     pf: bool | None = None
     vg: bool | None = None
     pl: bool | None = None
-    min_dk: int = 0  # only for head dims (of q and k) at least this
 
 
 # flash_attention tiles, best first: the first that fits the device's workgroup memory wins
 ATTENTION_TILES: tuple[AttentionTile, ...] = (
-    # 128 query rows per workgroup first: MiniLM's 32x12x128x64 with a padding mask ran in 0.110 ms
-    # against 0.145 ms for the 64-row tile (H200, benchmarks/runs/2026-12-01-B/attention.txt)
-    AttentionTile(128, 32, False, False),
-    # head dim 128 (where the tile above does not fit 48 KiB): k and v sharing a buffer, 128 rows: causal
-    # 1x32x2048x128 in 2.04 ms against 2.19 for 64x32 (H200, benchmarks/runs/2026-12-01-F/attention.txt)
-    AttentionTile(128, 32, False, True, pf=False, min_dk=128),
+    # 128 query rows per workgroup, k and v sharing a buffer, no prefetch, for every head dim that fits. H200
+    # run X (benchmarks/runs/2026-12-02-X/attention_*.txt, loops unrolled, subgroup row maxes): MiniLM's
+    # padded 32x12x128x64 0.0690 ms against 0.0753 with k and v apart and the next block prefetched (the
+    # rule before), 0.0728 apart without it; causal 1x32x2048x128 (head dim 128, where k and v apart do not
+    # fit 48 KiB) 1.233 ms, 1.338 with the prefetch. Run B: 128 rows beat 64 (0.110 against 0.145 ms).
+    AttentionTile(128, 32, False, True, pf=False),
 ) + tuple(
     AttentionTile(*t)
     for t in (
@@ -1227,8 +1226,6 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
     units, rows = math.prod(q.shape[:-2]), q.shape[-2]
     tiles = ATTENTION_TILES if tile is None else (tile,)
     for i, at in enumerate(tiles):
-        if dk < at.min_dk:
-            continue
         few = at.br > 64 and units * -(-rows // at.br) < ATTENTION_MIN_WORKGROUPS
         if few and any(later.br < at.br for later in tiles[i + 1 :]):
             continue  # too few workgroups: a later tile of fewer rows runs more of them at once

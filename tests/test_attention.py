@@ -353,9 +353,9 @@ def test_every_tile(
     rng: np.random.Generator,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # a tile kept for large head dims runs here at 24 (its code does not depend on that; 128 would pass
-    # lavapipe's 32 KiB of workgroup memory)
-    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile._replace(min_dk=0, pf=None),))
+    # every tile at head dim 24 (its code does not depend on the head dim; 128 would pass lavapipe's 32 KiB
+    # of workgroup memory for the larger tiles)
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile._replace(pf=None),))
     monkeypatch.setattr(sk, "ATTENTION_PREFETCH_MAX", 10**6 if prefetch else 0)
     monkeypatch.setattr(sk, "ATTENTION_V_FROM_MEMORY", v_memory)
     q, k, v = randn(rng, 1, 4, 70, 24), randn(rng, 1, 2, 75, 24), randn(rng, 1, 2, 75, 40)
@@ -509,10 +509,10 @@ def test_pipelined_loop(
 
 
 def test_rule_tiles_on_the_h200() -> None:
-    """The tiles the rule picks with the H200's 48 KiB of workgroup memory (no subgroups through wgpu there),
-    as measured in benchmarks/runs/2026-12-01-F, -H and -M (unrolled loops): MiniLM's head dim 64 and the
-    causal head dim 128 at 128 rows; a problem of too few 128-row blocks (the ~1B decoder's causal prefill
-    of 512 tokens: 32 heads x 4 blocks) takes 64 rows."""
+    """The tiles the rule picks with the H200's 48 KiB of workgroup memory, as measured in
+    benchmarks/runs/2026-12-01-F, -H, -M and 2026-12-02-X (unrolled loops): MiniLM's head dim 64 and the
+    causal head dim 128 at 128 rows, k and v sharing a buffer, no prefetch; a problem of too few 128-row
+    blocks (the ~1B decoder's causal prefill of 512 tokens: 32 heads x 4 blocks) takes 64 rows."""
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
     caps = dataclasses.replace(get_device().caps, max_workgroup_storage=49152, subgroups=False, name="H200-like")
@@ -530,7 +530,7 @@ def test_rule_tiles_on_the_h200() -> None:
         picked[name] = tuple(node.kernel.param(p) for p in ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl"))
         reasons[name] = FlashAttentionKernel.reason(graph, node)
     assert "(256 workgroups)" in reasons["prefill 512"], reasons  # 32 heads x 8 blocks of 64 rows, as explain says
-    assert picked["minilm"] == (128, 32, 8, False, False, True, True, False)
+    assert picked["minilm"] == (128, 32, 8, False, True, False, True, False)
     assert picked["causal 2048"] == (128, 32, 8, False, True, False, True, False)
     assert picked["prefill 512"][0] == 64
 

@@ -21,7 +21,7 @@ of the functions that do them:
   lookup      realize._program: the cache lookup (hashing the structure)
   bind        uploads of host data, runtime ints, output buffers, the bind-group plan
   submit      encoding and submitting the dispatches (`submits`: how many command buffers)
-  read-back   Device.read_into (waits for the GPU: its own row, wall time minus CPU shows it)
+  read-back   Device.read_into, Device.read_array (wait for the GPU: wall time minus CPU shows it)
   realize     the rest of realize_lazies/read_lazy (marking outputs realized)
 
 The garbage collector's time per call is shown apart (it runs inside whichever stage allocates
@@ -57,6 +57,7 @@ STAGES: list[tuple[str, str, str]] = [
     ("bind", "backend_wgpu.program", "Program._output_buffers"),
     ("bind", "backend_wgpu.program", "Program._plan"),
     ("read-back", "backend_wgpu.device", "Device.read_into"),
+    ("read-back", "backend_wgpu.device", "Device.read_array"),
     ("realize", "tracer.realize", "realize_lazies"),
     ("realize", "tracer.realize", "read_lazy"),
 ]
