@@ -1165,6 +1165,7 @@ class AttentionTile(NamedTuple):
     pf: bool | None = None
     vg: bool | None = None
     pl: bool | None = None
+    sw: bool = False  # k swizzled instead of padded (FlashAttentionKernel's `sw`) where the head dim allows
 
 
 # flash_attention tiles, best first: the first that fits the device's workgroup memory wins
@@ -1219,6 +1220,10 @@ def cpu_adapter(caps: DeviceCaps) -> bool:
 def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: AttentionTile | None = None) -> KernelChoice:
     """Flash attention: vec4 loads where q, k and v allow them, the largest tile that fits (or `tile`)."""
     q, k, v = (view_of_operand(graph, s)[1] for s in node.srcs[:3])
+    m = node.arg.operand("mask")
+    key_range = FlashAttentionKernel.scans_key_range(
+        node.arg, None if m is None else view_of_operand(graph, node.srcs[m])[1]
+    )
     dk, dv = q.shape[-1], v.shape[-1]
     v4 = all(x.strides[-1] == 1 and vector_readable(x, 4) for x in (q, k, v))
     variant = f"{'v4' if v4 else 's'}.{'o4' if dv % 4 == 0 else 'o1'}"
@@ -1235,7 +1240,8 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
         dkp, dvp = FlashAttentionKernel.padded_dims(dk, dv, t)
         sg = caps.subgroups and caps.subgroup_size >= t > 1
         vg = (ATTENTION_V_FROM_MEMORY if at.vg is None else at.vg) and v4 and not kv_alias
-        smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg)
+        sw = at.sw and dkp % 32 == 0
+        smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg, sw, key_range)
         un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL
         walk = walk_iterations(k.shape[2], dkp, bc, br // 4 * t, un, True)  # the scan counted: the worst case
         if smem <= caps.max_workgroup_storage and br // 4 * t <= caps.max_invocations and walk <= LOOP_BUDGET:
@@ -1245,6 +1251,6 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
             fetches = -(-bc * (dkp + (0 if vg else dvp)) // (4 * (br // 4) * t))
             pf = fetches <= ATTENTION_PREFETCH_MAX if at.pf is None else at.pf
             pl = (ATTENTION_PIPELINED if at.pl is None else at.pl) and not kv_alias
-            params += (("pf", pf), ("vg", vg), ("un", un), ("pl", pl), ("lpt", ATTENTION_CAUSAL_ROW_MAJOR))
+            params += (("pf", pf), ("vg", vg), ("un", un), ("pl", pl), ("lpt", ATTENTION_CAUSAL_ROW_MAJOR), ("sw", sw))
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
     raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")

@@ -508,6 +508,37 @@ def test_pipelined_loop(
             check_arrays(got, np_attention(q, k, v, mask, causal=causal))
 
 
+@pytest.mark.parametrize(
+    "tile,d,subgroup_size",
+    [
+        (sk.AttentionTile(32, 32, False, True, sw=True), 64, 0),  # k and v sharing the buffer
+        (sk.AttentionTile(32, 16, True, False, sw=True, pf=True), 32, 0),  # q staged (padded), the prefetch
+        (sk.AttentionTile(16, 16, False, False, sw=True, pl=True), 128, 0),  # pipelined
+        (sk.AttentionTile(32, 32, False, True, sw=True), 32, 8),  # subgroup row maxes (lavapipe's 8 lanes)
+        (sk.AttentionTile(32, 16, False, True, sw=True), 80, 0),  # 80 is no multiple of 32: padded after all
+    ],
+    ids=["aliased", "q-prefetch", "pipelined", "subgroups", "head-80-padded"],
+)
+def test_swizzled_k(
+    tile: sk.AttentionTile, d: int, subgroup_size: int, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """k stored unpadded, key c's vec4 d at d ^ (c % 8) (`sw`): every tile mode, partial blocks, causal and a
+    padding mask, grouped-query attention, against numpy."""
+    if subgroup_size and not get_device().caps.subgroups:
+        pytest.skip("this adapter has no subgroups")
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
+    caps = {"subgroups": True, "subgroup_size": subgroup_size} if subgroup_size else {"subgroups": False}
+    q, k, v = randn(rng, 2, 4, 45, d), randn(rng, 2, 2, 61, d), randn(rng, 2, 2, 61, d)
+    keep = np.ones((2, 1, 1, 61), bool)
+    keep[1, ..., 40:] = False
+    for mask, causal in ((None, True), (keep, False)):
+        got, program = run_with_caps(sdpa(q, k, v, mask, causal=causal), **caps)
+        (d_,) = program.dispatches
+        flags = d_.variant.split(":")[3]
+        assert ("w" in flags) == (d % 32 == 0) and ("g" in flags) == bool(subgroup_size), d_.variant
+        check_arrays(got, np_attention(q, k, v, mask, causal=causal))
+
+
 def test_rule_tiles_on_the_h200() -> None:
     """The tiles the rule picks with the H200's 48 KiB of workgroup memory, as measured in
     benchmarks/runs/2026-12-01-F, -H, -M and 2026-12-02-X (unrolled loops): MiniLM's head dim 64 and the

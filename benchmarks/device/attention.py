@@ -69,7 +69,7 @@ QUICK = [
 
 # tile configurations tried besides the rule's choice: (br, bc, tx, q in workgroup memory, k/v aliased, subgroups,
 # next k/v block prefetched into registers[, v read from memory in p v[, loops unrolled[, pipelined[, causal
-# workgroups row block major]]]]; unrolled as the rule says where not given); those past the device's workgroup memory (48 KiB on the H200) or not dividing the head
+# workgroups row block major[, k swizzled]]]]]; unrolled as the rule says where not given); those past the device's workgroup memory (48 KiB on the H200) or not dividing the head
 # dim are left out. Run F (benchmarks/runs/2026-12-01-F) pruned the list: v from memory lost everywhere, tx 4
 # and 16 mostly lost.
 VARIANTS: list[tuple[int, ...]] = [
@@ -121,6 +121,13 @@ VARIANTS: list[tuple[int, ...]] = [
     (128, 32, 8, False, False, True, True, False, True),
     (128, 32, 16, False, False, True, True, False, True),
     (64, 32, 8, False, False, True, True, False, True, True, True),
+    # k swizzled instead of padded (the 12th field): 64 rows by 64 keys, k and v sharing a buffer, fit 48 KiB
+    # exactly (no padding mask's key range): twice the keys per q read and per barrier of 128x32
+    (64, 64, 8, False, True, True, False, False, True, False, True, True),
+    (64, 64, 8, False, True, True, True, False, True, False, True, True),
+    (128, 32, 8, False, True, True, False, False, True, False, True, True),
+    (128, 32, 8, False, True, True, False, False, True, False, False, True),
+    (64, 64, 16, False, True, True, False, False, True, False, True, True),
     # pipelined: two barriers per block (br, bc, tx, q, a, sg, pf, vg, unrolled, pipelined)
     (128, 32, 8, False, False, False, True, False, True, True),
     (128, 32, 4, False, False, False, True, False, True, True),
@@ -164,11 +171,11 @@ def _forced(node: Any, variant: tuple) -> Any:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
     br, bc, tx, q_smem, kv_alias, sg, pf, *more = variant
-    vg, un, pl, lpt = (more + [False, node.kernel.param("un"), False, False][len(more) :])[:4]
+    vg, un, pl, lpt, sw = (more + [False, node.kernel.param("un"), False, False, False][len(more) :])[:5]
     dk, dv = FlashAttentionKernel.padded_dims(node.kernel.param("dk"), node.kernel.param("dv"), tx)
     params = (("br", br), ("bc", bc), ("tx", tx), ("dk", dk), ("dv", dv))
     params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf), ("vg", vg), ("un", un))
-    params += (("pl", pl), ("lpt", lpt))
+    params += (("pl", pl), ("lpt", lpt), ("sw", sw))
     return dataclasses.replace(
         node, kernel=dataclasses.replace(node.kernel, params=params, workgroup=(br // 4 * tx, 1, 1))
     )
@@ -178,11 +185,14 @@ def fits(variant: tuple, case: Case) -> bool:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
     caps = get_device().caps
-    br, bc, tx, q_smem, kv_alias, sg, _pf, *vg = variant
+    br, bc, tx, q_smem, kv_alias, sg, _pf, *more = variant
+    vg, sw = bool(more and more[0]), len(more) > 4 and more[4]
     if sg and not (caps.subgroups and caps.subgroup_size >= tx):
         return False  # the row max's shuffles need the tx threads of a row group in one subgroup
     dk, dv = FlashAttentionKernel.padded_dims(case.d, case.d, tx)
-    smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg, bool(vg and vg[0]))
+    if sw and dk % 32:
+        return False
+    smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg, vg, sw, case.padding)
     return smem <= caps.max_workgroup_storage and br // 4 * tx <= caps.max_invocations and case.d % (4 * tx) == 0
 
 

@@ -55,6 +55,9 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
              first) instead of head major (a head's row blocks together, longest first)
   pf         prefetch: the next block of k and v is loaded into registers while this one is
              computed (global latency hidden behind the block's FMAs; costs those registers)
+  sw         k's rows unpadded in workgroup memory, key c's vec4 d stored at d ^ (c % 8): the tx threads
+             still hit distinct banks, and a 64x64 tile of k and v sharing a buffer fits 48 KiB exactly
+             (head dims multiple of 32)
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import AttentionArg
+from ir.view import View
 
 LOG2E = 1.4426950408889634
 
@@ -115,19 +119,36 @@ class FlashAttentionKernel(Kernel):
 
     @staticmethod
     def smem_bytes(
-        br: int, bc: int, tx: int, dk: int, dv: int, q_smem: bool, kv_alias: bool, sg: bool, vg: bool = False
+        br: int,
+        bc: int,
+        tx: int,
+        dk: int,
+        dv: int,
+        q_smem: bool,
+        kv_alias: bool,
+        sg: bool,
+        vg: bool = False,
+        sw: bool = False,
+        key_range: bool = True,
     ) -> int:
         """Workgroup memory of a configuration (dk, dv padded), to check against the device's limit."""
-        kr = 4 * FlashAttentionKernel.key_stride(dk)  # a key's (or query's) row of k (q), padded
-        q = kr * br if q_smem else 0
+        kr = 4 * FlashAttentionKernel.key_stride(dk, sw)  # a key's row of k
+        q = 4 * FlashAttentionKernel.key_stride(dk) * br if q_smem else 0  # q's rows are always padded
         kv = max(kr, dv) * bc if kv_alias else (kr + (0 if vg else dv)) * bc
         red = 0 if sg else 4 * (br // 4) * tx
-        return 4 * (q + kv + bc * br + red) + 8  # 8: the key range of a padding mask
+        return 4 * (q + kv + bc * br + red) + (8 if key_range else 0)  # 8: the key range of a padding mask
 
     @staticmethod
-    def key_stride(dk: int) -> int:
-        """vec4s per key row of k in workgroup memory: odd, so 8 threads reading 8 keys hit 8 banks."""
-        return dk // 4 + (dk // 4 + 1) % 2
+    def key_stride(dk: int, swizzled: bool = False) -> int:
+        """vec4s per row of k (or q) in workgroup memory: odd, so 8 threads reading 8 keys hit 8 banks; or,
+        swizzled (`sw`), dk / 4 unpadded with vec4 d of key c stored at d ^ (c % 8) (dk a multiple of 32)."""
+        return dk // 4 if swizzled else dk // 4 + (dk // 4 + 1) % 2
+
+    @staticmethod
+    def scans_key_range(arg: AttentionArg, mask_view: View | None) -> bool:
+        """A bool mask hiding keys (no fill score) the same for every query row (a padding mask (B, 1, 1, S)):
+        the workgroup first finds the first and last key it lets through and visits only the blocks between."""
+        return mask_view is not None and mask_view.strides[2] == 0 and arg.mask == "bool" and not arg.fill
 
     @staticmethod
     def padded_dims(dk: int, dv: int, tx: int) -> tuple[int, int]:
@@ -152,21 +173,23 @@ class FlashAttentionKernel(Kernel):
         self.vg = c.param("vg", False)
         self.ty = self.br // 4
         self.rn = self.bc // self.tx  # keys per thread: tx + j * tx_threads for j < rn
-        self.ks = self.key_stride(self.dk)
+        # k's rows in workgroup memory: padded to an odd stride, or unpadded and swizzled (`sw`)
+        self.sw = c.param("sw", False)
+        self.ks = self.key_stride(self.dk, self.sw)
+        self.qstride = self.key_stride(self.dk)
         self.true_dv = self.operands[2].view.shape[3]
         self.gd = self.dv // (4 * self.tx)  # vec4 groups of head dims per thread
         self.v4 = c.variant.startswith("v4")
         # a mask the same for every query row (a padding mask (B, 1, 1, S)): one load per key, not four
         m = self.arg.operand("mask")
         self.mask_row0 = m is not None and self.operands[m].view.strides[2] == 0
-        # a bool mask hiding keys (no fill score) the same for every row: the workgroup first finds the
-        # first and last key it lets through and visits only the blocks between (a padded batch's tail)
-        self.key_range = self.mask_row0 and self.arg.mask == "bool" and not self.arg.fill
+        self.key_range = self.scans_key_range(self.arg, self.operands[m].view if m is not None else None)
         self.o4 = c.variant.endswith("o4")
         assert self.br % 4 == 0 and self.rn * self.tx == self.bc
         assert not self.vg or (self.v4 and not self.kv_alias), "flash_attention: v from memory needs vec4 loads"
         assert not (self.pl and self.kv_alias), "flash_attention: the pipelined loop needs k and v apart"
         assert self.gd * 4 * self.tx == self.dv and self.dk % 4 == 0
+        assert not self.sw or self.ks % 8 == 0, "flash_attention: a swizzled k needs a head dim multiple of 32"
 
     def unchecked(self) -> bool:
         """Every index is in range by construction: loads of k, v and the output stores are guarded by
@@ -188,6 +211,7 @@ class FlashAttentionKernel(Kernel):
                 ("u", self.unroll),
                 ("l", self.pl),
                 ("o", self.lpt and self.arg.causal),
+                ("w", self.sw),
             )
             if on
         )
@@ -319,11 +343,11 @@ class FlashAttentionKernel(Kernel):
     def _declare(self, b: WgslBuilder) -> None:
         br4 = self.br // 4
         if self.q_smem:
-            b.workgroup_var(f"qs: array<vec4<f32>, {self.br * self.ks}>")  # q: [row][d / 4], rows padded
+            b.workgroup_var(f"qs: array<vec4<f32>, {self.br * self.qstride}>")  # q: [row][d / 4], rows padded
         if self.kv_alias:
             b.workgroup_var(f"kv: array<vec4<f32>, {max(self.ks, self.dv // 4) * self.bc}>")  # k, then v
         else:
-            b.workgroup_var(f"ks: array<vec4<f32>, {self.ks * self.bc}>")  # k: [key][d / 4], rows padded
+            b.workgroup_var(f"ks: array<vec4<f32>, {self.ks * self.bc}>")  # k: [key][d / 4], padded or swizzled
             if not self.vg:
                 b.workgroup_var(f"vs: array<vec4<f32>, {self.bc * self.dv // 4}>")  # v: [key][d / 4]
         if self.key_range:
@@ -354,6 +378,9 @@ class FlashAttentionKernel(Kernel):
         b.line("let hk = hq / params.group;")
         b.line(f"let tx = lidx % {self.tx}u;")
         b.line(f"let ty = lidx / {self.tx}u;")
+        if self.sw:  # where this thread's keys keep their vec4s (k swizzled: key c's vec4 d at d ^ (c % 8))
+            for j in range(self.rn):
+                b.line(f"let kx{j} = ({j * self.tx}u + tx) & 7u;")
         for name, head in (("q", "hq"), ("k", "hk"), ("v", "hk")):
             b.line(
                 f"let {name}_base = i32(params.{name}_off) + i32(bi) * params.{name}_sb + i32({head}) * params.{name}_sh;"
@@ -443,13 +470,13 @@ class FlashAttentionKernel(Kernel):
                     f"    x = vec4<f32>({self.in_name(0)}[u32(q_base + i32(row) * params.q_sl + i32(dd * 4u)) / 4u]);"
                 )
                 b.line("  }")
-                b.line(f"  qs[r * {self.ks}u + dd] = x;")
+                b.line(f"  qs[r * {self.qstride}u + dd] = x;")
             else:
                 b.line("  var x = 0.0;")
                 b.line("  if (row < params.lq && dd < params.dk) {")
                 b.line(f"    x = f32({self.in_name(0)}[u32(q_base + i32(row) * params.q_sl + i32(dd) * params.q_sx)]);")
                 b.line("  }")
-                b.line(f"  qs[r * {self.ks}u + dd / 4u][dd % 4u] = x;")
+                b.line(f"  qs[r * {self.qstride}u + dd / 4u][dd % 4u] = x;")
             b.line("}")
 
     def _kv_items(self, which: str) -> tuple[int, int, int]:
@@ -499,12 +526,13 @@ class FlashAttentionKernel(Kernel):
             b.line("  }")
 
     def _store_kv(self, b: WgslBuilder, which: str, arr: str) -> None:
-        """As loaded: consecutive threads store consecutive vec4s of a key's row (no bank conflicts)."""
+        """As loaded: consecutive threads store consecutive vec4s of a key's row (no bank conflicts; swizzled,
+        k's vec4s are permuted within each aligned 8)."""
         stride = self.ks if which == "k" else self.dv // 4
-        if self.v4:
-            b.line(f"    {arr}[c * {stride}u + dd] = x;")
-        else:
-            b.line(f"    {arr}[c * {stride}u + dd / 4u][dd % 4u] = x;")
+        d = "dd" if self.v4 else "dd / 4u"
+        if which == "k" and self.sw:
+            d = f"({d} ^ (c & 7u))"
+        b.line(f"    {arr}[c * {stride}u + {d}]{'' if self.v4 else '[dd % 4u]'} = x;")
 
     def _scores(self, b: WgslBuilder) -> None:
         """s{j} (vec4 over this thread's 4 rows) for its keys j: the dot products over the head dim.
@@ -531,14 +559,15 @@ class FlashAttentionKernel(Kernel):
         """One vec4 of head dims d4: the 4 rows' q, the thread's keys' k, 16 rn FMAs."""
         if self.q_smem:  # each row's 4 head dims: the row group's 4 rows are consecutive (distinct banks)
             for ri in range(4):
-                b.line(f"    let qr{ri} = qs[(ty + {ri * self.ty}u) * {self.ks}u + d4];")
+                b.line(f"    let qr{ri} = qs[(ty + {ri * self.ty}u) * {self.qstride}u + d4];")
         elif self.v4:  # each row's 4 head dims from memory, turned into 4 vec4s over rows
             for ri in range(4):
                 b.line(
                     f"    let qr{ri} = vec4<f32>({self.in_name(0)}[u32(q_base + i32(qrow{ri}) * params.q_sl + i32(d4 * 4u)) / 4u]);"
                 )
         for j in range(self.rn):
-            b.line(f"    let k{j} = {karr}[({j * self.tx}u + tx) * {self.ks}u + d4];")
+            d4 = f"(d4 ^ kx{j})" if self.sw else "d4"  # the swizzle: key c's vec4 d at d ^ (c % 8)
+            b.line(f"    let k{j} = {karr}[({j * self.tx}u + tx) * {self.ks}u + {d4}];")
         for lane, c in enumerate("xyzw"):
             d = f"d4 * 4u + {lane}u"
             if self.q_smem or self.v4:
