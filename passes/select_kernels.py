@@ -971,24 +971,25 @@ def builtin_matmul_config(p: GemmProblem | QuantGemvProblem, caps: DeviceCaps) -
     return f"split{split}" if split > 1 else builtin_gemm_config(p, caps) or GemmKernel.name
 
 
-# f32 GEMMs this large, tiled exactly by 64x128x16, with at least BIG_EXACT_MIN_TILES 128x128 tiles, run
-# b64x128u (8x8 per thread, 128 threads, no index clamps): the H200's fastest at 4096^3 (3.25 ms against
-# b128k16's 3.39; benchmarks/runs/2026-12-01-F/gemm.txt). Fewer tiles go to _wide_exact_gemm: 1024^3 (64 tiles)
-# runs b64x128k8u, H200 run Q (gemm_mid_split.txt) 0.0647 ms against b64x128u's 0.0716 (cuBLAS 0.0580)
+# f32 GEMMs this large, tiled exactly by 64x128x8, with at least BIG_EXACT_MIN_TILES 128x128 tiles, run
+# b64x128k8u (8x8 per thread, 128 threads, k steps of 8, no index clamps): the H200's fastest at 4096^3,
+# 3.092 ms against b64x128u's (k steps of 16) 3.252 and cuBLAS's 2.673 (benchmarks/runs/2026-12-02-X/
+# gemm_square.txt; run F: b128k16 3.39). Fewer tiles go to _wide_exact_gemm: 1024^3 (64 tiles) runs b64x128k8u
+# too, 0.0635 ms against b64x128u's 0.0710 (cuBLAS 0.0576; run Q: 0.0647, 0.0716)
 BIG_EXACT_GEMM, BIG_EXACT_MIN_TILES = 1024, 256
 
 
 def builtin_gemm_config(p: GemmProblem, caps: DeviceCaps) -> str | None:
-    """The built-in rule: b64x128u for large exact f32 problems, 64x128 tiles for wide ones (_wide_exact_gemm); 128x128 tiles when there are enough of them
-    and few are padding, else 64x64."""
-    c = GEMM_CONFIGS["b64x128u"]
+    """The built-in rule: b64x128k8u for large exact f32 problems, 64x128 tiles for wide ones (_wide_exact_gemm);
+    128x128 tiles when there are enough of them and few are padding, else 64x64."""
+    c = GEMM_CONFIGS["b64x128k8u"]
     f32 = all(d is DType.float32 for d in p.dtypes)
     # with index clamps (WGJIT_TRUSTED_SHADERS=0, backend_wgpu.device) b64x128 lost to b128k16 in run F
     trusted = os.environ.get("WGJIT_TRUSTED_SHADERS", "1").strip() != "0"
     big_tiles = p.batch * -(-p.m // 128) * -(-p.n // 128)
     big = min(p.m, p.n, p.k) >= BIG_EXACT_GEMM and big_tiles >= BIG_EXACT_MIN_TILES
     if f32 and trusted and big and _config_runs(p, c, caps):  # exact tiles
-        return "b64x128u"
+        return "b64x128k8u"
     wide = (_wide_exact_gemm(p, caps) or _narrow_exact_gemm(p, caps)) if f32 and trusted else None
     if wide is not None:
         return wide

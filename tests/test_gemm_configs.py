@@ -296,8 +296,8 @@ def test_builtin_thin_split_rule() -> None:
 @pytest.mark.parametrize(
     "m,n,k,want",
     [
-        (4096, 4096, 4096, "b64x128u"),  # large and exact
-        (2048, 2048, 2048, "b64x128u"),  # 256 128x128 tiles
+        (4096, 4096, 4096, "b64x128k8u"),  # large and exact
+        (2048, 2048, 2048, "b64x128k8u"),  # 256 128x128 tiles
         (1024, 1024, 1024, "b64x128k8u"),  # fewer (64): the wide rule's short-k tiles
         (4096, 1536, 384, "b64x128k8u"),  # wide, short k (MiniLM's up projection)
         (4096, 1152, 384, "b64x128k8u"),  # MiniLM's q, k and v as one
@@ -335,7 +335,7 @@ def test_wide_rule_products_against_numpy(k: int, want: str, monkeypatch: pytest
 @pytest.mark.parametrize(
     "m,n,k,dtype,want",
     [
-        (128, 256, 128, "float32", "b64x128u"),  # large (the threshold lowered here) and exact: b64x128u
+        (128, 256, 128, "float32", "b64x128k8u"),  # large (the threshold lowered here) and exact: b64x128k8u
         (128, 192, 128, "float32", None),  # n not a multiple of 128: the older rule
         (128, 256, 128, "float16", None),  # f16 operands: not measured, the older rule
         (64, 256, 128, "float32", None),  # below the threshold
@@ -351,11 +351,11 @@ def test_builtin_rule_for_large_exact_f32(
     a, b = randn(m, k, dtype=dtype), randn(k, n, dtype=dtype)
     got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
     d = gemm_dispatch(program)
-    assert (tile_text("b64x128u") in d.variant and ":u" in d.variant) == (want is not None), d.variant
+    assert (tile_text("b64x128k8u") in d.variant and ":u" in d.variant) == (want is not None), d.variant
     close(got, a.astype(np.float64) @ b.astype(np.float64), tol=1e-5 if dtype == "float32" else 4e-3)
     monkeypatch.setenv("WGJIT_TRUSTED_SHADERS", "0")  # compiled with clamps it lost: the older rule
     _, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
-    assert tile_text("b64x128u") not in gemm_dispatch(program).variant
+    assert tile_text("b64x128k8u") not in gemm_dispatch(program).variant
 
 
 def test_mid_split_rule_with_an_epilogue_against_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
