@@ -252,10 +252,6 @@ class AttentionArg:
         raise ValueError(f"AttentionArg.operand: no operand named {what!r}")
 
 
-# the label of the copy of q that passes.attention_layout makes for the flash kernel's transposed loads
-Q_TRANSPOSED_LABEL = "q transposed for flash attention's loads (passes.attention_layout)"
-
-
 @dataclass(frozen=True)
 class SplitsArg:
     """An ATTENTION_SPLITS node: the attention it computes a part of, and into how many key ranges."""

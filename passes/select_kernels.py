@@ -839,12 +839,6 @@ GEMM_CONFIGS: dict[str, GemmConfig] = {
     "b128x96u": GemmConfig(128, 96, 16, 12, 16, unchecked=True),
     "b128x96k8u": GemmConfig(128, 96, 8, 12, 16, unchecked=True),
     "b64x96u": GemmConfig(64, 96, 16, 12, 8, unchecked=True),
-    # k steps of 8 (run X: b64x128k8u the fastest at 4096^3 too) with other tiles and thread counts
-    "b64x128k4u": GemmConfig(64, 128, 4, 16, 8, unchecked=True),
-    "b128k8u": GemmConfig(128, 128, 8, 16, 16, unchecked=True),
-    "b64x128k8t256u": GemmConfig(64, 128, 8, 32, 8, unchecked=True),  # 8x4 per thread, 256 threads
-    "b128x64k8u": GemmConfig(128, 64, 8, 8, 16, unchecked=True),
-    "b64k8u": GemmConfig(64, 64, 8, 16, 16, unchecked=True),
 }
 # split-K candidates: "split4" cuts k into 4 chunks (passes.split_k), each chunk's GEMM chosen by the rules
 GEMM_SPLITS = (2, 4, 8)
@@ -1232,11 +1226,8 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
         node.arg, None if m is None else view_of_operand(graph, node.srcs[m])[1]
     )
     dk, dv = q.shape[-1], v.shape[-1]
-    kv4 = all(x.strides[-1] == 1 and vector_readable(x, 4) for x in (k, v))
-    v4 = kv4 and q.strides[-1] == 1 and vector_readable(q, 4)
-    # q^T (passes.attention_layout): a vec4 of 4 consecutive rows at each head dim
-    qt = kv4 and q.strides[-2] == 1 and vector_readable(q.permute((0, 1, 3, 2)), 4)
-    variant = f"{'t4' if qt else 'v4' if v4 else 's'}.{'o4' if dv % 4 == 0 else 'o1'}"
+    v4 = all(x.strides[-1] == 1 and vector_readable(x, 4) for x in (q, k, v))
+    variant = f"{'v4' if v4 else 's'}.{'o4' if dv % 4 == 0 else 'o1'}"
     dv4 = 4 * max(1, -(-dv // 4))
     units, rows = math.prod(q.shape[:-2]), q.shape[-2]
     tiles = ATTENTION_TILES if tile is None else (tile,)
@@ -1244,12 +1235,12 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
         few = at.br > 64 and units * -(-rows // at.br) < ATTENTION_MIN_WORKGROUPS
         if few and any(later.br < at.br for later in tiles[i + 1 :]):
             continue  # too few workgroups: a later tile of fewer rows runs more of them at once
-        br, bc, q_smem, kv_alias = at.br, at.bc, at.q_smem and not qt, at.kv_alias
+        br, bc, q_smem, kv_alias = at.br, at.bc, at.q_smem, at.kv_alias
         # threads across dv: no padding past 4
         t = min(next(t for t in (16, 8, 4, 2, 1) if t <= at.tx and dv4 % (4 * t) == 0), bc)
         dkp, dvp = FlashAttentionKernel.padded_dims(dk, dv, t)
         sg = caps.subgroups and caps.subgroup_size >= t > 1
-        vg = (ATTENTION_V_FROM_MEMORY if at.vg is None else at.vg) and kv4 and not kv_alias
+        vg = (ATTENTION_V_FROM_MEMORY if at.vg is None else at.vg) and v4 and not kv_alias
         sw = at.sw and dkp % 32 == 0
         smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg, sw, key_range)
         un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL

@@ -8,7 +8,7 @@ import pytest
 import tracer as tr
 from backend_wgpu import get_device
 from ir.interpret import interpret
-from ir.ops import Q_TRANSPOSED_LABEL, Op
+from ir.ops import Op
 from passes import run_pipeline
 from passes.attention_layout import attention_layout
 from passes.fold_views import fold_views
@@ -105,59 +105,3 @@ def test_other_transposes_are_not_folded(rng: np.random.Generator) -> None:
     (a,) = [n for n in graph if n.op is Op.ATTENTION]
     assert not a.arg.heads_inner
     check_arrays(y.numpy(), np_attention(q, k, v).transpose(1, 0, 2, 3).reshape(3, 80))
-
-
-@pytest.mark.parametrize(
-    "b,h,hkv,lq,s,e,dtype,causal,masked",
-    [
-        (1, 2, 2, 36, 36, 32, "float32", True, False),  # 36 rows: a partial last row block
-        (2, 4, 2, 64, 80, 64, "float32", True, True),  # grouped-query attention, a padding mask
-        (1, 3, 3, 128, 100, 16, "float32", False, False),
-        (1, 2, 2, 48, 48, 32, "float16", True, False),
-    ],
-)
-def test_long_attention_reads_q_transposed(
-    b: int, h: int, hkv: int, lq: int, s: int, e: int, dtype: str, causal: bool, masked: bool,
-    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    """From Q_TRANSPOSED_MIN_ROWS query rows q is copied transposed once and the flash kernel reads a vec4 of 4
-    consecutive rows at each head dim (`t4`): the values against numpy, and the two dispatches explain shows."""
-    import passes.attention_layout as layout
-
-    monkeypatch.setattr(layout, "Q_TRANSPOSED_MIN_ROWS", 32)
-    q, k, v = (randn(rng, b, n, length, e, dtype=dtype) for n, length in ((h, lq), (hkv, s), (hkv, s)))
-    keep = None
-    if masked:
-        keep = np.ones((b, 1, 1, s), bool)
-        keep[-1, ..., s // 2 :] = False
-    mask = None if keep is None else tr.tensor(keep)
-    y = merged_heads(tr.tensor(q), tr.tensor(k), tr.tensor(v), mask=mask, is_causal=causal)
-    dispatches = tr.compile(y).dispatches
-    assert [d.kernel for d in dispatches] == ["elementwise", "flash_attention"], dispatches
-    assert dispatches[1].variant.startswith("t4.") and dispatches[1].variant.endswith(".bshd"), dispatches[1].variant
-    assert "q transposed for flash attention's loads" in str(tr.explain(y))
-    want = np_merged(np_attention(q, k, v, keep, causal=causal))
-    check_arrays(y.numpy(), want, tol=2e-6 if dtype == "float32" else 2e-3)
-
-
-def test_q_is_transposed_only_for_rows_in_fours(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
-    """38 query rows (no multiple of 4) keep q as it is; the interpreter agrees before and after the pass where
-    it does transpose (40 rows)."""
-    import passes.attention_layout as layout
-
-    monkeypatch.setattr(layout, "Q_TRANSPOSED_MIN_ROWS", 32)
-    for lq, transposed in ((38, False), (40, True)):
-        q, k, v = randn(rng, 1, 2, lq, 8), randn(rng, 1, 2, lq, 8), randn(rng, 1, 2, lq, 8)
-        y = merged_heads(tr.tensor(q), tr.tensor(k), tr.tensor(v), is_causal=True)
-        built = build_graph([y._lazy])
-        caps = get_device().caps
-        before = fold_views(built.graph, caps)
-        after = attention_layout(before, caps)
-        copies = [n for n in after if n.op is Op.COPY and n.label == Q_TRANSPOSED_LABEL]
-        assert len(copies) == int(transposed) and (not copies or copies[0].shape == (1, 2, 8, lq))
-        inputs = [lz.host for lz in built.inputs]
-        (x,), (z,) = interpret(before, inputs), interpret(after, inputs)
-        np.testing.assert_array_equal(x, z)
-        variant = next(d for d in tr.compile(y).dispatches if d.kernel == "flash_attention").variant
-        assert variant.startswith("t4." if transposed else "v4."), variant
-        check_arrays(y.numpy(), np_merged(np_attention(q, k, v, causal=True)))

@@ -9,9 +9,7 @@ For each case every tile configuration of the flash kernel that fits the device 
 against torch's F.scaled_dot_product_attention (max |difference| over max |torch|), then all
 of them and torch are timed in the same process, interleaved: each block runs every contender
 `--runs` times, and the median over blocks of each contender's block medians is reported.
-wgjit is timed with timestamps around its compute pass (one dispatch, or two where the rule copies q
-transposed first: passes.attention_layout; "rule, q as is" is then the rule without that copy), torch
-with CUDA events.
+wgjit is timed with timestamps around its compute pass (one dispatch), torch with CUDA events.
 The last lines are the table: per case, each contender's median, its ratio to torch (> 1 is
 faster than torch) and its rate (4 B H L S D flops, halved for causal).
 """
@@ -32,7 +30,7 @@ import tracer as tr
 from backend_wgpu import Program, get_device
 from benchmarks.timing import ProgramTimer, time_torch
 from ir.ops import Op
-from passes import attention_layout, run_pipeline
+from passes import run_pipeline
 from tracer.graph_builder import build_graph
 
 
@@ -155,30 +153,18 @@ def inputs(case: Case, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def wgjit_program(
-    case: Case, data: dict[str, np.ndarray], variant: tuple | None, q_transposed: bool = True
-) -> tuple[Program, list, str]:
-    """The compiled program (the rule's tile, or `variant`), its input buffers, its attention kernel's label.
-
-    Variants, and the rule with `q_transposed` False, read q as it is: passes.attention_layout's copy of q
-    transposed (a dispatch before the attention, then the `t4` loads) is the rule's alone."""
+def wgjit_program(case: Case, data: dict[str, np.ndarray], variant: tuple | None) -> tuple[Program, list, str]:
+    """The compiled one-dispatch program (the rule's tile, or `variant`), its input buffers, its kernel label."""
     dev = get_device()
     t = {name: tr.tensor(a).realize() for name, a in data.items()}
     y = tr.nn.scaled_dot_product_attention(t["q"], t["k"], t["v"], mask=t.get("keep"), is_causal=case.causal)
     built = build_graph([y._lazy])
-    rows = attention_layout.Q_TRANSPOSED_MIN_ROWS
-    if variant is not None or not q_transposed:
-        attention_layout.Q_TRANSPOSED_MIN_ROWS = 1 << 30
-    try:
-        graph = run_pipeline(built.graph, dev.caps).graph
-    finally:
-        attention_layout.Q_TRANSPOSED_MIN_ROWS = rows
+    graph = run_pipeline(built.graph, dev.caps).graph
     if variant is not None:
         graph = graph.with_nodes(_forced(n, variant) if n.op is Op.ATTENTION else n for n in graph)
     program = Program(graph, dev)
     (d,) = [d for d in program.dispatches if d.op == "attention"]
-    copy = " + q^T copy" if len(program.dispatches) > 1 else ""
-    return program, [lz.buffer for lz in built.inputs], f"{d.kernel}[{d.variant}{copy}]"
+    return program, [lz.buffer for lz in built.inputs], f"{d.kernel}[{d.variant}]"
 
 
 def _forced(node: Any, variant: tuple) -> Any:
@@ -253,14 +239,7 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=7)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--only", default="", help="the cases whose names contain this text")
-    ap.add_argument(
-        "--q-transposed-rows",
-        type=int,
-        default=attention_layout.Q_TRANSPOSED_MIN_ROWS,
-        help="query rows from which the rule copies q transposed (passes.attention_layout's threshold)",
-    )
     args = ap.parse_args()
-    attention_layout.Q_TRANSPOSED_MIN_ROWS = args.q_transposed_rows
     try:
         import torch
     except ImportError:  # a smoke run without torch: numpy on the host is the reference and the yardstick
@@ -291,14 +270,11 @@ def main() -> int:
         scale = float(np.abs(ref).max())
         tol = 2e-3 if case.dtype == "float16" else 1e-4
         contenders: dict[str, Any] = {}
-        for variant in [None, "q as is"] + [v for v in VARIANTS if fits(v, case)]:
-            as_is = variant == "q as is"
-            tile = None if as_is else variant
-            program, buffers, label = wgjit_program(case, data, tile, q_transposed=not as_is)  # type: ignore[arg-type]
-            prefix = "rule, q as is " if as_is else "rule " if variant is None else ""
-            name = prefix + label.split("[", 1)[1].rstrip("]")
+        for variant in [None] + [v for v in VARIANTS if fits(v, case)]:
+            program, buffers, label = wgjit_program(case, data, variant)
+            name = ("rule " if variant is None else "") + label.split("[", 1)[1].rstrip("]")
             if variant is not None and any(c[2] == label for c in contenders.values()):
-                continue  # the rule's own tile (or, where q is not copied, the rule itself)
+                continue  # the rule's own tile
             err = float(np.abs(read(program, buffers, ref.shape, case.dtype) - ref).max()) / scale
             ok = err <= tol
             failures += not ok

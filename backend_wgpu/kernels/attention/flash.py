@@ -179,10 +179,7 @@ class FlashAttentionKernel(Kernel):
         self.qstride = self.key_stride(self.dk)
         self.true_dv = self.operands[2].view.shape[3]
         self.gd = self.dv // (4 * self.tx)  # vec4 groups of head dims per thread
-        # `t4`: as v4, but q is read transposed (passes.attention_layout stored q^T: rows contiguous), a vec4
-        # of 4 consecutive rows at one head dim; each thread then owns 4 consecutive rows
-        self.qt = c.variant.startswith("t4")
-        self.v4 = self.qt or c.variant.startswith("v4")
+        self.v4 = c.variant.startswith("v4")
         # a mask the same for every query row (a padding mask (B, 1, 1, S)): one load per key, not four
         m = self.arg.operand("mask")
         self.mask_row0 = m is not None and self.operands[m].view.strides[2] == 0
@@ -193,9 +190,6 @@ class FlashAttentionKernel(Kernel):
         assert not (self.pl and self.kv_alias), "flash_attention: the pipelined loop needs k and v apart"
         assert self.gd * 4 * self.tx == self.dv and self.dk % 4 == 0
         assert not self.sw or self.ks % 8 == 0, "flash_attention: a swizzled k needs a head dim multiple of 32"
-        assert not (self.qt and self.q_smem), "flash_attention: q transposed is read from memory"
-        # (k's vec4 loads need dk % 4 == 0, so q^T's head dims need no padding: no load reads past them)
-        assert not self.qt or self.dk == self.operands[0].view.shape[3]
 
     def unchecked(self) -> bool:
         """Every index is in range by construction: loads of k, v and the output stores are guarded by
@@ -410,11 +404,9 @@ class FlashAttentionKernel(Kernel):
         b.line(f"let scale2 = {scale};")
         if self.arg.fill:  # the score of a key the mask hides, in log2 units
             b.line(f"let fill2 = vec4<f32>(f32({self.in_name(self.arg.operand('fill'))}[params.fill_off]) * {LOG2E});")
-        for ri in range(4):  # the thread's rows: 4 apart by ty_threads, or (q transposed) 4 consecutive
-            b.line(f"let row{ri} = r0 + {'4u * ty + ' + str(ri) if self.qt else 'ty + ' + str(ri * self.ty)}u;")
+        for ri in range(4):
+            b.line(f"let row{ri} = r0 + ty + {ri * self.ty}u;")
             b.line(f"let qrow{ri} = min(row{ri}, params.lq - 1u);  // rows past lq compute, never store")
-        if self.qt:  # the first of the 4 rows, kept inside q (lq is a multiple of 4 here)
-            b.line("let qrow4 = min(row0, params.lq - 4u);")
         if self.q_smem:
             self._load_q(b)
         b.line("var m_run = vec4<f32>(ninf);")
@@ -568,8 +560,6 @@ class FlashAttentionKernel(Kernel):
         if self.q_smem:  # each row's 4 head dims: the row group's 4 rows are consecutive (distinct banks)
             for ri in range(4):
                 b.line(f"    let qr{ri} = qs[(ty + {ri * self.ty}u) * {self.qstride}u + d4];")
-        elif self.qt:  # q^T: per head dim, one vec4 of the 4 consecutive rows (below)
-            pass
         elif self.v4:  # each row's 4 head dims from memory, turned into 4 vec4s over rows
             for ri in range(4):
                 b.line(
@@ -580,9 +570,7 @@ class FlashAttentionKernel(Kernel):
             b.line(f"    let k{j} = {karr}[({j * self.tx}u + tx) * {self.ks}u + {d4}];")
         for lane, c in enumerate("xyzw"):
             d = f"d4 * 4u + {lane}u"
-            if self.qt:  # a warp's row groups read 4 consecutive vec4s of one q^T row: one memory line
-                q = f"vec4<f32>({self.in_name(0)}[u32(q_base + i32({d}) * params.q_sx + i32(qrow4)) / 4u])"
-            elif self.q_smem or self.v4:
+            if self.q_smem or self.v4:
                 q = f"vec4<f32>(qr0.{c}, qr1.{c}, qr2.{c}, qr3.{c})"
             else:  # scalars through any strides; the padding past dk reads 0
                 dd = f"i32(min({d}, max(params.dk, 1u) - 1u)) * params.q_sx"

@@ -14,7 +14,7 @@ from backend_wgpu.kernels.elementwise.fused import FusedCode, plain_group
 from backend_wgpu.wgsl import WgslBuilder, store_cast
 from ir.graph import Graph
 from ir.node import Node
-from ir.ops import Q_TRANSPOSED_LABEL, Op
+from ir.ops import Op
 from ir.view import View
 
 
@@ -31,8 +31,7 @@ class ElementwiseKernel(PerElementKernel):
 
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
-        how = "one thread per element (vector)" if node.kernel.element > 1 else "one thread per element"
-        return f"{how}; {node.label}" if node.label == Q_TRANSPOSED_LABEL else how
+        return "one thread per element (vector)" if node.kernel.element > 1 else "one thread per element"
 
     @classmethod
     def width_reason(cls, node: Node, views: list[View]) -> str:
