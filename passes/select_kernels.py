@@ -1177,6 +1177,11 @@ ATTENTION_TILES: tuple[AttentionTile, ...] = (
     # rule before), 0.0728 apart without it; causal 1x32x2048x128 (head dim 128, where k and v apart do not
     # fit 48 KiB) 1.233 ms, 1.338 with the prefetch. Run B: 128 rows beat 64 (0.110 against 0.145 ms).
     AttentionTile(128, 32, False, True, pf=False),
+    # where 128-row blocks are too few (ATTENTION_MIN_WORKGROUPS): 64 rows by 64 keys, 16 threads a row group,
+    # k swizzled so that the tile fits 48 KiB. H200 run X (attention_prefill_qt.txt): the ~1B decoder's
+    # 512-token causal prefill, 32 query heads over 8, head dim 64, 0.0617 ms against 0.0778 for 64x32 with q
+    # staged (the next tile)
+    AttentionTile(64, 64, False, True, tx=16, pf=False, sw=True),
 ) + tuple(
     AttentionTile(*t)
     for t in (

@@ -542,11 +542,14 @@ def test_swizzled_k(
 def test_rule_tiles_on_the_h200() -> None:
     """The tiles the rule picks with the H200's 48 KiB of workgroup memory, as measured in
     benchmarks/runs/2026-12-01-F, -H, -M and 2026-12-02-X (unrolled loops): MiniLM's head dim 64 and the
-    causal head dim 128 at 128 rows, k and v sharing a buffer, no prefetch; a problem of too few 128-row
-    blocks (the ~1B decoder's causal prefill of 512 tokens: 32 heads x 4 blocks) takes 64 rows."""
+    causal head dim 128 at 128 rows, k and v sharing a buffer, no prefetch, subgroup row maxes (NVIDIA's
+    32 lanes); a problem of too few 128-row blocks (the ~1B decoder's causal prefill of 512 tokens: 32 heads
+    x 4 blocks) takes 64 rows by 64 keys, 16 threads a row group, k swizzled."""
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
-    caps = dataclasses.replace(get_device().caps, max_workgroup_storage=49152, subgroups=False, name="H200-like")
+    caps = dataclasses.replace(
+        get_device().caps, max_workgroup_storage=49152, subgroups=True, subgroup_size=32, name="H200-like"
+    )
     picked, reasons = {}, {}
     for name, (b, h, hkv, n, d) in {
         "minilm": (32, 12, 12, 128, 64),
@@ -558,12 +561,13 @@ def test_rule_tiles_on_the_h200() -> None:
         y = tr.nn.scaled_dot_product_attention(q, kv, kv, is_causal=name != "minilm")
         graph = run_pipeline(build_graph([y._lazy]).graph, caps).graph
         (node,) = [n for n in graph if n.kernel is not None and n.kernel.name == "flash_attention"]
-        picked[name] = tuple(node.kernel.param(p) for p in ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl"))
+        params = ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl", "sg", "sw")
+        picked[name] = tuple(node.kernel.param(p) for p in params)
         reasons[name] = FlashAttentionKernel.reason(graph, node)
     assert "(256 workgroups)" in reasons["prefill 512"], reasons  # 32 heads x 8 blocks of 64 rows, as explain says
-    assert picked["minilm"] == (128, 32, 8, False, True, False, True, False)
-    assert picked["causal 2048"] == (128, 32, 8, False, True, False, True, False)
-    assert picked["prefill 512"][0] == 64
+    assert picked["minilm"] == (128, 32, 8, False, True, False, True, False, True, False)
+    assert picked["causal 2048"] == (128, 32, 8, False, True, False, True, False, True, False)
+    assert picked["prefill 512"] == (64, 64, 16, False, True, False, True, False, True, True)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -60,6 +60,8 @@ CASES = [
     Case("causal f16 1x32x2048x128", 1, 32, 2048, 2048, 128, causal=True, padding=False, dtype="float16", target=False),
     # the ~1B decoder's prefill of 512 tokens (benchmarks/e2e): 32 query heads over 8 kv heads
     Case("prefill 1x32/8x512x64", 1, 32, 512, 512, 64, causal=True, padding=False, target=False, hkv=8),
+    # a 7B-style prefill (head dim 128) of as few row blocks
+    Case("prefill 1x32/8x512x128", 1, 32, 512, 512, 128, causal=True, padding=False, target=False, hkv=8),
 ]
 QUICK = [
     Case("pad 2x3x40x64", 2, 3, 40, 40, 64, causal=False, padding=True),
