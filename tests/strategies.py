@@ -1689,20 +1689,47 @@ def d_attention(b: Builder) -> Call | None:
             data[np.asarray(b.rng.random(shape) < 0.25)] = -np.inf
             with np.errstate(over="ignore"):
                 args.append(_fresh_with(b, data.astype(F16 if kind == "add16" else F32)))
+    # (B, H, Lq, Ev) outputs: the heads merged after, as a transformer layer does (passes.attention_layout
+    # stores them so), or not
+    merge = len(qlead) == 2 and b.draw(st.booleans())
     params = (
         ("mask", kind != "none"),
         ("causal", b.draw(st.booleans())),
         ("scale", b.draw(st.sampled_from([None, 0.5]))),
+        ("merge", (qlead[0], lq, qlead[1] * ev) if merge else None),
     )
     return Call(tuple(args), params)
 
 
+def _attention_code(s: list[str], p: dict[str, Any]) -> str:
+    code = f"tr.nn.scaled_dot_product_attention({s[0]}, {s[1]}, {s[2]}, {_opt(s, p, 'mask', 3)}, is_causal={p['causal']}, scale={p['scale']!r})"
+    return f"{code}.transpose(1, 2).reshape{p['merge']}" if p["merge"] else code
+
+
 def _attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, *rest: np.ndarray, mask: bool, causal: bool, scale: float | None
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    *rest: np.ndarray,
+    mask: bool,
+    causal: bool,
+    scale: float | None,
+    merge: tuple[int, int, int] | None = None,
 ) -> Result:
     """softmax(q k^T * scale + mask) v as the flash kernel defines it: the scores a float32 dot
     product times scale * log2(e) in float32 (they overflow where the kernel's do), the rest in
-    float64; a query that sees no key is NaN, no keys at all give 0."""
+    float64; a query that sees no key is NaN, no keys at all give 0. `merge`: the heads merged
+    after, (B, H, Lq, Ev) -> (B, Lq, H * Ev)."""
+    r = _attention_heads_first(q, k, v, *rest, mask=mask, causal=causal, scale=scale)
+    if merge is None:
+        return r
+    value, mag = (None if a is None else np.swapaxes(a, 1, 2).reshape(merge) for a in (r.value, r.mag))
+    return Result(value, r.exact, mag)
+
+
+def _attention_heads_first(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, *rest: np.ndarray, mask: bool, causal: bool, scale: float | None
+) -> Result:
     dt = result_type(q, k, v)
     qf, kf, vf = (a.astype(F64) for a in (q, k, v))
     if q.ndim >= 3 and k.ndim >= 3 and q.shape[-3] != k.shape[-3]:  # grouped-query: kv head h // group
@@ -2255,14 +2282,7 @@ OPS: dict[str, OpSpec] = {
             _conv1d,
             eps=1e-6,
         ),
-        OpSpec(
-            "sdpa",
-            d_attention,
-            lambda s, p: (
-                f"tr.nn.scaled_dot_product_attention({s[0]}, {s[1]}, {s[2]}, {_opt(s, p, 'mask', 3)}, is_causal={p['causal']}, scale={p['scale']!r})"
-            ),
-            _attention,
-        ),
+        OpSpec("sdpa", d_attention, _attention_code, _attention),
         OpSpec("rope", d_rope, "tr.nn.rope({0}, {1}, {2}, interleaved={interleaved})", _rope),
         # a macro that adds the steps of a decode-layer fragment (d_decode_block); never a step itself
         OpSpec("decode_block", d_decode_block, "", lambda: None),
