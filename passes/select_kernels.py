@@ -193,7 +193,8 @@ def decode_attention_plan(graph: Graph, node: Node, caps: DeviceCaps) -> DecodeP
     # lengths on the H200 (run F: 18.7 vs 16.9 us at 512 keys)
     rows, unroll = threads // lanes, DECODE_UNROLL
     # shuffles where the smallest subgroup holds a row; else, with subgroups, where the workgroup finds its
-    # subgroups wide enough when it runs (wgpu reports 4 for NVIDIA's 32), workgroup memory otherwise
+    # subgroups wide enough when it runs (wgpu reports 4 for most adapters: backend_wgpu.device.least_subgroup_size),
+    # workgroup memory otherwise
     shuffle = ("always" if lanes <= caps.subgroup_size else "runtime") if caps.subgroups and lanes > 1 else ""
     per_v = -(-ev // lanes)
     used = 0 if shuffle == "always" or lanes == 1 else 4 * threads * per_wg * unroll  # the lane sums' memory

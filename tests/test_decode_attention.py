@@ -237,7 +237,7 @@ def test_rows_merge_a_head_at_a_time(monkeypatch):
 
 @pytest.mark.parametrize("e", [128, 256])
 def test_lane_shuffles_chosen_as_the_workgroup_runs(e):
-    """Rows of 8 or 16 lanes where the adapter reports subgroups of 4 (as wgpu does for NVIDIA's 32): the
+    """Rows of 8 or 16 lanes where the adapter reports subgroups of 4 (as wgpu does for most adapters): the
     workgroup picks shuffles or workgroup memory from the subgroup size it finds (both are compiled in;
     lavapipe runs subgroups of 8: e = 128 takes the shuffles, e = 256 workgroup memory)."""
     if not get_device().caps.subgroups:

@@ -15,8 +15,8 @@ lanes of a row read neighbouring memory), every load of the step issued before a
 arithmetic. The lanes' partial dot products with each query head (its slices loaded
 beside the keys: no barrier before the loop) are summed over the row by subgroup shuffles where the adapter's
 subgroups hold a row (`lane_shuffle`: "always" where its smallest subgroup does, "runtime"
-where the workgroup finds its subgroups wide enough as it starts, e.g. NVIDIA's 32 where
-wgpu reports 4), else through workgroup memory; then each row
+where the workgroup finds its subgroups wide enough as it starts, e.g. an adapter whose
+smallest subgroup wgpu reports as 4), else through workgroup memory; then each row
 keeps, per head, a running max, sum of exp and value sum (online softmax), so keys and
 values stream together and nothing waits on a barrier inside the loop when shuffles
 sum the lanes. At the end the rows' (max, sum, values) merge in a tree in workgroup
