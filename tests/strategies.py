@@ -1703,7 +1703,8 @@ def d_attention(b: Builder) -> Call | None:
 
 def _attention_code(s: list[str], p: dict[str, Any]) -> str:
     code = f"tr.nn.scaled_dot_product_attention({s[0]}, {s[1]}, {s[2]}, {_opt(s, p, 'mask', 3)}, is_causal={p['causal']}, scale={p['scale']!r})"
-    return f"{code}.transpose(1, 2).reshape{p['merge']}" if p["merge"] else code
+    merge = p.get("merge")
+    return f"{code}.transpose(1, 2).reshape{merge}" if merge else code
 
 
 def _attention(
