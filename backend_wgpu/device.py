@@ -20,6 +20,7 @@ import wgpu
 from backend_wgpu.tuning_cache import load_table
 from ir.caps import DeviceCaps
 from ir.errors import DeviceError, KernelCompileError
+from ir.settings import env_int
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # silences Mesa's warning on headless machines
 
@@ -32,14 +33,14 @@ READBACK_KEPT_BYTES = 64 << 20  # read-back staging buffers up to this size are 
 READBACK_KEPT_PER_SIZE = 4  # and this many of each size (reads started ahead hold one each until finished)
 # A large read-back's copy out of the mapped staging buffer is split over this many threads (numpy's
 # copy releases the GIL); 1: the calling thread alone. Default: 4 on a host of 8 or more cores.
-READ_COPY_THREADS = int(os.environ.get("WGJIT_READ_THREADS", "4" if (os.cpu_count() or 1) >= 8 else "1"))
+READ_COPY_THREADS = env_int("WGJIT_READ_THREADS", 4 if (os.cpu_count() or 1) >= 8 else 1)
 READ_COPY_PART_BYTES = 1 << 20  # a thread's share is at least this: smaller copies are not worth a hand-off
 # A read of at least LEND_MIN_BYTES becomes an array over its mapped staging buffer, no copy (LentRead),
 # while the staging buffers so lent to live arrays total at most this; 0: every read is copied out
-LEND_READ_BYTES = int(os.environ.get("WGJIT_LEND_READ_BYTES", str(256 << 20)))
+LEND_READ_BYTES = env_int("WGJIT_LEND_READ_BYTES", 256 << 20)
 LEND_MIN_BYTES = 1 << 20
 # Free upload buffers kept for the next upload of the same size (UploadPool), all sizes together
-UPLOAD_POOL_BYTES = int(os.environ.get("WGJIT_UPLOAD_POOL_BYTES", str(64 << 20)))
+UPLOAD_POOL_BYTES = env_int("WGJIT_UPLOAD_POOL_BYTES", 64 << 20)
 UPLOAD_POOL_BUFFERS = 32  # and at most this many
 UPLOAD_POOLED_MAX = 4 << 20  # a larger upload (weights) gets its own buffer, freed when its tensor dies
 
@@ -363,9 +364,9 @@ def least_subgroup_size(info: Any) -> int:
     so there the bound is 32; elsewhere the reported one stands (AMD and Intel drivers pick the size
     per pipeline). WGJIT_SUBGROUP_SIZE=N overrides both (an A/B of the subgroup paths, or an adapter
     whose size you know). wgpu-py 0.32 spells the key "stackgroup_min_size"."""
-    forced = os.environ.get("WGJIT_SUBGROUP_SIZE", "").strip()
-    if forced:
-        return int(forced)
+    forced = env_int("WGJIT_SUBGROUP_SIZE", 0)
+    if forced > 0:
+        return forced
     reported = int(info.get("subgroup_min_size") or info.get("stackgroup_min_size") or 0)
     vulkan = str(info.get("backend_type", "")).lower() == "vulkan"
     if vulkan and int(info.get("vendor_id") or 0) == NVIDIA_VENDOR_ID:

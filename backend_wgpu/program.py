@@ -67,6 +67,7 @@ from backend_wgpu.runtime_fields import RuntimeFields
 from ir.errors import DeviceError
 from ir.graph import Graph
 from ir.ops import Op
+from ir.settings import env_float, env_int
 from ir.symbolic import Sym
 
 if TYPE_CHECKING:
@@ -77,11 +78,11 @@ SPARE_OUTPUTS = 4  # per output slot, how many free buffers a program keeps
 PLANS_KEPT = 4  # per program, how many sets of input/output buffers keep their bind groups
 # Dispatches per submitted command buffer (0: the whole run in one). Each submission costs the
 # host tens of microseconds; a chunk lets the GPU run while the host records the next one.
-SUBMIT_CHUNK = int(os.environ.get("WGJIT_SUBMIT_CHUNK", "16"))
+SUBMIT_CHUNK = env_int("WGJIT_SUBMIT_CHUNK", 16)
 # each chunk this many times the last one: 16, 32, 64... (H200 run H, host_split: 12L token 1.543 -> 1.258 ms,
 # ~1B 2.504 -> 2.398 against chunks of 16 throughout; benchmarks/runs/2026-12-01-H/host_split_growth.txt)
-SUBMIT_GROWTH = float(os.environ.get("WGJIT_SUBMIT_GROWTH", "2"))
-SPARE_OUTPUT_BYTES = int(os.environ.get("WGJIT_SPARE_OUTPUT_BYTES", str(256 << 20)))  # free outputs, all programs
+SUBMIT_GROWTH = env_float("WGJIT_SUBMIT_GROWTH", 2.0)
+SPARE_OUTPUT_BYTES = env_int("WGJIT_SPARE_OUTPUT_BYTES", 256 << 20)  # free outputs, all programs
 # Record a replay's next run while the host waits for a read-back (Program._record_next; 0: never).
 PRERECORD = os.environ.get("WGJIT_PRERECORD", "1") != "0"
 # A recorded run's first command buffer: smaller than SUBMIT_CHUNK, as its encoding is done already and a

@@ -36,3 +36,7 @@ class IndexOutOfRangeError(ShapeError, IndexError):
 
 class FormatError(WgjitError, ValueError):
     """A weights file wgjit cannot read: not its format, truncated, or a tensor it cannot hold (named)."""
+
+
+class SettingError(WgjitError, ValueError):
+    """A WGJIT_* environment variable whose value wgjit cannot use (README: Knobs); names the variable."""

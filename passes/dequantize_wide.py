@@ -13,19 +13,18 @@ through their views) and before split_k and select_kernels, which then see an or
 
 from __future__ import annotations
 
-import os
-
 from backend_wgpu.kernels.quant.dequant import FOR_WIDE_PRODUCT
 from ir.caps import DeviceCaps
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
+from ir.settings import env_int
 from passes.fold_views import view_of_operand
 from passes.select_kernels import quant_thin_wins
 
 # the largest float32 copy of one weight this pass makes (WGJIT_DEQUANTIZE_MAX_BYTES; 0: never)
-DEQUANTIZE_MAX_BYTES = int(os.environ.get("WGJIT_DEQUANTIZE_MAX_BYTES", str(256 << 20)))
+DEQUANTIZE_MAX_BYTES = env_int("WGJIT_DEQUANTIZE_MAX_BYTES", 256 << 20)
 # products of this many rows or more are dequantized even where qgemm_thin would take them (0: only past
 # it). H200 run W (qprefill_dequant_rows.txt), the ~1B prefill with every weight whose copy fits dequantized
 # against the rules without this: 128 tokens q4_0 18.4 against 29.3 ms, q8_0 15.4 against 23.0; 64 tokens

@@ -58,6 +58,7 @@ from ir.errors import DTypeError, ShapeError
 from ir.graph import Graph
 from ir.node import KernelChoice, Node
 from ir.ops import ELEMENTWISE, NO_KERNEL, NORM, REDUCE, ROW, SCAN, Op
+from ir.settings import env_int
 from ir.tuning import TuningTable, bucket
 from ir.view import View
 from passes.fold_views import view_of_operand
@@ -619,7 +620,7 @@ def gemv_choice(p: GemmProblem, caps: DeviceCaps) -> KernelChoice:
 THIN_GEMM_ALWAYS_M, THIN_GEMM_MAX_M, THIN_GEMM_MAX_WEIGHTS = 16, 64, 1536 * 1536
 THIN_GEMM_TWO_COLS = 12 << 20
 THIN_GEMM_STEPS = 4  # vector loads along k per thread the rule aims for (all in flight at once)
-THIN_GEMM_COLS = int(os.environ.get("WGJIT_THIN_COLS", "0"))  # columns per workgroup (0: the rule's 1 or 2)
+THIN_GEMM_COLS = env_int("WGJIT_THIN_COLS", 0)  # columns per workgroup (0: the rule's 1 or 2)
 
 
 def thin_gemm_wins(p: GemmProblem) -> bool:

@@ -11,6 +11,7 @@ DeviceError, JitError, all WgjitError.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -428,3 +429,27 @@ def test_jit_pure_function_replays_without_error(realized: tuple[tr.Tensor, np.n
     for _ in range(3):
         np.testing.assert_allclose(f(a).numpy(), (data + np.arange(4)) * 0.5)
     assert f.trace_count == 1
+
+
+def test_a_bad_number_in_a_knob_names_the_knob(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WGJIT_* knobs that hold numbers: unset or empty gives the default, a number is read, anything else
+    raises SettingError naming the variable and its value (at import, for the module-level ones)."""
+    import subprocess
+    import sys
+
+    from ir.settings import env_float, env_int
+
+    monkeypatch.delenv("WGJIT_TEST_KNOB", raising=False)
+    assert env_int("WGJIT_TEST_KNOB", 7) == 7 and env_float("WGJIT_TEST_KNOB", 0.5) == 0.5
+    monkeypatch.setenv("WGJIT_TEST_KNOB", " 12 ")
+    assert env_int("WGJIT_TEST_KNOB", 7) == 12 and env_float("WGJIT_TEST_KNOB", 0.5) == 12.0
+    monkeypatch.setenv("WGJIT_TEST_KNOB", "")
+    assert env_int("WGJIT_TEST_KNOB", 7) == 7
+    monkeypatch.setenv("WGJIT_TEST_KNOB", "lots")
+    with pytest.raises(tr.SettingError, match=r"WGJIT_TEST_KNOB='lots': expected an integer"):
+        env_int("WGJIT_TEST_KNOB", 7)
+    with pytest.raises(ValueError, match=r"WGJIT_TEST_KNOB='lots': expected a number"):
+        env_float("WGJIT_TEST_KNOB", 0.5)
+    env = {**os.environ, "WGJIT_SUBMIT_CHUNK": "sixteen"}
+    run = subprocess.run([sys.executable, "-c", "import tracer"], env=env, capture_output=True, text=True)
+    assert run.returncode != 0 and "WGJIT_SUBMIT_CHUNK='sixteen': expected an integer" in run.stderr

@@ -14,6 +14,7 @@ from ir.errors import (
     IndexOutOfRangeError,
     JitError,
     KernelCompileError,
+    SettingError,
     ShapeError,
     WgjitError,
 )
@@ -155,7 +156,7 @@ def timeline(gpu=None):  # noqa: ANN001, ANN201  (tr.bool is a dtype here)
 
 
 __all__ = [
-    "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "JitError", "KernelCompileError", "ShapeError",
+    "DType", "DTypeError", "DeviceError", "IndexOutOfRangeError", "JitError", "KernelCompileError", "SettingError", "ShapeError",
     "Tensor", "WgjitError", "arange", "argmax", "argmin", "astype", "bool", "bool_",
     "broadcast_to", "ceil", "round", "trunc", "compile", "concat", "copy_to_host_async", "expand", "explain", "flatten", "float16",
     "float32", "floor", "full", "full_like", "gelu", "int32", "jit", "log_softmax", "matmul", "max",

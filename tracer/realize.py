@@ -32,6 +32,7 @@ from backend_wgpu import device as backend_device
 from backend_wgpu.device import DeviceBuffer, PendingRead
 from ir.dtypes import DType
 from ir.graph import Graph, structure_hash
+from ir.settings import env_int
 from passes import run_pipeline
 from passes.fuse import fusion_enabled
 from passes.pipeline import PipelineRun
@@ -47,7 +48,7 @@ MAX_CACHED_PROGRAMS = 256
 # Cached programs keep their temporaries allocated; a loop over many large shapes would
 # otherwise hold up to MAX_CACHED_PROGRAMS arenas. Past this many bytes, the least recently
 # used programs go first (the newest always stays).
-MAX_CACHED_TEMP_BYTES = int(os.environ.get("WGJIT_PROGRAM_CACHE_BYTES", str(1 << 30)))
+MAX_CACHED_TEMP_BYTES = env_int("WGJIT_PROGRAM_CACHE_BYTES", 1 << 30)
 # Programs keep their last run's bind groups and output buffers for cheap replays (that
 # holds those buffers); only the most recently run few keep them.
 MAX_WARM_PROGRAMS = 8
