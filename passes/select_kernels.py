@@ -625,7 +625,7 @@ THIN_GEMM_COLS = env_int("WGJIT_THIN_COLS", 0)  # columns per workgroup (0: the 
 
 def thin_gemm_wins(p: GemmProblem) -> bool:
     """A product of a few rows (m > 1) that gemm_thin runs: B contiguous along k, and the rows few enough."""
-    if p.m > THIN_GEMM_MAX_M or p.n < 2 or p.b.strides[-2] != 1:
+    if not 1 < p.m <= THIN_GEMM_MAX_M or p.n < 2 or p.b.strides[-2] != 1:  # m 0: no output, nothing runs
         return False
     return p.m <= THIN_GEMM_ALWAYS_M or p.n * p.k <= THIN_GEMM_MAX_WEIGHTS
 

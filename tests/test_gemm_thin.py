@@ -143,3 +143,13 @@ def test_tuning_candidates_fit_the_workgroup_memory() -> None:
     threads = {int(n.split(".")[0][2:]) for n in names}
     assert threads and max(threads) == 256  # 16 rows x 256 threads x 4 bytes = 16 KiB
     assert 4 * parts_size(16, 1, max(threads), False) <= caps.max_workgroup_storage
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((0, 8, 0, 3), (3, 3)), ((2, 0, 5), (5, 4)), ((0, 3), (3, 7))])
+def test_products_of_no_rows(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    """A product with no rows (the fuzzer's (0, 8, 0, 3) @ (3, 3) divided by zero choosing gemm_thin's row
+    blocks): an empty result of numpy's shape, whatever kernel the rules name."""
+    a = np.ones(a_shape, np.float32)
+    b_t = np.arange(math.prod(b_shape), dtype=np.float32).reshape(b_shape[::-1])  # B read along k, as x @ W.T
+    got = (tr.tensor(a) @ tr.tensor(b_t).swapaxes(-1, -2)).numpy()
+    assert got.shape == (a @ b_t.T).shape and got.size == 0
