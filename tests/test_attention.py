@@ -611,3 +611,21 @@ def test_a_head_dim_of_zero_needs_a_scale() -> None:
         tr.nn.scaled_dot_product_attention(q, k, tr.tensor(v))
     got = tr.nn.scaled_dot_product_attention(q, k, tr.tensor(v), scale=1.0).numpy()
     np.testing.assert_allclose(got, np.broadcast_to(v.mean(2, keepdims=True), (1, 2, 3, 5)), rtol=1e-6)
+
+
+def test_scores_overflow_as_in_float32() -> None:
+    """q = 1e30 against k = 1e30: the score overflows float32 (the kernel's), so the row is inf - inf = NaN on
+    the GPU, and the reference interpreter says the same (its float64 scores would give v[0] instead;
+    the fuzz survey of 2026-12-02 found them apart)."""
+    from ir.interpret import interpret
+
+    q = np.array([[[[1e30], [1.0]]]], np.float32)
+    k = np.array([[[[1e30], [-3.0]]]], np.float32)
+    v = np.array([[[[0.625], [2.0]]]], np.float32)
+    y = sdpa(q, k, v)
+    built = build_graph([y._lazy])
+    (ref,) = interpret(built.graph, [lz.host for lz in built.inputs])
+    got = y.numpy()
+    assert np.isnan(got[0, 0, 0, 0]) and np.isnan(ref[0, 0, 0, 0])
+    np.testing.assert_allclose(got[0, 0, 1], ref[0, 0, 1], rtol=1e-6)
+    np.testing.assert_allclose(got[0, 0, 1], np_attention(q, k, v)[0, 0, 1], rtol=1e-6)

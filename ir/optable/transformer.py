@@ -45,18 +45,26 @@ ROPE = OpDef(
 # --- attention: srcs q (B, H, Lq, E), k (B, Hkv, S, E), v (B, Hkv, S, Ev)[, mask]; arg: AttentionArg -----
 
 
+LOG2E = 1.4426950408889634
+
+
 def _scores(args: list[np.ndarray], arg: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(scores, seen, v with kv heads repeated) in float64: q k^T * scale (then times or divided by a
     scalar operand), the mask (added, or a bool mask hiding keys, or giving them a fill score), and
-    which keys count."""
+    which keys count. The products and their scaling are rounded as the flash kernel computes them,
+    in float32 (the dot product, times scale * log2(e) and the scalar operand), so scores overflow to
+    inf where its do (q = 1e30 against k = 1e30); the rest is float64."""
     q, k, v = (a.astype(np.float64) for a in args[:3])
     if arg.length is not None:  # only the first `length` keys exist
         k, v = k[..., : arg.length, :], v[..., : arg.length, :]
     k, v = np.repeat(k, arg.group, axis=1), np.repeat(v, arg.group, axis=1)  # kv head h // group
-    s = (q @ np.swapaxes(k, -1, -2)) * arg.scale
+    scale2 = np.float32(arg.scale * LOG2E)
     if arg.scale_by:
-        c = np.float64(args[arg.operand("scale")].reshape(-1)[0])
-        s = s * c if arg.scale_by == "mul" else s / c
+        c = np.float32(args[arg.operand("scale")].reshape(-1)[0])
+        with np.errstate(all="ignore"):
+            scale2 = scale2 * c if arg.scale_by == "mul" else scale2 / c
+    with np.errstate(all="ignore"):
+        s = ((q @ np.swapaxes(k, -1, -2)).astype(np.float32) * scale2).astype(np.float64) / LOG2E
     lq, n = s.shape[-2:]
     seen = np.ones(s.shape, bool)
     if arg.causal:
