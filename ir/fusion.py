@@ -6,9 +6,10 @@ stripped); the last term is the group's result and has the FUSED node's own id. 
 FUSED node's srcs are the group's "leaves": the values from outside the group that the
 terms read (buffers, or VIEWs of buffers). A term's srcs name leaves or earlier terms.
 
-At most one term is a "core": a reduction, softmax or matmul (passes.fuse_gemv's groups
+At most one term is a "core": a reduction, softmax, norm or matmul (passes.fuse_gemv's groups
 hold several matmuls that share their input, with a norm before and rope and in-place
-index_writes after them; their kernel, gemv_multi, reads such groups itself). Terms upstream of the core
+index_writes after them; their kernel, gemv_multi, reads such groups itself, and their core
+is the first matmul: the norm is its prologue). Terms upstream of the core
 are its prologue (evaluated per element of the core's input); the others its epilogue
 (evaluated per element of its output). Without a core, every term is evaluated per
 output element. A VIEW term is a reshape that keeps the linear element order, so it
@@ -28,13 +29,13 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ir.node import Node
-from ir.ops import ELEMENTWISE, REDUCE, ROW, Op
+from ir.ops import ELEMENTWISE, NORM, REDUCE, ROW, Op
 from ir.view import View
 
 if TYPE_CHECKING:
     from ir.graph import Graph
 
-CORE_OPS = REDUCE | ROW | frozenset({Op.MATMUL})
+CORE_OPS = REDUCE | ROW | NORM | frozenset({Op.MATMUL})
 
 
 def linear_identity(view: View, source_size: int) -> bool:
@@ -78,7 +79,9 @@ class FusedArg:
 
     @cached_property
     def core(self) -> Node | None:
-        return next((t for t in self.terms if t.op in CORE_OPS), None)
+        cores = [t for t in self.terms if t.op in CORE_OPS]
+        # a norm before matmuls (passes.fuse_gemv) is their prologue, not the group's core
+        return next((t for t in cores if t.op is Op.MATMUL), cores[0] if cores else None)
 
     @cached_property
     def prologue(self) -> frozenset[int]:
@@ -172,6 +175,8 @@ def check_fused(node: Node, source_shapes: dict[int, tuple[int, ...]]) -> str | 
             return f"term %{t.id} ({t.op.value}): operand shapes {[shapes[s] for s in t.srcs]} differ from {t.shape}"
         shapes[t.id] = t.shape
     matmuls = [t for t in arg.terms if t.op is Op.MATMUL]
+    if matmuls:  # passes.fuse_gemv: a norm before them is their prologue
+        cores -= sum(t.op in NORM for t in arg.terms)
     if cores > 1 and not (len(matmuls) == cores and len({t.srcs[0] for t in matmuls}) == 1):
         return f"{cores} core terms in one group (only matmuls sharing their input may be several)"
     return None

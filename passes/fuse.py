@@ -1,10 +1,12 @@
 """Fusion: run groups of nodes as one kernel, each group an Op.FUSED node (ir.fusion.FusedArg).
 
 Groups are chains and trees of elementwise ops (unary, binary, where, casts, copies, and
-the plain reshapes between them), optionally around one core: a reduction or softmax
+the plain reshapes between them), optionally around one core: a reduction, softmax or norm
 with an elementwise prologue (a scale or mask before a softmax, a cast or square feeding
-a sum) and an epilogue (a mean's scale, `+ eps` and rsqrt after a sum of squares), or a
-matmul with an epilogue (bias + activation + residual after a GEMM or GEMV).
+a sum, a split-k product's partial sums, bias and residual before a layer norm) and an
+epilogue (a mean's scale, `+ eps` and rsqrt after a sum of squares), or a matmul with an
+epilogue (bias + activation + residual after a GEMM or GEMV). A prologue computes the
+core's first operand only (a norm reads its weight and bias itself).
 
 Where it runs: after select_kernels, so that legality can ask the kernel each core got
 whether it renders fused code (`Kernel.takes_prologue` / `takes_epilogue`), and before
@@ -181,6 +183,8 @@ def _join(
         site = sites.pop()
         if site == "in" and not kernel_class(graph[group.core].kernel.name).takes_prologue:
             return None
+        if site == "in" and not _feeds_first_operand(graph[group.core], node, reads):
+            return None
     members = group.members | {node.id} | views
     if sum(graph[m].op is not Op.VIEW for m in members) > MAX_GROUP_TERMS:
         return None
@@ -190,6 +194,15 @@ def _join(
     if len(set(in_leaves) | set(out_leaves)) > max_leaves or set(in_leaves) & set(out_leaves):
         return None
     return group, site, views
+
+
+def _feeds_first_operand(core: Node, node: Node, reads: list[tuple[int, int | None]]) -> bool:
+    """A prologue computes the core's first operand only: a norm reads its weight and bias itself,
+    whole rows at the core's width, so `node` may neither be one of them nor read one."""
+    others = set(core.srcs[1:])
+    if others & set(node.srcs):
+        return False
+    return all(r != core.id or (v if v is not None else node.id) == core.srcs[0] for r, v in reads)
 
 
 def _leaves(

@@ -31,6 +31,7 @@ from backend_wgpu.kernels import (
     GemvMultiKernel,
     IndexWriteKernel,
     NormKernel,
+    NormRegsKernel,
     QuantGatherKernel,
     QuantGemmKernel,
     QuantGemvKernel,
@@ -93,7 +94,7 @@ def select_kernel(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice:
     if node.op is Op.ARANGE:
         return KernelChoice(ArangeKernel.name, workgroup=(256, 1, 1))
     if node.op in NORM:
-        return _select_norm(node, caps)
+        return _select_norm_regs(graph, node, caps) or _select_norm(node, caps)
     if node.op is Op.GATHER:
         return KernelChoice(GatherKernel.name, workgroup=(256, 1, 1))
     if node.op is Op.CONV1D:
@@ -505,6 +506,27 @@ def _select_norm(node: Node, caps: DeviceCaps) -> KernelChoice:
     if fitted < wg and unroll <= 8:
         wg, params = fitted, (("unroll", unroll),) if unroll > 1 else ()
     return KernelChoice(NormKernel.name, node.op.value, workgroup=(wg, 1, 1), params=params)
+
+
+NORM_REGS_MAX_PER_THREAD = 8  # KernelElements a thread holds for a row in registers (as softmax_regs)
+
+
+def _select_norm_regs(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoice | None:
+    """Contiguous float rows short enough for registers: read once, and fusable (norm_regs).
+
+    Threads as the strided rule sizes them (NORM_STEPS_PER_THREAD vec4 steps each); rows that
+    would need more than NORM_REGS_MAX_PER_THREAD elements a thread take the strided kernel.
+    """
+    if not node.shape or not _contiguous_float(graph, node):
+        return None
+    n = node.shape[-1]
+    steps = n // 4 if n % 4 == 0 else n  # vec4 when the row allows (passes.vectorize decides)
+    limit = min(256, caps.max_invocations)  # the strided rule's threads (run H), the row in registers
+    wg = max(32, min(limit, 1 << max(0, math.ceil(math.log2(max(1, -(-steps // NORM_STEPS_PER_THREAD)))))))
+    if -(-steps // wg) > NORM_REGS_MAX_PER_THREAD:
+        return None
+    params = (("subgroups", caps.subgroups),)
+    return KernelChoice(NormRegsKernel.name, node.op.value, workgroup=(wg, 1, 1), params=params)
 
 
 def _row_walk(n: int, caps: DeviceCaps) -> tuple[int, tuple[tuple[str, int], ...]]:

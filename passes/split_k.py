@@ -5,7 +5,8 @@ after 65,535 loop iterations (backend_wgpu/kernel.py: LOOP_BUDGET): `x.T @ x` ov
 came back short. A matmul with M > 1 (GEMVs bound their own loops by unrolling) whose k exceeds
 MAX_K becomes a batched matmul over C chunks of k (zero-copy views of A and B), a sum over the
 chunks, and, when C does not divide k, a matmul of the remaining columns, added. The partial
-products are stored in the matmul's dtype. It runs after fold_views (it builds VIEWs of buffer
+products are stored in the matmul's dtype; a few chunks are summed by adds of their views
+(fusable), more by a SUM over the chunk axis. It runs after fold_views (it builds VIEWs of buffer
 owners) and before select_kernels, which then sees ordinary matmuls and sums.
 
 Thin GEMMs (few output tiles, long k: prompt prefill) are split the same way so that more
@@ -15,14 +16,21 @@ says (the tuning cache where `wgjit tune` measured one, else its built-in rule).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from backend_wgpu.kernels.blocks import LOOP_STEPS
 from ir.caps import DeviceCaps
+from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
 from ir.view import View
 from passes.fold_views import view_of_operand
 from passes.select_kernels import gemm_split
+
+# up to this many chunks are summed by elementwise adds of their views (the sum then fuses with what
+# follows; float16 only for 2, where one rounding of the exact sum is what SUM gives too), past it by SUM
+ADDED_CHUNKS = 4
 
 # the k one GEMM walks at most: LOOP_STEPS tiles of the shallowest tile_k (8, gemm_blocked's b128)
 MAX_K = 8 * LOOP_STEPS
@@ -59,7 +67,7 @@ def _split(graph: Graph, node: Node, next_id: int, chunks: int) -> list[Node]:
     rest = k - chunks * depth
     batch, (m, n) = node.shape[:-2], node.shape[-2:]
     nb = len(batch)
-    ids = iter(range(next_id, next_id + 8))
+    ids = iter(range(next_id, next_id + 2 * ADDED_CHUNKS + 8))
     out: list[Node] = []
 
     def view(owner: Node, v: View) -> int:
@@ -78,9 +86,21 @@ def _split(graph: Graph, node: Node, next_id: int, chunks: int) -> list[Node]:
     )
     partial = Node(next(ids), Op.MATMUL, (view(a, a_chunks), view(b, b_chunks)), batch + (chunks, m, n), node.dtype)
     out.append(partial)
-    by_chunk = View.contiguous(partial.shape).permute(tuple(range(nb)) + (nb + 1, nb + 2, nb))
     total_id = node.id if rest == 0 else next(ids)
-    out.append(Node(total_id, Op.SUM, (view(partial, by_chunk),), node.shape, node.dtype, 1, label=node.label))
+    if chunks <= ADDED_CHUNKS and (chunks == 2 or node.dtype is not DType.float16):
+        # chunk c is a contiguous run of the partial products: elementwise adds of those views
+        # fuse with what reads the total (bias, residual, a layer norm's prologue)
+        whole = View.contiguous(partial.shape)
+        run = View(batch + (m, n), whole.strides[:nb] + whole.strides[nb + 1 :], 0)
+        total = view(partial, run)
+        for c in range(1, chunks):
+            chunk = view(partial, View(run.shape, run.strides, c * whole.strides[nb]))
+            out.append(Node(total_id if c == chunks - 1 else next(ids), Op.ADD, (total, chunk), node.shape, node.dtype))
+            total = out[-1].id
+        out[-1] = replace(out[-1], label=node.label)
+    else:
+        by_chunk = View.contiguous(partial.shape).permute(tuple(range(nb)) + (nb + 1, nb + 2, nb))
+        out.append(Node(total_id, Op.SUM, (view(partial, by_chunk),), node.shape, node.dtype, 1, label=node.label))
     if rest:
         a_rest, b_rest = av.slice(_range(av, -1, chunks * depth, k)), bv.slice(_range(bv, -2, chunks * depth, k))
         tail = Node(next(ids), Op.MATMUL, (view(a, a_rest), view(b, b_rest)), node.shape, node.dtype)

@@ -29,3 +29,8 @@ def assert_close(got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: fl
 def kernels_of(*tensors: tr.Tensor) -> list[tuple[str, str, int]]:
     """(kernel, variant, KernelElement) of every dispatch that would compute these tensors."""
     return [(d.kernel, d.variant, d.element) for d in tr.compile(*tensors).dispatches]
+
+
+def kernel_kinds(*tensors: tr.Tensor) -> list[tuple[str, str, int]]:
+    """kernels_of with each variant cut at its first ':' (what it computes, not its knobs)."""
+    return [(k, v.split(":")[0], w) for k, v, w in kernels_of(*tensors)]

@@ -327,7 +327,7 @@ def test_a_norm_read_elsewhere_is_stored(monkeypatch):
 
     fused, _ = check(monkeypatch, build)
     kernels = [d.kernel for d in fused]
-    assert kernels.count("gemv_multi") == 1 and "norm" in kernels
+    assert kernels.count("gemv_multi") == 1 and "norm_regs" in kernels
 
 
 @pytest.mark.parametrize("subgroups", [True, False], ids=["subgroups", "tree"])

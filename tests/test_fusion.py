@@ -357,7 +357,9 @@ def test_random_elementwise_dags_fused_vs_unfused(monkeypatch, dag, seed):
 
 
 CORE_STEPS = (
-    ["matmul", "softmax", "log_softmax", "sum", "max", "mean", "argmax_eq"] + UNARY + ["add_row", "mul_col", "sub_x"]
+    ["matmul", "softmax", "log_softmax", "sum", "max", "mean", "argmax_eq", "layer_norm", "rms_norm"]
+    + UNARY
+    + ["add_row", "mul_col", "sub_x"]
 )
 
 
@@ -373,6 +375,17 @@ def _core_step(op: str, h, x, row, col, w, lib):  # noqa: ANN001, ANN202
         return getattr(h, op)(-1)
     if op in ("sum", "max", "mean"):
         return getattr(h, op)(-1, keepdims=True) * 0.25 + h
+    if op in ("layer_norm", "rms_norm"):  # weighted by `row`; norm_regs reads the weight itself
+        if lib is not np:
+            return tr.nn.layer_norm(h, row, eps=1e-5) if op == "layer_norm" else tr.nn.rms_norm(h, row, eps=1e-5)
+        h64 = h.astype(np.float64)
+        if op == "layer_norm":
+            dev = h64 - h64.mean(-1, keepdims=True)
+            # a row (nearly) constant has no well-defined normalized value: float32 rounding decides it
+            assume(bool(np.all(np.sqrt((dev * dev).mean(-1)) > 1e-3 * np.maximum(1.0, np.abs(h64).max(-1)))))
+            return (dev / np.sqrt((dev * dev).mean(-1, keepdims=True) + 1e-5) * row).astype(np.float32)
+        assume(bool(np.all(np.sqrt((h64 * h64).mean(-1)) > 1e-3)))
+        return (h64 / np.sqrt((h64 * h64).mean(-1, keepdims=True) + 1e-5) * row).astype(np.float32)
     if op == "argmax_eq":  # an int reduction feeding a compare and a cast
         if lib is np:  # a row whose top two are equal up to rounding has no well-defined argmax
             top = np.sort(h, axis=-1)[:, -2:]
@@ -471,6 +484,17 @@ CORE_CASES = {
         ),
         "softmax_regs",
         1e-5,
+    ),
+    "norm_regs": (
+        lambda a: tr.nn.layer_norm(a[6] * 0.5 - 1.0) * 3.0 + 1.0,
+        lambda a: (
+            3
+            * ((a[6] * 0.5 - 1) - (a[6] * 0.5 - 1).mean(-1, keepdims=True))
+            / np.sqrt((a[6] * 0.5 - 1).var(-1, keepdims=True) + 1e-5)
+            + 1
+        ),
+        "norm_regs",
+        2e-5,
     ),
     "row_reduce": (
         lambda a: ((a[6] * a[6]).mean(-1) + 1e-5).rsqrt(),

@@ -23,6 +23,7 @@ from passes import select_kernels as sk
 from passes.dce import dce
 from passes.fold_views import fold_views
 from passes.select_kernels import GEMM_CONFIGS
+from passes.split_k import ADDED_CHUNKS
 from tracer.graph_builder import build_graph
 
 pytestmark = pytest.mark.gpu
@@ -244,12 +245,19 @@ def test_half_products_only_for_f16_operands() -> None:
 
 @pytest.mark.parametrize("split", [2, 4, 8])
 def test_split_k_configs(split: int) -> None:
-    """A thin product cut into `split` chunks of k (a batched GEMM and a sum), k not a multiple of the split."""
+    """A thin product cut into `split` chunks of k (a batched GEMM and their sum), k not a multiple of the split."""
     a, b = randn(20, 2051), randn(2051, 24)
     got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), f"split{split}")
     gemm = gemm_dispatch(program)
     assert gemm.workgroup_count[0] >= split  # one tile per chunk at least
-    assert any(d.op == "sum" for d in program.dispatches), program.summary()
+    # up to ADDED_CHUNKS chunks are summed by adds of their views (one fused kernel), more by a SUM
+    # up to ADDED_CHUNKS chunks are summed by adds of their views, fused here into the epilogue of the
+    # product of k's last 3 columns; more by a SUM
+    sums = [d for d in program.dispatches if d.op == "sum"]
+    assert len(sums) == (split > ADDED_CHUNKS) and len(program.dispatches) == 2 + len(sums), program.summary()
+    assert split > ADDED_CHUNKS or "add" * (split - 1) in program.dispatches[-1].variant.replace(".", ""), (
+        program.summary()
+    )
     close(got, a.astype(np.float64) @ b, tol=1e-4)
 
 
@@ -360,27 +368,31 @@ def test_builtin_rule_for_large_exact_f32(
 
 def test_mid_split_rule_with_an_epilogue_against_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The mid-size split (thresholds lowered to a small shape): x @ W.T + bias + residual cut in two along k
-    is a batched GEMM and one sum that carries the epilogue, right to the rounding."""
+    is a batched GEMM and one fused kernel: the chunks' sum (an add of their views) and the epilogue, right to
+    the rounding."""
     monkeypatch.setattr(sk, "THIN_TILES", 4)
     monkeypatch.setattr(sk, "THIN_MIN_FLOPS", 1)
     monkeypatch.setattr(sk, "MID_ROWS", 64)
     monkeypatch.setattr(sk, "MID_K", 256)
     x, w, bias, res = randn(256, 512), randn(96, 512), randn(96), randn(256, 96)
     got, program = run_tuned(tr.nn.linear(tr.tensor(x), tr.tensor(w)) + tr.tensor(bias) + tr.tensor(res), None)
-    sums = [d for d in program.dispatches if d.kernel == "reduce"]
-    assert len(program.dispatches) == 2 and len(sums) == 1 and "add.add" in sums[0].variant, program.summary()
+    (total,) = [d for d in program.dispatches if d.kernel != "gemm_blocked"]  # the two chunks' sum and the epilogue
+    assert len(program.dispatches) == 2 and total.kernel == "elementwise", program.summary()
+    assert "add.add.add" in total.variant, program.summary()
     want = x.astype(np.float64) @ w.T.astype(np.float64) + bias + res
     close(got, want, tol=1e-4)
 
 
 def test_long_k_split_rule_products_against_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The deep-product rule (thresholds lowered to a small shape): a product of many 64x64 tiles but
-    one wave of 64x128 ones, cut in four along k, is a batched GEMM and a sum, right to the rounding."""
+    one wave of 64x128 ones, cut in four along k, is a batched GEMM and the adds of its four chunks, right to
+    the rounding."""
     monkeypatch.setattr(sk, "LONG_K", 512)
     monkeypatch.setattr(sk, "ONE_WAVE_TILES", 16)
     monkeypatch.setattr(sk, "THIN_TILES", 8)
     monkeypatch.setattr(sk, "THIN_MIN_FLOPS", 1)
     a, b = randn(128, 1024), randn(1024, 512)  # 2 x 8 tiles of 64x128, 16 of 64x64
     got, program = run_tuned(tr.tensor(a) @ tr.tensor(b), None)
-    assert any(d.op == "sum" for d in program.dispatches), program.summary()
+    (total,) = [d for d in program.dispatches if d.kernel != "gemm_blocked"]
+    assert total.kernel == "elementwise" and "add.add.add" in total.variant, program.summary()
     close(got, a.astype(np.float64) @ b.astype(np.float64), tol=1e-4)

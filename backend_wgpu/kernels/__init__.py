@@ -21,6 +21,7 @@ from backend_wgpu.kernels.movement.concat import ConcatKernel
 from backend_wgpu.kernels.movement.gather import GatherKernel
 from backend_wgpu.kernels.movement.index_write import IndexWriteKernel
 from backend_wgpu.kernels.norm.norm import NormKernel
+from backend_wgpu.kernels.norm.norm_regs import NormRegsKernel
 from backend_wgpu.kernels.quant.dequant import DequantKernel
 from backend_wgpu.kernels.quant.qgather import QuantGatherKernel
 from backend_wgpu.kernels.quant.qgemm import QuantGemmKernel
@@ -45,6 +46,7 @@ KERNELS: dict[str, type[Kernel]] = {
         SoftmaxKernel,
         SoftmaxRegsKernel,
         NormKernel,
+        NormRegsKernel,
         GemmKernel,
         BlockedGemmKernel,
         GemvKernel,
