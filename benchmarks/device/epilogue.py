@@ -3,8 +3,9 @@
     python -m benchmarks.device.epilogue [--shapes 512x2048x2048,512x512x2048]
 
 For each m x n x k, times (GPU timestamps around the pass, interleaved blocks) y = x @ w.T alone,
-with a residual added (y + r: the o and down projections of a decoder), and torch's F.linear and
-F.linear + r in the same process. Prints a table last.
+with a residual added (y + r: the o and down projections of a decoder), with a bias (a broadcast
+leaf, whose element the epilogue finds from coordinates), and torch's F.linear and F.linear + r in
+the same process. Prints a table last.
 """
 
 from __future__ import annotations
@@ -56,10 +57,15 @@ def main() -> None:
         x = rng.standard_normal((m, k), dtype=np.float32)
         w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
         r = rng.standard_normal((m, n), dtype=np.float32)
-        tx, tw, trr = tr.tensor(x), tr.tensor(w), tr.tensor(r)
+        bias = rng.standard_normal(n, dtype=np.float32)
+        tx, tw, trr, tb = tr.tensor(x), tr.tensor(w), tr.tensor(r), tr.tensor(bias)
         ref = x.astype(np.float64) @ w.T.astype(np.float64)
         cases: dict[str, Any] = {}
-        for name, y, want in (("gemm", tr.nn.linear(tx, tw), ref), ("gemm+r", tr.nn.linear(tx, tw) + trr, ref + r)):
+        for name, y, want in (
+            ("gemm", tr.nn.linear(tx, tw), ref),
+            ("gemm+r", tr.nn.linear(tx, tw) + trr, ref + r),
+            ("gemm+b", tr.nn.linear(tx, tw, tb), ref + bias),  # a broadcast leaf: read by coordinates
+        ):
             program, buffers = program_of(y)
             err = float(np.abs(y.numpy() - want).max() / np.abs(want).max())
             kernels = ",".join(d.kernel for d in program.dispatches)
