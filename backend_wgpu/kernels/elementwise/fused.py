@@ -111,23 +111,12 @@ class FusedCode:
 
     # --- code --------------------------------------------------------------------------
     def emit(
-        self,
-        b: WgslBuilder,
-        site: str,
-        tag: str,
-        elem: str,
-        vidx: str,
-        acc: str | None = None,
-        indent: str = "",
-        root_coords: list[str] | None = None,
+        self, b: WgslBuilder, site: str, tag: str, elem: str, vidx: str, acc: str | None = None, indent: str = ""
     ) -> str:
         """Emit the terms of `site` evaluated at linear element `elem` (vector index `vidx`).
 
         Returns the WGSL name of the site's result: the core's input for "in", the group's
         root for "out". `acc` is the core's result (arithmetic type), which an epilogue reads.
-        `root_coords`: the element's coordinates in the root's shape, where the kernel has them
-        (a GEMM's batch, row and column): leaves of that shape are addressed from them, with no
-        division of `elem`.
         """
         width = self.widths[site]
         values: dict[int, tuple[str, DType]] = {}
@@ -135,9 +124,6 @@ class FusedCode:
         if acc is not None and core is not None:
             values[core.id] = (acc, core.dtype)
         coords: dict[int, list[str]] = {}
-        if root_coords is not None:
-            assert len(root_coords) == len(self.arg.root.shape)
-            coords.update({j: root_coords for j, shape in enumerate(self.domains) if shape == self.arg.root.shape})
         for t in self.arg.site_terms(site):
             args = [self._value(b, s, values, coords, tag, elem, vidx, indent) for s in t.srcs]
             if t.op in (Op.VIEW, Op.COPY):  # a plain reshape or copy passes its value through

@@ -9,8 +9,7 @@ half of workgroup memory: one barrier per k step.
 How each operand is read is the variant, chosen by passes.select_kernels from the views:
   A: a_k4 (contiguous along k, vec4 loads), a_m4 (contiguous along m), a_s (any strides)
   B: b_n4 (contiguous along n, vec4 loads), b_k4 (contiguous along k: x @ W.T), b_s
-  C: o4 (vec4 stores, n % 4 == 0) or o1; with o4, a float32 product's epilogue is evaluated four
-     lanes at a time (vec4 loads of a residual or bias) where every leaf it reads allows it (`ve4`)
+  C: o4 (vec4 stores, n % 4 == 0) or o1
   .x (exact): the tiles cover m, n and k exactly, so no load or store checks an edge
 Elsewhere edges read zeros and skip their stores, so every size is correct. Workgroup memory always
 holds f32 as A[k][m] and B[k][n] (vec4 along m and n), whatever the operand dtype.
@@ -31,40 +30,16 @@ driver keeps them in registers.
 
 from __future__ import annotations
 
-from backend_wgpu.element import vector_readable
 from backend_wgpu.kernel import Workload
-from backend_wgpu.kernels.elementwise.fused import FusedCode
 from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
-from backend_wgpu.wgsl import WgslBuilder, store_cast, vtype
-from ir.dtypes import DType
+from backend_wgpu.wgsl import WgslBuilder, vtype
 from ir.graph import Graph
 from ir.node import Node
-from ir.ops import Op
 from ir.view import View
 
 
 class BlockedGemmKernel(MatmulKernel):
     name = "gemm_blocked"
-
-    def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
-        super().__init__(node, graph, max_workgroups)
-        self.vector_epilogue_here = self._vector_epilogue()
-        if self.vector_epilogue_here:
-            self.code = FusedCode(self, node.arg, {"in": 1, "out": 4})
-
-    def _vector_epilogue(self) -> bool:
-        """Evaluate the epilogue on whole vec4 stores: o4, a float32 core (the accumulators are its
-        values as they are) and every leaf of the epilogue readable as vec4. Per lane (wg_epilogue),
-        a residual was four scalar loads per store and a bias four coordinate splits: a third of
-        MiniLM's 4096x1152x384 product (benchmarks/runs/2026-12-02-Y/epilogue.txt)."""
-        if self.code is None or not self.code.has_epilogue() or self._modes()[2] != "o4":
-            return False
-        if self.core.dtype is not DType.float32:
-            return False
-        terms = self.node.arg.site_terms("out")
-        if any(t.op is Op.VIEW or not t.shape or t.shape[-1] % 4 for t in terms):
-            return False
-        return all(vector_readable(self.operands[i].view, 4) for i in self.node.arg.site_leaves("out"))
 
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
@@ -119,7 +94,6 @@ class BlockedGemmKernel(MatmulKernel):
         cf += ":h16" if self.h16 else ""
         cf += ":u" if self.unchecked() else ""
         cf += f":s{self.slices}" if self.slices > 1 else ""
-        cf += ":ve4" if self.vector_epilogue_here else ""  # offsets (not in the key) can decide it
         return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{lanes}{cf}{fused}"
 
     def operand_type(self, i: int) -> str:
@@ -429,9 +403,6 @@ class BlockedGemmKernel(MatmulKernel):
         for h in range(gn_):
             b.line(f"let gn{h} = tn0 + ({h * wx}u + tx) * 4u;")
         stores = []
-        if self.vector_epilogue_here:
-            self._emit_vector_epilogue(b, rm, gn_)
-            return
         for r in range(rm):
             for h in range(gn_):
                 for j in range(0, 4, lanes):
@@ -447,34 +418,5 @@ class BlockedGemmKernel(MatmulKernel):
                         b.line(f"var e{s}: {self.output_type()};")
                         b.line(f"if (ok{s}) {{ e{s} = {stored}; }}")
                     stores.append(s)
-        for s in stores:
-            b.line(f"out[o{s}] = e{s};" if self.exact else f"if (ok{s}) {{ out[o{s}] = e{s}; }}")
-
-    def _emit_vector_epilogue(self, b: WgslBuilder, rm: int, gn_: int) -> None:
-        """The epilogue inlined per vec4 store (loads first, as above), its leaves read as vec4 and
-        addressed from the thread's own batch, row and column (no division of the element index)."""
-        assert self.code is not None
-        dt = self.node.dtype
-        batch = [f"q{d}" for d in range(len(self.core.shape) - 2)]  # _batch_offsets' coordinates
-        stores = []
-        for r in range(rm):
-            for h in range(gn_):
-                s = f"{r}_{h}"
-                at = batch + [f"gm{r}", f"gn{h}"]
-                b.line(f"let f{s} = out_base + gm{r} * params.n + gn{h};")  # lane 0's element
-                b.line(f"let o{s} = f{s} / 4u;")
-                if self.exact:
-                    value = self.code.emit(b, "out", f"e{s}_", f"f{s}", f"o{s}", acc=f"c{s}", root_coords=at)
-                    b.line(f"let e{s} = {store_cast(value, dt, 4)};")
-                else:
-                    b.line(f"let ok{s} = gm{r} < params.m && gn{h} < params.n;")
-                    b.line(f"var e{s}: {self.output_type()};")
-                    b.line(f"if (ok{s}) {{")
-                    value = self.code.emit(
-                        b, "out", f"e{s}_", f"f{s}", f"o{s}", acc=f"c{s}", indent="  ", root_coords=at
-                    )
-                    b.line(f"  e{s} = {store_cast(value, dt, 4)};")
-                    b.line("}")
-                stores.append(s)
         for s in stores:
             b.line(f"out[o{s}] = e{s};" if self.exact else f"if (ok{s}) {{ out[o{s}] = e{s}; }}")
