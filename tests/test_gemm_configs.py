@@ -150,7 +150,7 @@ def test_exact_tiles_load_the_epilogue_inputs_before_storing(config: str) -> Non
 @pytest.mark.parametrize("n", [90, 92])  # scalar stores (o1) and vec4 stores (o4)
 def test_edge_tiles_load_the_epilogue_inputs_before_storing(config: str, n: int) -> None:
     """x @ w + bias + residual, 70x50 @ 50xn, which no tile covers: every epilogue value (every load of
-    the bias and the residual, all made in wg_epilogue) comes before the first store in the WGSL, each
+    the bias and the residual, all made in wg_epilogue_at) comes before the first store in the WGSL, each
     under its store's edge check (no load out of range), and the answer is numpy's."""
     a, w, bias, r = randn(70, 50), randn(50, n), randn(n), randn(70, n)
     got, program = run_tuned(tr.tensor(a) @ tr.tensor(w) + tr.tensor(bias) + tr.tensor(r), config)
@@ -159,10 +159,13 @@ def test_edge_tiles_load_the_epilogue_inputs_before_storing(config: str, n: int)
     assert (".o4" if n % 4 == 0 else ".o1") in d.variant, d.variant
     lines = program.sources[d.key].split("let out_base", 1)[1].splitlines()
     assert not any(re.search(r"\bin\d+\[", line) for line in lines), "an input read outside wg_epilogue"
-    loads = [i for i, line in enumerate(lines) if "wg_epilogue(" in line]
+    loads = [i for i, line in enumerate(lines) if re.search(r"wg_epilogue(_at)?\(", line)]
     stores = [i for i, line in enumerate(lines) if "out[" in line]
     assert loads and stores and max(loads) < min(stores), "a store comes before the last epilogue value"
     assert all(lines[i].strip().startswith("if (ok") for i in loads + stores), "a load or store is unguarded"
+    # the bias is found from the row and column the thread has, not by splitting the element's index
+    epilogue = program.sources[d.key].split("fn wg_epilogue_at(", 1)[1].split("\n}", 1)[0]
+    assert "params.st" in epilogue and "/ params.sh" not in epilogue and "% params.sh" not in epilogue, epilogue
     close(got, a.astype(np.float64) @ w + bias + r)
 
 

@@ -111,12 +111,23 @@ class FusedCode:
 
     # --- code --------------------------------------------------------------------------
     def emit(
-        self, b: WgslBuilder, site: str, tag: str, elem: str, vidx: str, acc: str | None = None, indent: str = ""
+        self,
+        b: WgslBuilder,
+        site: str,
+        tag: str,
+        elem: str,
+        vidx: str,
+        acc: str | None = None,
+        indent: str = "",
+        root_coords: list[str] | None = None,
     ) -> str:
         """Emit the terms of `site` evaluated at linear element `elem` (vector index `vidx`).
 
         Returns the WGSL name of the site's result: the core's input for "in", the group's
         root for "out". `acc` is the core's result (arithmetic type), which an epilogue reads.
+        `root_coords`: the element's coordinates in the root's shape, where the kernel has them
+        (a GEMM's batch, row and column): leaves of that shape are addressed from them, with no
+        division of `elem`.
         """
         width = self.widths[site]
         values: dict[int, tuple[str, DType]] = {}
@@ -124,6 +135,9 @@ class FusedCode:
         if acc is not None and core is not None:
             values[core.id] = (acc, core.dtype)
         coords: dict[int, list[str]] = {}
+        if root_coords is not None:
+            assert len(root_coords) == len(self.arg.root.shape)
+            coords.update({j: root_coords for j, shape in enumerate(self.domains) if shape == self.arg.root.shape})
         for t in self.arg.site_terms(site):
             args = [self._value(b, s, values, coords, tag, elem, vidx, indent) for s in t.srcs]
             if t.op in (Op.VIEW, Op.COPY):  # a plain reshape or copy passes its value through
@@ -178,30 +192,41 @@ class FusedCode:
     def has_epilogue(self) -> bool:
         return self.arg.core is not None and self.arg.root.id != self.arg.core.id
 
-    def epilogue_function(self, b: WgslBuilder) -> str:
+    def epilogue_function(self, b: WgslBuilder, coords: bool = False) -> str:
         """Define `fn wg_epilogue(acc, elem: u32)`: the epilogue of one element; returns its name.
 
         `acc` is the core's result in its arithmetic type (scalar), `elem` the element's linear
         index in the output; the result is the group's value (arithmetic type, before the store
         cast). Kernels that store several lanes at once call it once per lane. Needs the "out"
-        site at width 1.
+        site at width 1. With `coords`, `fn wg_epilogue_at(acc, elem, c0, c1, ...)` also takes the
+        element's coordinates in the output, and leaves of the output's shape read from them.
         """
         assert self.widths["out"] == 1 and self.arg.core is not None
+        rank = len(self.arg.root.shape)
+        name = "wg_epilogue_at" if coords else "wg_epilogue"
+        at = [f"c{d}" for d in range(rank)] if coords else None
         inner = WgslBuilder()
-        value = self.emit(inner, "out", "e", "elem", "elem", acc="acc")
-        for name, code in inner.helpers.items():
-            b.helper(name, code)
+        value = self.emit(inner, "out", "e", "elem", "elem", acc="acc", root_coords=at)
+        for helper, code in inner.helpers.items():
+            b.helper(helper, code)
         body = "\n".join("  " + line for line in inner.body)
         core_t, root_t = vtype(self.arg.core.dtype, 1), vtype(self.arg.root.dtype, 1)
-        b.helper(
-            "wg_epilogue", f"fn wg_epilogue(acc: {core_t}, elem: u32) -> {root_t} {{\n{body}\n  return {value};\n}}"
-        )
-        return "wg_epilogue"
+        params = "".join(f", {c}: u32" for c in at or [])
+        b.helper(name, f"fn {name}(acc: {core_t}, elem: u32{params}) -> {root_t} {{\n{body}\n  return {value};\n}}")
+        return name
 
-    def store_lanes(self, index: str, value: str, lanes: int, b: WgslBuilder) -> str:
+    def store_lanes(self, index: str, value: str, lanes: int, b: WgslBuilder, coords: list[str] | None = None) -> str:
         """The stored form of `value` (`lanes` lanes of the core's result, each lane's element at
-        index * lanes + lane) after the epilogue: the right-hand side of `out[index] = ...`."""
-        fn = self.epilogue_function(b)
+        index * lanes + lane) after the epilogue: the right-hand side of `out[index] = ...`.
+        `coords`: the output coordinates of lane 0 where the kernel knows them (the lanes are
+        consecutive along the last axis); the epilogue then reads its leaves from them."""
+        fn = self.epilogue_function(b, coords=coords is not None)
+
+        def at(j: int) -> str:
+            if coords is None:
+                return ""
+            return "".join(f", {c}" for c in coords[:-1]) + f", {coords[-1]} + {j}u"
+
         core_dt = self.arg.core.dtype
         dt = self.arg.root.dtype
 
@@ -214,9 +239,9 @@ class FusedCode:
             return f"{vtype(core_dt, 1)}({lane})"
 
         if lanes == 1:
-            return store_cast(f"{fn}({core_value(value)}, {index})", dt, 1)
+            return store_cast(f"{fn}({core_value(value)}, {index}{at(0)})", dt, 1)
         parts = [
-            store_cast(f"{fn}({core_value(f'{value}.{c}')}, ({index}) * {lanes}u + {j}u)", dt, 1)
+            store_cast(f"{fn}({core_value(f'{value}.{c}')}, ({index}) * {lanes}u + {j}u{at(j)})", dt, 1)
             for j, c in enumerate("xyzw"[:lanes])
         ]
         return f"{vtype(dt, lanes, storage=True)}({', '.join(parts)})"

@@ -410,7 +410,9 @@ class BlockedGemmKernel(MatmulKernel):
                     flat = f"out_base + gm{r} * params.n + {col}"
                     index, value = (f"({flat}) / 4u", f"c{r}_{h}") if lanes == 4 else (flat, f"c{r}_{h}.{'xyzw'[j]}")
                     b.line(f"let o{s} = {index};")
-                    stored = self.code.store_lanes(f"o{s}", value, lanes, b)
+                    # the thread knows each element's batch, row and column: no split of the index
+                    at = [f"q{d}" for d in range(len(self.core.shape) - 2)] + [f"gm{r}", col]
+                    stored = self.code.store_lanes(f"o{s}", value, lanes, b, coords=at)
                     if self.exact:
                         b.line(f"let e{s} = {stored};")
                     else:
