@@ -218,6 +218,28 @@ def test_value_read_by_two_kernels_is_stored_once(monkeypatch):
     assert [[t.op for t in n.arg.terms] for n in fused] == [[Op.MUL, Op.EXP]]
 
 
+@pytest.mark.parametrize("n", [8, 6, 7])  # vec4, vec2 and scalar reads
+def test_a_bias_is_read_by_its_column(monkeypatch, n):
+    """A vector broadcast over the rows (a bias) is a `row` leaf: addressed by its last coordinate only,
+    in an elementwise group and a reduction's prologue alike (scalars broadcast stay `strided`)."""
+    x = tr.randn(2, 3, n, seed=31)
+    w = tr.randn(5, n, seed=32)
+    bias = tr.randn(n, seed=33)
+
+    def build() -> tr.Tensor:
+        return ((x * 2.0 + bias).exp().sum(-1, keepdims=True) * 1e-3 + x + bias) @ w.T
+
+    program = tr.compile(build())
+    fused = [d.variant for d in program.dispatches if d.group]
+    assert len(fused) == 2 and all("row@" in v for v in fused), program.summary()
+    got_f, got_u, _, _ = both(monkeypatch, build)
+    xn, bn = x.numpy(), bias.numpy()
+    want = (np.exp(xn * 2 + bn).sum(-1, keepdims=True) * 1e-3 + xn + bn) @ w.numpy().T
+    assert_close(got_f, want, rtol=1e-5, atol=1e-5)
+    assert_close(got_u, want, rtol=1e-5, atol=1e-5)
+    check_interpreter(build)
+
+
 def test_broadcast_read_is_not_fused():
     x = tr.randn(4, 1, seed=16)
     z = tr.randn(4, 8, seed=17)
@@ -465,6 +487,12 @@ CORE_CASES = {
     "gemm_blocked_o1": (
         lambda a: (a[0] @ a[3] - 1.0).relu(),
         lambda a: np.maximum(a[0] @ a[3] - 1, 0),
+        "gemm_blocked",
+        1e-5,
+    ),
+    "gemm_blocked_reshaped": (  # tr.nn.linear of a batch: the epilogue reads the bias after a reshape
+        lambda a: tr.nn.linear(a[0].reshape(5, 1, 12), a[1].T, a[2]).gelu(),
+        lambda a: _gelu(a[0] @ a[1] + a[2]).reshape(5, 1, 16),
         "gemm_blocked",
         1e-5,
     ),

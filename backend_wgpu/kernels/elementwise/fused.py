@@ -5,6 +5,7 @@ reduce, softmax and matmul kernels for a prologue (evaluated per element of the 
 input, site "in") and an epilogue (per element of the output, site "out"). Each leaf is
 read in the cheapest way its view allows, at the width of the site that reads it:
   contig  - contiguous view: a direct (vector) load at the vector index + offset
+  row     - one vector broadcast over every other axis (a bias): addressed by the last coordinate only
   vector  - strided outer dims, unit stride inner dim: address from coordinates, vector load
   splat   - broadcast along the inner dim (stride 0): one scalar load, splatted
   strided - scalar element, any strides
@@ -38,6 +39,8 @@ def access_mode(kernel: Kernel, i: int, width: int) -> str:
     view = kernel.operands[i].view
     if kernel.reads_output(i) or view.is_contiguous:
         return "contig"
+    if len(view.shape) > 1 and not any(view.strides[:-1]) and view.strides[-1] != 0:
+        return "row"  # a vector broadcast over every other axis: a bias (passes.vectorize checked its width)
     if width > 1:
         return "splat" if view.strides[-1] == 0 else "vector"
     return "strided"
@@ -69,7 +72,7 @@ class FusedCode:
 
     # --- what the kernel's bindings, uniform and cache key need ------------------------
     def operand_type(self, i: int) -> str:
-        width = self.lanes.get(i, 1) if self.modes.get(i) in ("contig", "vector") else 1
+        width = self.lanes.get(i, 1) if self.modes.get(i) in ("contig", "vector", "row") else 1
         return vtype(self.kernel.operands[i].dtype, width, storage=True)
 
     def metadata(self) -> Meta:
@@ -119,15 +122,15 @@ class FusedCode:
         vidx: str,
         acc: str | None = None,
         indent: str = "",
-        root_coords: list[str] | None = None,
+        core_coords: list[str] | None = None,
     ) -> str:
         """Emit the terms of `site` evaluated at linear element `elem` (vector index `vidx`).
 
         Returns the WGSL name of the site's result: the core's input for "in", the group's
         root for "out". `acc` is the core's result (arithmetic type), which an epilogue reads.
-        `root_coords`: the element's coordinates in the root's shape, where the kernel has them
-        (a GEMM's batch, row and column): leaves of that shape are addressed from them, with no
-        division of `elem`.
+        `core_coords`: the element's coordinates in the core's output shape, where the kernel has
+        them (a GEMM's batch, row and column): leaves of that shape are addressed from them, with no
+        division of `elem` (an epilogue may reshape, and leaves of other shapes split `elem`).
         """
         width = self.widths[site]
         values: dict[int, tuple[str, DType]] = {}
@@ -135,9 +138,9 @@ class FusedCode:
         if acc is not None and core is not None:
             values[core.id] = (acc, core.dtype)
         coords: dict[int, list[str]] = {}
-        if root_coords is not None:
-            assert len(root_coords) == len(self.arg.root.shape)
-            coords.update({j: root_coords for j, shape in enumerate(self.domains) if shape == self.arg.root.shape})
+        if core_coords is not None:
+            assert core is not None and len(core_coords) == len(core.shape)
+            coords.update({j: core_coords for j, shape in enumerate(self.domains) if shape == core.shape})
         for t in self.arg.site_terms(site):
             args = [self._value(b, s, values, coords, tag, elem, vidx, indent) for s in t.srcs]
             if t.op in (Op.VIEW, Op.COPY):  # a plain reshape or copy passes its value through
@@ -169,6 +172,13 @@ class FusedCode:
         width, mode, name = self.lanes[i], self.modes[i], self.kernel.in_name(i)
         if mode == "contig":
             raw = f"{name}[{vidx} + params.off{i}]"
+        elif mode == "row":
+            # the last coordinate only: the kernel's own (core_coords) or one remainder; a bias's
+            # loads then repeat along the rows a thread stores, and the compiler keeps one per column
+            j, last = self.domain[i], len(op.view.shape) - 1
+            column = coords[j][-1] if j in coords else f"(({elem}) % params.sh{j}_{last})"
+            b.line(f"{indent}let {tag}a{i} = i32(params.off{i}) + i32({column}) * params.st{i}_{last};")
+            raw = f"{name}[u32({tag}a{i}) / {width}u]" if width > 1 else f"{name}[u32({tag}a{i})]"
         else:
             j = self.domain[i]
             if j not in coords:
@@ -199,14 +209,14 @@ class FusedCode:
         index in the output; the result is the group's value (arithmetic type, before the store
         cast). Kernels that store several lanes at once call it once per lane. Needs the "out"
         site at width 1. With `coords`, `fn wg_epilogue_at(acc, elem, c0, c1, ...)` also takes the
-        element's coordinates in the output, and leaves of the output's shape read from them.
+        element's coordinates in the core's output, and leaves of that shape read from them.
         """
         assert self.widths["out"] == 1 and self.arg.core is not None
-        rank = len(self.arg.root.shape)
+        rank = len(self.arg.core.shape)
         name = "wg_epilogue_at" if coords else "wg_epilogue"
         at = [f"c{d}" for d in range(rank)] if coords else None
         inner = WgslBuilder()
-        value = self.emit(inner, "out", "e", "elem", "elem", acc="acc", root_coords=at)
+        value = self.emit(inner, "out", "e", "elem", "elem", acc="acc", core_coords=at)
         for helper, code in inner.helpers.items():
             b.helper(helper, code)
         body = "\n".join("  " + line for line in inner.body)
@@ -218,8 +228,8 @@ class FusedCode:
     def store_lanes(self, index: str, value: str, lanes: int, b: WgslBuilder, coords: list[str] | None = None) -> str:
         """The stored form of `value` (`lanes` lanes of the core's result, each lane's element at
         index * lanes + lane) after the epilogue: the right-hand side of `out[index] = ...`.
-        `coords`: the output coordinates of lane 0 where the kernel knows them (the lanes are
-        consecutive along the last axis); the epilogue then reads its leaves from them."""
+        `coords`: lane 0's coordinates in the core's output where the kernel knows them (the lanes
+        are consecutive along its last axis); the epilogue then reads its leaves from them."""
         fn = self.epilogue_function(b, coords=coords is not None)
 
         def at(j: int) -> str:
