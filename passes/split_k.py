@@ -29,7 +29,8 @@ from passes.fold_views import view_of_operand
 from passes.select_kernels import gemm_split
 
 # up to this many chunks are summed by elementwise adds of their views (the sum then fuses with what
-# follows; float16 only for 2, where one rounding of the exact sum is what SUM gives too), past it by SUM
+# follows), past it by SUM. float16 only for 2 chunks: one f16 add rounds once, as SUM's f32 sum does when
+# rounded to f16 (more adds would round at every step, where SUM rounds once)
 ADDED_CHUNKS = 4
 
 # the k one GEMM walks at most: LOOP_STEPS tiles of the shallowest tile_k (8, gemm_blocked's b128)
