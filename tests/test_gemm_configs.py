@@ -163,10 +163,41 @@ def test_edge_tiles_load_the_epilogue_inputs_before_storing(config: str, n: int)
     stores = [i for i, line in enumerate(lines) if "out[" in line]
     assert loads and stores and max(loads) < min(stores), "a store comes before the last epilogue value"
     assert all(lines[i].strip().startswith("if (ok") for i in loads + stores), "a load or store is unguarded"
-    # the bias is found from the row and column the thread has, not by splitting the element's index
+    # the bias is where the sums start (`bi`): the epilogue reads only the residual
+    assert ":bi:" in d.variant, d.variant
     epilogue = program.sources[d.key].split("fn wg_epilogue_at(", 1)[1].split("\n}", 1)[0]
-    assert "params.st" in epilogue and "/ params.sh" not in epilogue and "% params.sh" not in epilogue, epilogue
+    assert epilogue.count("params.off") == 1, epilogue
     close(got, a.astype(np.float64) @ w + bias + r)
+
+
+@pytest.mark.parametrize("config", ["b64", "b64t8s2"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_bias_is_where_the_sums_start(config: str, dtype: str) -> None:
+    """x @ w + bias in float32: each accumulator starts at its column's bias (plane 0's only, where
+    planes split k), so nothing is left for an epilogue; batched, edge tiles; float16 keeps the add."""
+    if dtype == "float16" and not get_device().caps.shader_f16:
+        pytest.skip("no shader-f16")
+    x, w, bias = randn(2, 33, 20, dtype=dtype), randn(20, 44, dtype=dtype), randn(44, dtype=dtype)
+    got, program = run_tuned(tr.tensor(x) @ tr.tensor(w) + tr.tensor(bias), config)
+    d = gemm_dispatch(program)
+    assert len(program.dispatches) == 1 and (":bi:" in d.variant) == (dtype == "float32"), d.variant
+    assert dtype == "float16" or "wg_epilogue" not in program.sources[d.key]
+    want = x.astype(np.float64) @ w.astype(np.float64) + bias
+    close(got, want, tol=1e-5 if dtype == "float32" else 3e-3)
+
+
+@pytest.mark.parametrize("config", ["b64", "b64t8s2"])
+def test_a_bias_after_an_activation_is_read_by_its_column(config: str) -> None:
+    """relu(x @ w) + bias: the bias comes after the product's first step, so the epilogue reads it,
+    from the thread's own column (no division of the element's index), on edge tiles and exact ones."""
+    for m, n in ((70, 92), (64, 128)):
+        a, w, bias = randn(m, 48), randn(48, n), randn(n)
+        got, program = run_tuned((tr.tensor(a) @ tr.tensor(w)).relu() + tr.tensor(bias), config)
+        d = gemm_dispatch(program)
+        assert ":bi:" not in d.variant and "row@" in d.variant, d.variant
+        epilogue = program.sources[d.key].split("fn wg_epilogue_at(", 1)[1].split("\n}", 1)[0]
+        assert "params.st" in epilogue and "params.sh" not in epilogue, epilogue
+        close(got, np.maximum(a.astype(np.float64) @ w, 0) + bias)
 
 
 def gelu(h: np.ndarray) -> np.ndarray:

@@ -53,6 +53,9 @@ class FusedCode:
         self.kernel = kernel
         self.arg = arg
         self.widths = widths  # site -> lanes per evaluation
+        # the term whose value the core's result already is (a bias a GEMM starts its sums from):
+        # the epilogue starts after it; None: the core's own value
+        self.folded: int | None = None
         # WGSL names values by their term's position, never its node id: identical groups of
         # different graphs are then one WGSL text, so one pipeline (the id stays in a comment)
         self.position = {t.id: j for j, t in enumerate(arg.terms)}
@@ -136,12 +139,15 @@ class FusedCode:
         values: dict[int, tuple[str, DType]] = {}
         core = self.arg.core
         if acc is not None and core is not None:
-            values[core.id] = (acc, core.dtype)
+            start = core if self.folded is None else self.arg.term(self.folded)
+            values[start.id] = (acc, start.dtype)
         coords: dict[int, list[str]] = {}
         if core_coords is not None:
             assert core is not None and len(core_coords) == len(core.shape)
             coords.update({j: core_coords for j, shape in enumerate(self.domains) if shape == core.shape})
         for t in self.arg.site_terms(site):
+            if t.id in values:
+                continue  # the folded term: the core's result holds its value
             args = [self._value(b, s, values, coords, tag, elem, vidx, indent) for s in t.srcs]
             if t.op in (Op.VIEW, Op.COPY):  # a plain reshape or copy passes its value through
                 values[t.id] = (args[0], t.dtype)
@@ -200,7 +206,9 @@ class FusedCode:
         return f"{tag}v{i}"
 
     def has_epilogue(self) -> bool:
-        return self.arg.core is not None and self.arg.root.id != self.arg.core.id
+        """Terms left after the core's result (and after the folded term, whose value that result is)."""
+        core = self.arg.core
+        return core is not None and self.arg.root.id != (core.id if self.folded is None else self.folded)
 
     def epilogue_function(self, b: WgslBuilder, coords: bool = False) -> str:
         """Define `fn wg_epilogue(acc, elem: u32)`: the epilogue of one element; returns its name.

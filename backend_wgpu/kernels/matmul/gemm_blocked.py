@@ -9,7 +9,7 @@ half of workgroup memory: one barrier per k step.
 How each operand is read is the variant, chosen by passes.select_kernels from the views:
   A: a_k4 (contiguous along k, vec4 loads), a_m4 (contiguous along m), a_s (any strides)
   B: b_n4 (contiguous along n, vec4 loads), b_k4 (contiguous along k: x @ W.T), b_s
-  C: o4 (vec4 stores, n % 4 == 0) or o1
+  C: o4 (vec4 stores, n % 4 == 0) or o1; a float32 bias added first is where the sums start (`bi`)
   .x (exact): the tiles cover m, n and k exactly, so no load or store checks an edge
 Elsewhere edges read zeros and skip their stores, so every size is correct. Workgroup memory always
 holds f32 as A[k][m] and B[k][n] (vec4 along m and n), whatever the operand dtype.
@@ -33,13 +33,44 @@ from __future__ import annotations
 from backend_wgpu.kernel import Workload
 from backend_wgpu.kernels.matmul.base import MatmulKernel, rule_said
 from backend_wgpu.wgsl import WgslBuilder, vtype
+from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
+from ir.ops import Op
 from ir.view import View
 
 
 class BlockedGemmKernel(MatmulKernel):
     name = "gemm_blocked"
+
+    def __init__(self, node: Node, graph: Graph, max_workgroups: int = 65535) -> None:
+        super().__init__(node, graph, max_workgroups)
+        self.bias = self._bias_leaf()
+        if self.bias is not None:
+            self.code.folded = self.bias[0]
+
+    def _bias_leaf(self) -> tuple[int, int] | None:
+        """(the term, the leaf) of a bias added to the product first, which the sums then start from.
+
+        `x @ W + b` with b broadcast over the rows (a `row` leaf), in float32: each thread's
+        accumulators start at b's values for their columns, and the epilogue starts after the add
+        (nothing left for `linear`'s bias: the plain store). In the epilogue it cost about a fifth of
+        MiniLM's 4096x1152x384 product (run Y, epilogue.txt). The sum then rounds in another order.
+        """
+        code, core = self.code, self.core
+        if code is None or core.dtype is not DType.float32:
+            return None
+        readers = [t for t in self.node.arg.terms if core.id in t.srcs]
+        if len(readers) != 1 or readers[0].op is not Op.ADD or readers[0].dtype is not DType.float32:
+            return None
+        (t,) = readers
+        other = [s for s in t.srcs if s != core.id]
+        if len(other) != 1 or self.node.arg.is_term(other[0]):
+            return None
+        leaf = self.node.arg.leaf_index(other[0])
+        if code.modes.get(leaf) != "row" or self.operands[leaf].dtype is not DType.float32:
+            return None
+        return t.id, leaf
 
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
@@ -94,6 +125,7 @@ class BlockedGemmKernel(MatmulKernel):
         cf += ":h16" if self.h16 else ""
         cf += ":u" if self.unchecked() else ""
         cf += f":s{self.slices}" if self.slices > 1 else ""
+        cf += ":bi" if self.bias is not None else ""
         return f"{self.choice.variant}:{tm}x{tn}x{tk}:g{self.choice.param('group_m', 8)}{lanes}{cf}{fused}"
 
     def operand_type(self, i: int) -> str:
@@ -131,9 +163,7 @@ class BlockedGemmKernel(MatmulKernel):
         self._tile_origin(b)
         self._batch_offsets(b, "bt")
         self._thread_position(b, wx, wy)
-        for r in range(rm):
-            for h in range(gn_):
-                b.line(f"var c{r}_{h} = vec4<f32>(0.0);")
+        self._init_accumulators(b, rm, gn_, wx)
         a_loads = self._declare_loads(b, "a", tm * tk, threads)
         b_loads = self._declare_loads(b, "b", tn * tk, threads)
 
@@ -186,6 +216,30 @@ class BlockedGemmKernel(MatmulKernel):
         self._emit_output(b, rm, gn_, wx, wy)
         if slices > 1:
             b.line("}")
+
+    def _init_accumulators(self, b: WgslBuilder, rm: int, gn_: int, wx: int) -> None:
+        """Zeros, or the folded bias of each column (plane 0 only where planes split k): `_bias_leaf`."""
+        if self.bias is None:
+            for r in range(rm):
+                for h in range(gn_):
+                    b.line(f"var c{r}_{h} = vec4<f32>(0.0);")
+            return
+        i = self.bias[1]
+        last = len(self.operands[i].view.shape) - 1
+        for h in range(gn_):
+            b.line(f"let bcol{h} = tn0 + ({h * wx}u + tx) * 4u;")
+            b.line(f"var bias{h} = vec4<f32>(0.0);")
+            # the other planes' sums are added to plane 0's; past n (edge tiles) nothing is read
+            guards = (["plane_k == 0u"] if self.slices > 1 else []) + (
+                [] if self.exact else ["bcol{h} + {j}u < params.n"]
+            )
+            for j, lane in enumerate("xyzw"):
+                load = f"in{i}[u32(i32(params.off{i}) + i32(bcol{h} + {j}u) * params.st{i}_{last})]"
+                cond = " && ".join(g.format(h=h, j=j) for g in guards)
+                b.line(f"if ({cond}) {{ bias{h}.{lane} = {load}; }}" if cond else f"bias{h}.{lane} = {load};")
+        for r in range(rm):
+            for h in range(gn_):
+                b.line(f"var c{r}_{h} = bias{h};")
 
     def _reduce_slices(self, b: WgslBuilder, rm: int, gn_: int, plane: int) -> None:
         """Planes 1.. in turn store their accumulators (consecutive threads, consecutive vec4s) into one
