@@ -16,6 +16,7 @@ import tracer as tr
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.ops import Op
 from tests.helpers import assert_close
+from tracer.graph_builder import walk
 from tracer.indexing import is_advanced, resolve_index
 from tracer.tensor import broadcasts_to
 
@@ -118,3 +119,42 @@ def test_rope_shape_dtype_and_arg(rng: np.random.Generator) -> None:
     a, b = tr.nn.rope(x, cos, sin), tr.nn.rope(x, cos, sin, interleaved=True)
     assert a.shape == x.shape and a.dtype is tr.float32
     assert not a._lazy.arg.interleaved and b._lazy.arg.interleaved
+
+
+def _structure(t: tr.Tensor) -> tuple:
+    return walk([t._lazy]).structure
+
+
+def _linear_by_steps(x: tr.Tensor, w: tr.Tensor, bias: tr.Tensor | None, rows: tuple[int, int]) -> tr.Tensor:
+    """linear's steps as separate Tensors (none of them outlives the call, so none becomes an output)."""
+    product = (x if x.shape == rows else x.reshape(rows)) @ w.T
+    return (product if bias is None else product + bias).reshape(x.shape[:-1] + (w.shape[0],))
+
+
+@pytest.mark.parametrize("dtype", [tr.float32, tr.float16])
+def test_linear_product_is_the_general_paths_graph(rng: np.random.Generator, dtype: tr.DType) -> None:
+    """tr.nn.linear's product built as Lazies (rows_times_transposed): the nodes of its steps one by one."""
+    w = tr.tensor(rng.standard_normal((5, 8)), dtype)
+    b = tr.tensor(rng.standard_normal(5), dtype)
+    for shape in [(4, 8), (2, 3, 8), (1, 1, 8), (8,)]:
+        x = tr.tensor(rng.standard_normal(shape), dtype)
+        rows = (int(np.prod(shape[:-1])), 8)
+        for bias in (None, b):
+            got = tr.nn.linear(x, w, bias)
+            want = _linear_by_steps(x, w, bias, rows)
+            assert got.shape == want.shape and got.dtype is dtype
+            assert _structure(got) == _structure(want)
+            expect = np.asarray(x.numpy(), np.float32).reshape(rows) @ w.numpy().astype(np.float32).T
+            if bias is not None:
+                expect = expect + b.numpy()
+            assert_close(got.numpy(), expect.reshape(want.shape), atol=1e-2 if dtype is tr.float16 else 1e-5)
+
+
+def test_linear_product_leaves_the_rest_to_the_general_path(rng: np.random.Generator) -> None:
+    x = tr.tensor(rng.standard_normal((2, 8)), tr.float32)
+    with pytest.raises(DTypeError, match=r"matmul: int32 @ int32: only float matmul"):
+        tr.nn.linear(x.astype(tr.int32), tr.zeros((3, 8), tr.int32))
+    mixed = tr.nn.linear(x, tr.zeros((3, 8), tr.float16))  # promoted, as matmul does
+    assert mixed.dtype is tr.float32 and mixed.shape == (2, 3)
+    with pytest.raises(ShapeError, match=r"linear: x shape \(2, 8\) does not fit weight shape \(3, 7\)"):
+        tr.nn.linear(x, tr.zeros((3, 7)))

@@ -656,6 +656,25 @@ def moved(x: Tensor, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
     return Tensor(Lazy(op, (src,), shape, dt, arg))
 
 
+def rows_times_transposed(x: Tensor, w: Tensor, rows: tuple[int, int]) -> Lazy | None:
+    """The Lazy of x reshaped to `rows` times w.T, for a plain float w (out, in) of x's dtype, else None.
+
+    tr.nn.linear's product: the nodes `moved` and `matmul` would make (a RESHAPE unless x has
+    `rows` already, the PERMUTE of w, the MATMUL), without a Tensor and a call per step. None
+    whenever make would have something to check (a runtime length, another or a quantized
+    dtype, a product near the binding limits): the caller then takes those steps, whose errors
+    name what they check.
+    """
+    xl, wl = x._lazy, w._lazy
+    dt = xl.dtype
+    out, k = wl.shape
+    m = rows[0]
+    if wl.dtype is not dt or (dt is not _F32 and dt is not _F16) or xl.ragged or wl.ragged or m * out > _SMALL:
+        return None
+    xr = xl if xl.shape == rows else Lazy(_RESHAPE, (xl,), rows, dt, rows)
+    return Lazy(_MATMUL, (xr, Lazy(_PERMUTE, (wl,), (k, out), dt, (1, 0))), (m, out), dt)
+
+
 def from_data(data: Any, dtype: DType | str | None = None, op: str = "tensor") -> Tensor:
     """A tensor holding a copy of host data (tr.tensor; see tracer.host.host_array)."""
     return Tensor(lazy_from_data(data, dtype, op))
