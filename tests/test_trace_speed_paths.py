@@ -1,12 +1,15 @@
 """Tracing made cheaper per Lazy: the shortcuts keep what the general paths decided.
 
 x[...] without the alias step, resolve_index counting as it checks, broadcasts_to as a loop,
-sdpa and rope reading shapes once, index_write's cached out-of-range text.
+sdpa and rope reading shapes once, index_write's cached out-of-range text, tr.nn.linear's
+product as Lazies, unary and binary ops of plain tensors (and python numbers) without the
+general dtype and broadcast steps.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -15,10 +18,11 @@ import pytest
 import tracer as tr
 from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.ops import Op
+from ir.optable.record import Kind
 from tests.helpers import assert_close
 from tracer.graph_builder import walk
 from tracer.indexing import is_advanced, resolve_index
-from tracer.tensor import broadcasts_to
+from tracer.tensor import binary, broadcasts_to, unary
 
 
 def _numpy_broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -158,3 +162,38 @@ def test_linear_product_leaves_the_rest_to_the_general_path(rng: np.random.Gener
     assert mixed.dtype is tr.float32 and mixed.shape == (2, 3)
     with pytest.raises(ShapeError, match=r"linear: x shape \(2, 8\) does not fit weight shape \(3, 7\)"):
         tr.nn.linear(x, tr.zeros((3, 7)))
+
+
+class _Shown(tr.Tensor):
+    """Another Tensor class showing the same value: unary and binary take their general paths for it."""
+
+    __slots__ = ()
+
+
+def _outcome(fn: Callable[..., tr.Tensor], *args: object) -> object:
+    """The graph fn(*args) makes, or the error it raises."""
+    try:
+        return _structure(fn(*args))
+    except (DTypeError, ShapeError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+_ELEMENTWISE = [op for op in Op if op.opdef.kind is Kind.ELEMENTWISE]
+
+
+@pytest.mark.parametrize("dtype", [tr.float32, tr.float16, tr.int32, tr.uint32, tr.bool])
+def test_unary_and_binary_fast_paths_make_the_general_paths_nodes(rng: np.random.Generator, dtype: tr.DType) -> None:
+    """Plain tensors of one dtype and shape, or a tensor and a python number: the general path's graph or error."""
+    a = tr.tensor((rng.random((3, 4)) * 4).astype(dtype.np))
+    zero_d = tr.tensor(np.asarray(2, dtype.np))
+    others = [tr.tensor((rng.random((3, 4)) * 4).astype(dtype.np)), zero_d, 2.0, 3, -1, 2**40, float("nan"), 1e40, -0.0]
+    for op in _ELEMENTWISE:
+        if op.opdef.arity == 1:
+            for x in (a, zero_d):
+                assert _outcome(unary, op, x) == _outcome(unary, op, _Shown(x._lazy)), op
+            continue
+        for x in (a, zero_d):
+            for y in others:
+                general = _Shown(x._lazy)
+                assert _outcome(binary, op, x, y) == _outcome(binary, op, general, y), (op, y)
+                assert _outcome(binary, op, y, x) == _outcome(binary, op, y, general), (op, y)

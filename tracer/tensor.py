@@ -612,10 +612,32 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 
 
 MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
-_F16, _F32 = DType.float16, DType.float32
+_F16, _F32, _I32 = DType.float16, DType.float32, DType.int32
 # looked up once: an Enum member read from its class costs ~70 ns, and these run for every traced op
 _RESHAPE, _PERMUTE, _EXPAND, _SLICE, _MATMUL = Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.MATMUL
 _SMALL = LARGEST_SAFE_BINDING // 16  # elements: at most 16 bytes each (a lone quantized block's padding)
+
+
+def _kept_dtypes() -> dict[tuple[str, str], DType]:
+    """(op, dtype) -> the result's dtype, for every op and plain dtype its record computes on as
+    it comes (compute_dtype returns the dtype itself): unary's and binary's fast paths look their
+    operands up here, by the members' string values (an Enum member hashes in Python, its value in C)."""
+    table: dict[tuple[str, str], DType] = {}
+    for op in Op:
+        rule = op.opdef.dtypes
+        for dt in DType:
+            if dt.is_quantized:
+                continue
+            try:
+                computed = rule.compute_dtype(op._value_, dt, "")
+            except DTypeError:
+                continue
+            if computed is dt:
+                table[(op._value_, dt._value_)] = rule.result_dtype(dt)
+    return table
+
+
+_KEEPS = _kept_dtypes()
 
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
@@ -744,6 +766,11 @@ def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 def unary(op: Op, x: Tensor) -> Tensor:
     """`op` of x, computed in the dtype its record's rule says (ints become float32 for float-only ops)."""
+    if type(x) is Tensor:  # the common case, made as below: a plain tensor of a dtype its record takes as it is
+        lz = x._lazy
+        out = _KEEPS.get((op._value_, lz.dtype._value_))
+        if out is not None and not lz.ragged and math.prod(lz.shape) <= _SMALL:
+            return Tensor(Lazy(op, (lz,), lz.shape, out))
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op.value}: expected a Tensor, got {type(x).__name__}")
     rule = op.opdef.dtypes
@@ -757,6 +784,25 @@ def unary(op: Op, x: Tensor) -> Tensor:
 def binary(op: Op, a: Any, b: Any) -> Tensor:
     """`op` of a and b: promoted as numpy does, then to the dtype its record's rule says, and broadcast."""
     name = op._value_
+    # the common cases, made as the general path below makes them: two plain tensors of one dtype
+    # and shape, or a plain tensor and a python number, of a dtype the op's record takes as it is
+    ta, tb = type(a), type(b)
+    if ta is Tensor:
+        if tb is Tensor:
+            la, lb = a._lazy, b._lazy
+            dt, shape = la.dtype, la.shape
+            if lb.dtype is dt and lb.shape == shape and not la.ragged and not lb.ragged:
+                out = _KEEPS.get((name, dt._value_))
+                if out is not None and math.prod(shape) <= _SMALL:
+                    return Tensor(Lazy(op, (la, lb), shape, out))
+        elif tb is float or tb is int:
+            made = _with_number(op, a._lazy, b, False)
+            if made is not None:
+                return made
+    elif tb is Tensor and (ta is float or ta is int):
+        made = _with_number(op, b._lazy, a, True)
+        if made is not None:
+            return made
     a, b = as_tensors(name, a, b)
     rule = op.opdef.dtypes
     da, db = a.dtype, b.dtype
@@ -774,6 +820,26 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
     if sb != shape:
         b = make(_EXPAND, (b,), shape, dt, shape)
     return make(op, (a, b), shape, rule.result_dtype(dt))
+
+
+def _with_number(op: Op, lz: Lazy, value: float | int, number_first: bool) -> Tensor | None:
+    """`op` of a plain tensor's Lazy and a python float or int (`number_first`: the number is the left
+    operand), as binary's general path makes it: the cached constant, broadcast by EXPAND unless the
+    tensor is 0-d. None when that path has more to decide: the number's dtype differs from the
+    tensor's (an int tensor with a float), the record changes the dtype, a runtime length, a large shape.
+    """
+    dt = lz.dtype
+    if dt is not _F32 and dt is not _F16 and (dt is not _I32 or type(value) is not int):
+        return None  # what ir.dtypes.scalar_dtype gives for these is the tensor's dtype
+    name = op._value_
+    out = _KEEPS.get((name, dt._value_))
+    shape = lz.shape
+    if out is None or lz.ragged or math.prod(shape) > _SMALL:
+        return None
+    c = CONSTANTS.get(host_scalar(value, dt, name), dt)  # constant(), without its Tensor
+    if shape:
+        c = Lazy(_EXPAND, (c,), shape, dt, shape)
+    return Tensor(Lazy(op, (c, lz) if number_first else (lz, c), shape, out))
 
 
 def where(cond: Any, a: Any, b: Any) -> Tensor:
