@@ -75,6 +75,8 @@ def normalize_axis(op: str, axis: int, ndim: int, shape: Shape | None = None) ->
 
 def normalize_axes(op: str, axis: int | Sequence[int] | None, shape: Shape) -> tuple[int, ...]:
     ndim = len(shape)
+    if type(axis) is int and -ndim <= axis < ndim:  # one axis in range (x.sum(-1)): what the rule below gives
+        return (axis % ndim,)
     if axis is None:
         return tuple(range(ndim))
     if not isinstance(axis, tuple | list) and _as_int(axis) is None:

@@ -197,3 +197,21 @@ def test_unary_and_binary_fast_paths_make_the_general_paths_nodes(rng: np.random
                 general = _Shown(x._lazy)
                 assert _outcome(binary, op, x, y) == _outcome(binary, op, general, y), (op, y)
                 assert _outcome(binary, op, y, x) == _outcome(binary, op, y, general), (op, y)
+
+
+def test_reductions_move_their_axes_without_views(rng: np.random.Generator) -> None:
+    """A reduction's operand permute is its own step: the graph numpy's rules give, no view of x registered."""
+    x = tr.tensor(rng.standard_normal((2, 3, 4)).astype(np.float32))
+    for axis, order in [(-1, None), (2, None), ((1, 2), None), (0, (1, 2, 0)), ((0, 2), (1, 0, 2)), (None, None)]:
+        got = x.sum(axis)
+        operand = got._lazy.srcs[0]
+        if order is None:
+            assert operand is x._lazy
+        else:
+            assert operand.op is Op.PERMUTE and operand.arg == order and operand.srcs == (x._lazy,)
+        assert_close(got.numpy(), x.numpy().sum(axis), atol=1e-5)
+    assert x._cell is None  # no view was made of x
+    with pytest.raises(ShapeError, match=r"sum: axis 3 is out of range for shape \(2, 3, 4\) \(ndim 3\)"):
+        x.sum(3)
+    with pytest.raises(ShapeError, match="repeated axis"):
+        x.sum((1, -2))

@@ -878,8 +878,18 @@ def logaddexp(a: Any, b: Any) -> Tensor:
 
 
 def _move_axes_last(x: Tensor, axes: tuple[int, ...]) -> Tensor:
-    kept = [i for i in range(x.ndim) if i not in axes]
-    return x.permute(kept + list(axes))
+    """x with `axes` (sorted) moved last: the operand of a reduction over them.
+
+    For a plain Tensor it is the reduction's own step (tracer.tensor.moved), not a view of x,
+    and x itself when the axes are last already; other Tensors (a runtime length) take permute.
+    """
+    n = len(x._lazy.shape)
+    order = tuple([i for i in range(n) if i not in axes]) + axes
+    if type(x) is not Tensor:
+        return x.permute(order)
+    if order == tuple(range(n)):  # nothing moves (the common x.sum(-1))
+        return x
+    return moved(x, _PERMUTE, tuple([x._lazy.shape[i] for i in order]), order)
 
 
 def reduce(op: Op, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
