@@ -215,3 +215,16 @@ def test_reductions_move_their_axes_without_views(rng: np.random.Generator) -> N
         x.sum(3)
     with pytest.raises(ShapeError, match="repeated axis"):
         x.sum((1, -2))
+
+
+def test_transpose_property_is_permutes_view() -> None:
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    x = tr.tensor(a)
+    t = x.T
+    assert t.base is x and t.shape == (4, 3, 2) and t._lazy.arg == (2, 1, 0)
+    assert _structure(t) == _structure(x.permute(2, 1, 0))
+    t[0] = -1.0  # writes through, as numpy's x.T[0] = -1
+    expect = a.copy()
+    expect.T[0] = -1
+    assert_close(x.numpy(), expect)
+    assert tr.tensor(np.ones(3, np.float32)).T.shape == (3,)

@@ -435,7 +435,12 @@ class Tensor:
 
     @property
     def T(self) -> Tensor:  # noqa: N802
-        return self.permute(tuple(reversed(range(self.ndim))))
+        shape = self._lazy.shape
+        n = len(shape)
+        if n < 2 or type(self) is not Tensor:  # an alias, or a runtime length: permute decides
+            return self.permute(tuple(reversed(range(n))))
+        # permute's result without its checks of an order that is valid by construction
+        return self._movement(_PERMUTE, shape[::-1], tuple(range(n - 1, -1, -1)))
 
     @property
     def mT(self) -> Tensor:  # noqa: N802
