@@ -9,6 +9,8 @@ general dtype and broadcast steps.
 from __future__ import annotations
 
 import itertools
+import sys
+import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -21,6 +23,7 @@ from ir.ops import Op
 from ir.optable.record import Kind
 from tests.helpers import assert_close
 from tracer.graph_builder import walk
+from tracer.host import ConstantCache
 from tracer.indexing import is_advanced, resolve_index
 from tracer.tensor import binary, broadcasts_to, unary
 
@@ -228,3 +231,32 @@ def test_transpose_property_is_permutes_view() -> None:
     expect.T[0] = -1
     assert_close(x.numpy(), expect)
     assert tr.tensor(np.ones(3, np.float32)).T.shape == (3,)
+
+
+def test_constant_cache_hits_without_the_lock_under_threads() -> None:
+    """Hits race evictions in other threads: every get returns its value's constant, the cache stays bounded."""
+    cache = ConstantCache(capacity=8)
+    errors: list[str] = []
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def work(seed: int) -> None:
+        for i in range(4000):
+            value = float((i * 7 + seed) % 12)  # 12 values through 8 places: hits and evictions interleave
+            lz = cache.get(value, tr.float32)
+            if lz.host is None or float(lz.host) != value or lz.dtype is not tr.float32 or not lz.pinned:
+                errors.append(f"{value}: {lz.host}")
+            if len(cache) > cache.capacity + 1:  # one insert may be between its add and its evict
+                errors.append(f"size {len(cache)}")
+
+    try:
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[:5]
+    assert len(cache) <= cache.capacity
+    assert cache.get(3.0, tr.float32) is cache.get(3.0, tr.float32)
