@@ -834,8 +834,9 @@ def _with_number(op: Op, lz: Lazy, value: float | int, number_first: bool) -> Te
     tensor's (an int tensor with a float), the record changes the dtype, a runtime length, a large shape.
     """
     dt = lz.dtype
+    # ir.dtypes.scalar_dtype gives a float or int the dtype of a float tensor, an int that of an int32 one
     if dt is not _F32 and dt is not _F16 and (dt is not _I32 or type(value) is not int):
-        return None  # what ir.dtypes.scalar_dtype gives for these is the tensor's dtype
+        return None
     name = op._value_
     out = _KEEPS.get((name, dt._value_))
     shape = lz.shape
