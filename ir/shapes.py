@@ -75,6 +75,8 @@ def normalize_axis(op: str, axis: int, ndim: int, shape: Shape | None = None) ->
 
 def normalize_axes(op: str, axis: int | Sequence[int] | None, shape: Shape) -> tuple[int, ...]:
     ndim = len(shape)
+    if type(axis) is int and -ndim <= axis < ndim:  # one axis in range (x.sum(-1)): what the rule below gives
+        return (axis % ndim,)
     if axis is None:
         return tuple(range(ndim))
     if not isinstance(axis, tuple | list) and _as_int(axis) is None:
@@ -87,8 +89,13 @@ def normalize_axes(op: str, axis: int | Sequence[int] | None, shape: Shape) -> t
 
 
 def resolve_reshape(op: str, old: Shape, new: Sequence[int]) -> Shape:
-    if type(new) is tuple and all(type(d) is int and d >= 0 for d in new) and math.prod(new) == math.prod(old):
-        return new  # sizes given in full (the common case)
+    if type(new) is tuple:  # sizes given in full (the common case); loops, not all() over a generator
+        for d in new:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            if math.prod(new) == math.prod(old):
+                return new
     new = tuple(int(d) for d in new)
     if sum(d == -1 for d in new) > 1:
         raise ShapeError(f"{op}: only one -1 allowed in {new} (reshaping {old}); give the other sizes")
@@ -112,8 +119,13 @@ def resolve_reshape(op: str, old: Shape, new: Sequence[int]) -> Shape:
 
 def check_permutation(op: str, order: Sequence[int], shape: Shape) -> tuple[int, ...]:
     ndim = len(shape)
-    if len(order) == ndim and all(type(a) is int for a in order) and sorted(order) == list(range(ndim)):
-        return tuple(order)  # already normalized (the common case)
+    if len(order) == ndim:  # already normalized (the common case); a loop, not all() over a generator
+        for a in order:
+            if type(a) is not int:
+                break
+        else:
+            if sorted(order) == list(range(ndim)):
+                return tuple(order)
     norm = tuple(normalize_axis(op, a, ndim, shape) for a in order)
     if sorted(norm) != list(range(ndim)):
         raise ShapeError(

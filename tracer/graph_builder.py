@@ -56,24 +56,26 @@ def walk(targets: list[Lazy]) -> Walk:
     never donated to an in-place kernel.
     """
     order: list[Lazy] = []
-    pos: dict[int, int] = {}  # id(Lazy) -> its position in order: the graph's members
+    # Lazy -> its position in order: the graph's members. Keyed by the Lazy itself (it hashes and
+    # compares by identity, in C), not by id(): one builtin call less per lookup, several per node
+    pos: dict[Lazy, int] = {}
     for t in targets:
         postorder(t, order, pos)
-    target_ids = {id(t) for t in targets}
+    target_set = set(targets)
     outputs: list[Lazy] = list(dict.fromkeys(targets))
-    output_ids = {id(lz) for lz in outputs}
-    kept_leaves: set[int] = set()
+    output_set = set(outputs)
+    kept_leaves: set[Lazy] = set()
     for lz in order:
-        if lz.op is _INPUT or id(lz) in target_ids or not lz.seen_outside(pos):
+        if lz.op is _INPUT or lz in target_set or not lz.seen_outside(pos):
             continue
         base = lz
         while base.op in MOVEMENT and not base.is_leaf:
             base = base.srcs[0]
         if base.is_leaf:
-            kept_leaves.add(id(base))
-        elif id(base) not in output_ids:
+            kept_leaves.add(base)
+        elif base not in output_set:
             outputs.append(base)
-            output_ids.add(id(base))
+            output_set.add(base)
 
     nodes: list[tuple] = []
     inputs: list[Lazy] = []
@@ -90,10 +92,11 @@ def walk(targets: list[Lazy]) -> Walk:
         return Sym(slot, s.scale, s.const, s.lo, s.hi, s.what)  # replace(s, slot=slot), without its field walk
 
     append = nodes.append
+    position = pos.__getitem__  # mapped over a node's sources: no comprehension frame per node
     for lz in order:
         op = lz.op
         if op is _INPUT:
-            free = not lz.pinned and id(lz) not in kept_leaves and not lz.seen_outside(pos)
+            free = not lz.pinned and lz not in kept_leaves and not lz.seen_outside(pos)
             append(("input", len(inputs), free, lz.shape, lz.dtype._value_))  # ir.graph.input_key, inlined
             inputs.append(lz)
             donatable.append(free)
@@ -102,9 +105,9 @@ def walk(targets: list[Lazy]) -> Walk:
             if lz.dyn:
                 arg = args[id(lz)] = map_syms(arg, number)
             # ir.graph.node_key, inlined (one call less per node); tests/test_lazy_host.py checks they agree
-            srcs = tuple([pos[id(s)] for s in lz.srcs])
+            srcs = tuple(map(position, lz.srcs))
             append((op._value_, srcs, lz.shape, lz.dtype._value_, repr(arg) if op is _ARANGE else arg))
-    structure = (tuple(nodes), tuple([pos[id(lz)] for lz in outputs]))
+    structure = (tuple(nodes), tuple(map(position, outputs)))
     ints = tuple(v.value for v in variables)
     return Walk(order, inputs, donatable, outputs, structure, args, variables, ints)
 
@@ -131,13 +134,13 @@ def build_graph(targets: list[Lazy]) -> BuiltGraph:
     return BuiltGraph(graph_of(w), w.inputs, w.outputs, w.variables, w.ints)
 
 
-def postorder(root: Lazy, order: list[Lazy], pos: dict[int, int]) -> None:
+def postorder(root: Lazy, order: list[Lazy], pos: dict[Lazy, int]) -> None:
     """Append every Lazy `root` needs that is not in `pos` to `order`, sources first (leaves are not entered),
-    and its position there to `pos` (by id())."""
-    if id(root) in pos:
+    and its position there to `pos`."""
+    if root in pos:
         return
     if root.op is _INPUT:
-        pos[id(root)] = len(order)
+        pos[root] = len(order)
         order.append(root)
         return
     # iterative DFS, sources left to right: user graphs can be deeper than Python's recursion limit
@@ -146,15 +149,15 @@ def postorder(root: Lazy, order: list[Lazy], pos: dict[int, int]) -> None:
     while stack:
         lz, srcs = stack[-1]
         for s in srcs:
-            if id(s) in pos:
+            if s in pos:
                 continue
             if s.op is _INPUT:
-                pos[id(s)] = len(order)
+                pos[s] = len(order)
                 order.append(s)
                 continue
             push((s, iter(s.srcs)))
             break
         else:
             pop()
-            pos[id(lz)] = len(order)
+            pos[lz] = len(order)
             order.append(lz)

@@ -170,22 +170,33 @@ class ConstantCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._lazies: OrderedDict[tuple[str, str], Lazy] = OrderedDict()
-        self._lock = threading.Lock()  # threads trace at once: get, move and evict must not interleave
+        self._lock = threading.Lock()  # threads trace at once: a miss's insert and evict must not interleave
 
     def get(self, value: bool | int | float, dtype: DType) -> Lazy:
         key = (repr(value), dtype._value_)  # repr: 0.0 and -0.0, 1 and True stay apart; str keys hash in C
         if dtype is _F16:
             check_float16("constant", ())
-        with self._lock:
-            lz = self._lazies.get(key)
+        lazies = self._lazies
+        # A hit takes no lock: get and move_to_end are each one C call on str keys, which the GIL
+        # keeps whole. Another thread may evict the key between them (move_to_end then raises):
+        # the Lazy found is still a valid constant, as when the eviction comes just after a return.
+        lz = lazies.get(key)
+        if lz is not None:
+            try:
+                lazies.move_to_end(key)
+            except KeyError:
+                pass
+            return lz
+        with self._lock:  # a miss: look again, insert and evict without another thread in between
+            lz = lazies.get(key)
             if lz is None:
                 lz = Lazy.from_host(np.array(value).astype(dtype.np), dtype)
                 lz.pinned = True
-                self._lazies[key] = lz
-                if len(self._lazies) > self.capacity:
-                    self._lazies.popitem(last=False)
+                lazies[key] = lz
+                if len(lazies) > self.capacity:
+                    lazies.popitem(last=False)
             else:
-                self._lazies.move_to_end(key)
+                lazies.move_to_end(key)
         return lz
 
     def clear(self) -> None:

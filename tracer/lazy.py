@@ -133,15 +133,15 @@ class Lazy(list):
         # list(): one snapshot (C call, kept whole by the GIL) while other threads may trace and append
         return [t for r in list(self) if type(r) is not ReaderRef and (t := r()) is not None and t._lazy is self]
 
-    def seen_outside(self, members: Container[int]) -> bool:
-        """A Tensor shows this value, or a pending Lazy whose id() is not in `members` reads it."""
+    def seen_outside(self, members: Container[Lazy]) -> bool:
+        """A Tensor shows this value, or a pending Lazy not in `members` reads it."""
         # iterating a list that another thread appends to is safe (it may or may not see the new entry)
         for r in self:
             o = r()
             if o is None:
                 continue
             if type(r) is ReaderRef:
-                if id(o) not in members and self in o.srcs:
+                if o not in members and self in o.srcs:
                     return True
             elif o._lazy is self:
                 return True

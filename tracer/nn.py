@@ -35,6 +35,7 @@ from ir.errors import DTypeError, IndexOutOfRangeError, ShapeError
 from ir.ops import AttentionArg, Conv1dArg, NormArg, Op, RopeArg
 from ir.symbolic import Sym
 from tracer.factories import arange
+from tracer.lazy import Lazy
 from tracer.mutation import index_write
 from tracer.tensor import (
     RuntimeLengthTensor,
@@ -49,6 +50,7 @@ from tracer.tensor import (
     masked_fill,
     matmul,
     moved,
+    rows_times_transposed,
     where,
 )
 
@@ -237,7 +239,15 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     # one GEMM over every row, not a batch of small ones (rows counted: reshape(-1, 0) is ambiguous);
     # the reshapes and the transpose are this function's own steps, not views (tracer.tensor.moved)
     rows = (math.prod(lead), k)
-    if not plain:
+    product = rows_times_transposed(x, weight, rows) if plain else None
+    if product is not None:
+        if bias is None:  # the usual case: only the result is a Tensor
+            final = lead + (out,)
+            return Tensor(
+                product if product.shape == final else Lazy(_RESHAPE, (product,), final, product.dtype, final)
+            )
+        y = Tensor(product)
+    elif not plain:
         y = x.reshape(rows) @ weight.T
     else:
         y = matmul(x if x.shape == rows else moved(x, _RESHAPE, rows, rows), moved(weight, _PERMUTE, (k, out), (1, 0)))

@@ -435,7 +435,12 @@ class Tensor:
 
     @property
     def T(self) -> Tensor:  # noqa: N802
-        return self.permute(tuple(reversed(range(self.ndim))))
+        shape = self._lazy.shape
+        n = len(shape)
+        if n < 2 or type(self) is not Tensor:  # an alias, or a runtime length: permute decides
+            return self.permute(tuple(reversed(range(n))))
+        # permute's result without its checks of an order that is valid by construction
+        return self._movement(_PERMUTE, shape[::-1], tuple(range(n - 1, -1, -1)))
 
     @property
     def mT(self) -> Tensor:  # noqa: N802
@@ -612,10 +617,32 @@ def compile(*tensors: Tensor) -> Program:  # noqa: A001  (tr.compile, as the API
 
 
 MAX_ELEMENTS = 2**32 - 1  # kernels count elements in u32
-_F16, _F32 = DType.float16, DType.float32
+_F16, _F32, _I32 = DType.float16, DType.float32, DType.int32
 # looked up once: an Enum member read from its class costs ~70 ns, and these run for every traced op
 _RESHAPE, _PERMUTE, _EXPAND, _SLICE, _MATMUL = Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.MATMUL
 _SMALL = LARGEST_SAFE_BINDING // 16  # elements: at most 16 bytes each (a lone quantized block's padding)
+
+
+def _kept_dtypes() -> dict[tuple[str, str], DType]:
+    """(op, dtype) -> the result's dtype, for every op and plain dtype its record computes on as
+    it comes (compute_dtype returns the dtype itself): unary's and binary's fast paths look their
+    operands up here, by the members' string values (an Enum member hashes in Python, its value in C)."""
+    table: dict[tuple[str, str], DType] = {}
+    for op in Op:
+        rule = op.opdef.dtypes
+        for dt in DType:
+            if dt.is_quantized:
+                continue
+            try:
+                computed = rule.compute_dtype(op._value_, dt, "")
+            except DTypeError:
+                continue
+            if computed is dt:
+                table[(op._value_, dt._value_)] = rule.result_dtype(dt)
+    return table
+
+
+_KEEPS = _kept_dtypes()
 
 
 def make(op: Op, srcs: tuple[Tensor, ...], shape: tuple[int, ...], dtype: DType, arg: Any = None) -> Tensor:
@@ -654,6 +681,25 @@ def moved(x: Tensor, op: Op, shape: tuple[int, ...], arg: Any) -> Tensor:
     if src.ragged or (dt is not _F32 and dt.is_quantized) or (op is _EXPAND and math.prod(shape) > _SMALL):
         return make(op, (x,), shape, dt, arg)  # make's checks
     return Tensor(Lazy(op, (src,), shape, dt, arg))
+
+
+def rows_times_transposed(x: Tensor, w: Tensor, rows: tuple[int, int]) -> Lazy | None:
+    """The Lazy of x reshaped to `rows` times w.T, for a plain float w (out, in) of x's dtype, else None.
+
+    tr.nn.linear's product: the nodes `moved` and `matmul` would make (a RESHAPE unless x has
+    `rows` already, the PERMUTE of w, the MATMUL), without a Tensor and a call per step. None
+    whenever make would have something to check (a runtime length, another or a quantized
+    dtype, a product near the binding limits): the caller then takes those steps, whose errors
+    name what they check.
+    """
+    xl, wl = x._lazy, w._lazy
+    dt = xl.dtype
+    out, k = wl.shape
+    m = rows[0]
+    if wl.dtype is not dt or (dt is not _F32 and dt is not _F16) or xl.ragged or wl.ragged or m * out > _SMALL:
+        return None
+    xr = xl if xl.shape == rows else Lazy(_RESHAPE, (xl,), rows, dt, rows)
+    return Lazy(_MATMUL, (xr, Lazy(_PERMUTE, (wl,), (k, out), dt, (1, 0))), (m, out), dt)
 
 
 def from_data(data: Any, dtype: DType | str | None = None, op: str = "tensor") -> Tensor:
@@ -725,6 +771,11 @@ def broadcast_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 def unary(op: Op, x: Tensor) -> Tensor:
     """`op` of x, computed in the dtype its record's rule says (ints become float32 for float-only ops)."""
+    if type(x) is Tensor:  # the common case, made as below: a plain tensor of a dtype its record takes as it is
+        lz = x._lazy
+        out = _KEEPS.get((op._value_, lz.dtype._value_))
+        if out is not None and not lz.ragged and math.prod(lz.shape) <= _SMALL:
+            return Tensor(Lazy(op, (lz,), lz.shape, out))
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op.value}: expected a Tensor, got {type(x).__name__}")
     rule = op.opdef.dtypes
@@ -738,6 +789,25 @@ def unary(op: Op, x: Tensor) -> Tensor:
 def binary(op: Op, a: Any, b: Any) -> Tensor:
     """`op` of a and b: promoted as numpy does, then to the dtype its record's rule says, and broadcast."""
     name = op._value_
+    # the common cases, made as the general path below makes them: two plain tensors of one dtype
+    # and shape, or a plain tensor and a python number, of a dtype the op's record takes as it is
+    ta, tb = type(a), type(b)
+    if ta is Tensor:
+        if tb is Tensor:
+            la, lb = a._lazy, b._lazy
+            dt, shape = la.dtype, la.shape
+            if lb.dtype is dt and lb.shape == shape and not la.ragged and not lb.ragged:
+                out = _KEEPS.get((name, dt._value_))
+                if out is not None and math.prod(shape) <= _SMALL:
+                    return Tensor(Lazy(op, (la, lb), shape, out))
+        elif tb is float or tb is int:
+            made = _with_number(op, a._lazy, b, False)
+            if made is not None:
+                return made
+    elif tb is Tensor and (ta is float or ta is int):
+        made = _with_number(op, b._lazy, a, True)
+        if made is not None:
+            return made
     a, b = as_tensors(name, a, b)
     rule = op.opdef.dtypes
     da, db = a.dtype, b.dtype
@@ -755,6 +825,27 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
     if sb != shape:
         b = make(_EXPAND, (b,), shape, dt, shape)
     return make(op, (a, b), shape, rule.result_dtype(dt))
+
+
+def _with_number(op: Op, lz: Lazy, value: float | int, number_first: bool) -> Tensor | None:
+    """`op` of a plain tensor's Lazy and a python float or int (`number_first`: the number is the left
+    operand), as binary's general path makes it: the cached constant, broadcast by EXPAND unless the
+    tensor is 0-d. None when that path has more to decide: the number's dtype differs from the
+    tensor's (an int tensor with a float), the record changes the dtype, a runtime length, a large shape.
+    """
+    dt = lz.dtype
+    # ir.dtypes.scalar_dtype gives a float or int the dtype of a float tensor, an int that of an int32 one
+    if dt is not _F32 and dt is not _F16 and (dt is not _I32 or type(value) is not int):
+        return None
+    name = op._value_
+    out = _KEEPS.get((name, dt._value_))
+    shape = lz.shape
+    if out is None or lz.ragged or math.prod(shape) > _SMALL:
+        return None
+    c = CONSTANTS.get(host_scalar(value, dt, name), dt)  # constant(), without its Tensor
+    if shape:
+        c = Lazy(_EXPAND, (c,), shape, dt, shape)
+    return Tensor(Lazy(op, (c, lz) if number_first else (lz, c), shape, out))
 
 
 def where(cond: Any, a: Any, b: Any) -> Tensor:
@@ -793,8 +884,18 @@ def logaddexp(a: Any, b: Any) -> Tensor:
 
 
 def _move_axes_last(x: Tensor, axes: tuple[int, ...]) -> Tensor:
-    kept = [i for i in range(x.ndim) if i not in axes]
-    return x.permute(kept + list(axes))
+    """x with `axes` (sorted) moved last: the operand of a reduction over them.
+
+    For a plain Tensor it is the reduction's own step (tracer.tensor.moved), not a view of x,
+    and x itself when the axes are last already; other Tensors (a runtime length) take permute.
+    """
+    n = len(x._lazy.shape)
+    order = tuple([i for i in range(n) if i not in axes]) + axes
+    if type(x) is not Tensor:
+        return x.permute(order)
+    if order == tuple(range(n)):  # nothing moves (the common x.sum(-1))
+        return x
+    return moved(x, _PERMUTE, tuple([x._lazy.shape[i] for i in order]), order)
 
 
 def reduce(op: Op, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
