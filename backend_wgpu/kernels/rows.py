@@ -93,6 +93,18 @@ class ContiguousRowKernel(Kernel):
         elem = f"({index}) * {w}u" if w > 1 else f"({index})"
         return f"{vt}({self.code.emit(b, 'in', tag, elem, f'({index})', indent=indent)})"
 
+    def load_registers(self, b: WgslBuilder, per: int, fill: str) -> list[str]:
+        """`var v0 .. v{per-1}`: this thread's KernelElements of the row (`fill` in slots past its end),
+        as the row kernels that hold a row in registers read it; returns each slot's in-row test."""
+        wgx = self.choice.workgroup[0]
+        inside = [f"lidx + {r * wgx}u < params.cnt" for r in range(per)]
+        for r in range(per):
+            b.line(f"var v{r} = {fill};")
+            b.line(f"if ({inside[r]}) {{")
+            b.line(f"  v{r} = {self.load(b, f'base + lidx + {r * wgx}u', f'p{r}', indent='  ')};")
+            b.line("}")
+        return inside
+
     def store(self, b: WgslBuilder, index: str, value: str, lanes: int, indent: str = "") -> None:
         """out[index] = value (f32 lanes), through the epilogue when the group has one."""
         store_value(b, self, self.code, index, value, lanes, indent)

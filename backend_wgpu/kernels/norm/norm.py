@@ -22,18 +22,22 @@ from ir.ops import NormArg, Op
 from ir.view import View
 
 
+def norm_width(node: Node, views: list[View]) -> int:
+    """Norms walk each row of x and the weight/bias vectors contiguously: all must allow the width."""
+    x_view, affine = views[0], views[1:]
+    n = node.shape[-1]
+    for w in WIDTHS:
+        if n % w == 0 and row_vector(x_view, 1, w) and all(contiguous_run(v, w) for v in affine):
+            return w
+    return 1
+
+
 class NormKernel(Kernel):
     name = "norm"
 
     @classmethod
     def widest_element(cls, node: Node, views: list[View]) -> int:
-        """Norms walk each row of x and the weight/bias vectors contiguously: all must allow the width."""
-        x_view, affine = views[0], views[1:]
-        n = node.shape[-1]
-        for w in WIDTHS:
-            if n % w == 0 and row_vector(x_view, 1, w) and all(contiguous_run(v, w) for v in affine):
-                return w
-        return 1
+        return norm_width(node, views)
 
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:

@@ -12,9 +12,9 @@ Rows too long for the registers run the strided `norm` kernel.
 
 from __future__ import annotations
 
-from backend_wgpu.element import WIDTHS, contiguous_run, row_vector
 from backend_wgpu.kernel import Meta
 from backend_wgpu.kernels.blocks import fold_lanes, workgroup_reduce, workgroup_reduce_cost
+from backend_wgpu.kernels.norm.norm import norm_width
 from backend_wgpu.kernels.rows import ContiguousRowKernel
 from backend_wgpu.wgsl import WgslBuilder, f32v, vtype
 from ir.graph import Graph
@@ -28,12 +28,7 @@ class NormRegsKernel(ContiguousRowKernel):
 
     @classmethod
     def widest_element(cls, node: Node, views: list[View]) -> int:
-        """The row and the weight/bias vectors must all allow the width."""
-        x_view, affine = views[0], views[1:]
-        n = node.shape[-1]
-        return next(
-            w for w in WIDTHS if n % w == 0 and row_vector(x_view, 1, w) and all(contiguous_run(v, w) for v in affine)
-        )
+        return norm_width(node, views)
 
     @classmethod
     def reason(cls, graph: Graph, node: Node) -> str:
@@ -96,12 +91,7 @@ class NormRegsKernel(ContiguousRowKernel):
         self.begin_row(b)
         b.line("let out_base = row * params.cnt;")
         b.line(f"let n = f32(params.cnt * {w}u);")
-        inside = [f"lidx + {r * wgx}u < params.cnt" for r in range(per)]
-        for r in range(per):  # slots past the row's end hold 0 and are never stored
-            b.line(f"var v{r} = {vt}(0.0);")
-            b.line(f"if ({inside[r]}) {{")
-            b.line(f"  v{r} = {self.load(b, f'base + lidx + {r * wgx}u', f'p{r}', indent='  ')};")
-            b.line("}")
+        inside = self.load_registers(b, per, f"{vt}(0.0)")  # slots past the row's end: 0, never stored
         if layer:
             b.line("var total = 0.0;")
             for r in range(per):

@@ -55,12 +55,8 @@ class SoftmaxRegsKernel(ContiguousRowKernel):
         b.line("let out_base = row * params.cnt;")
         inf = infinity(b)
         b.line(f"var m = -{inf};")
-        for r in range(per):
-            # slots past the row's end hold -inf: exp gives 0 there, and they are never stored
-            b.line(f"var v{r} = {vt}(-{inf});")
-            b.line(f"if (lidx + {r * wgx}u < params.cnt) {{")
-            b.line(f"  v{r} = {self.load(b, f'base + lidx + {r * wgx}u', f'p{r}', indent='  ')};")
-            b.line("}")
+        # slots past the row's end hold -inf: exp gives 0 there, and they are never stored
+        self.load_registers(b, per, f"{vt}(-{inf})")
         for r in range(per):
             b.line(f"m = max(m, {fold_lanes('max', f'v{r}', w)});")
         workgroup_reduce(b, "m", "max", wgx, self.subgroups)
