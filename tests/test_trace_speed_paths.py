@@ -186,10 +186,15 @@ _ELEMENTWISE = [op for op in Op if op.opdef.kind is Kind.ELEMENTWISE]
 
 @pytest.mark.parametrize("dtype", [tr.float32, tr.float16, tr.int32, tr.uint32, tr.bool])
 def test_unary_and_binary_fast_paths_make_the_general_paths_nodes(rng: np.random.Generator, dtype: tr.DType) -> None:
-    """Plain tensors of one dtype and shape, or a tensor and a python number: the general path's graph or error."""
+    """Plain tensors of one dtype, one shape ending the other's, or a tensor and a python number: the
+    general path's graph or error."""
     a = tr.tensor((rng.random((3, 4)) * 4).astype(dtype.np))
     zero_d = tr.tensor(np.asarray(2, dtype.np))
-    others = [tr.tensor((rng.random((3, 4)) * 4).astype(dtype.np)), zero_d, 2.0, 3, -1, 2**40, float("nan"), 1e40, -0.0]
+    row = tr.tensor((rng.random(4) * 4).astype(dtype.np))  # a bias: its shape ends a's
+    batch = tr.tensor((rng.random((2, 3, 4)) * 4).astype(dtype.np))  # a's shape ends its
+    wrong = tr.tensor((rng.random(3) * 4).astype(dtype.np))  # ends neither: the general path's error
+    others = [tr.tensor((rng.random((3, 4)) * 4).astype(dtype.np)), zero_d, row, batch, wrong]
+    others += [2.0, 3, -1, 2**40, float("nan"), 1e40, -0.0]
     for op in _ELEMENTWISE:
         if op.opdef.arity == 1:
             for x in (a, zero_d):

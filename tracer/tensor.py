@@ -796,10 +796,16 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
         if tb is Tensor:
             la, lb = a._lazy, b._lazy
             dt, shape = la.dtype, la.shape
-            if lb.dtype is dt and lb.shape == shape and not la.ragged and not lb.ragged:
+            if lb.dtype is dt and not la.ragged and not lb.ragged:
                 out = _KEEPS.get((name, dt._value_))
-                if out is not None and math.prod(shape) <= _SMALL:
-                    return Tensor(Lazy(op, (la, lb), shape, out))
+                if out is not None:
+                    if lb.shape == shape:
+                        if math.prod(shape) <= _SMALL:
+                            return Tensor(Lazy(op, (la, lb), shape, out))
+                    else:
+                        made = _with_trailing(op, la, lb, out)
+                        if made is not None:
+                            return made
         elif tb is float or tb is int:
             made = _with_number(op, a._lazy, b, False)
             if made is not None:
@@ -825,6 +831,25 @@ def binary(op: Op, a: Any, b: Any) -> Tensor:
     if sb != shape:
         b = make(_EXPAND, (b,), shape, dt, shape)
     return make(op, (a, b), shape, rule.result_dtype(dt))
+
+
+def _with_trailing(op: Op, la: Lazy, lb: Lazy, out: DType) -> Tensor | None:
+    """`op` of two plain Lazies of one dtype where one's shape ends the other's (a bias, a row, a 0-d
+    value), as binary's general path makes it: the shorter one broadcast by EXPAND. None otherwise."""
+    sa, sb = la.shape, lb.shape
+    if len(sb) < len(sa) and sa[len(sa) - len(sb) :] == sb:
+        full = sa
+    elif len(sa) < len(sb) and sb[len(sb) - len(sa) :] == sa:
+        full = sb
+    else:
+        return None
+    if math.prod(full) > _SMALL:
+        return None  # make's size checks
+    if sa != full:
+        la = Lazy(_EXPAND, (la,), full, la.dtype, full)
+    if sb != full:
+        lb = Lazy(_EXPAND, (lb,), full, lb.dtype, full)
+    return Tensor(Lazy(op, (la, lb), full, out))
 
 
 def _with_number(op: Op, lz: Lazy, value: float | int, number_first: bool) -> Tensor | None:
