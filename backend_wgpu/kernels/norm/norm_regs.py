@@ -5,8 +5,8 @@ Layer norm: the row's mean, then the mean of squared deviations from it (two-pas
 strided `norm` kernel computes it), then (x - mean) * rsqrt(var + eps) * weight + bias is
 written; RMS norm needs only the mean of squares. Because the row is read once, the kernel
 can be the core of a fused group (passes.fuse): the prologue computes x (a split-k product's
-partial sums, its bias and the residual: BERT's `layer_norm(x + ff(x))` is one kernel) and
-an epilogue follows the store. Weight and bias are read by the core itself, as vectors.
+partial sums, its bias and the residual: BERT's `layer_norm(x + ff(x))` is the product and this
+one kernel) and an epilogue follows the store. Weight and bias are read by the core itself, as vectors.
 Rows too long for the registers run the strided `norm` kernel.
 """
 
