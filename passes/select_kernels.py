@@ -501,11 +501,16 @@ def _select_norm(node: Node, caps: DeviceCaps) -> KernelChoice:
     n = node.shape[-1] if node.shape else 1
     steps = n // 4 if n % 4 == 0 else n
     wg, params = _row_walk(n, caps)
-    fitted = max(32, min(wg, 1 << max(0, math.ceil(math.log2(max(1, -(-steps // NORM_STEPS_PER_THREAD)))))))
+    fitted = _norm_threads(steps, wg)
     unroll = unroll_for(n, fitted)
     if fitted < wg and unroll <= 8:
         wg, params = fitted, (("unroll", unroll),) if unroll > 1 else ()
     return KernelChoice(NormKernel.name, node.op.value, workgroup=(wg, 1, 1), params=params)
+
+
+def _norm_threads(steps: int, limit: int) -> int:
+    """Threads for a norm's row of `steps` KernelElements: NORM_STEPS_PER_THREAD each, a power of two in 32..limit."""
+    return max(32, min(limit, 1 << max(0, math.ceil(math.log2(max(1, -(-steps // NORM_STEPS_PER_THREAD)))))))
 
 
 NORM_REGS_MAX_PER_THREAD = 8  # KernelElements a thread holds for a row in registers (as softmax_regs)
@@ -522,7 +527,7 @@ def _select_norm_regs(graph: Graph, node: Node, caps: DeviceCaps) -> KernelChoic
     n = node.shape[-1]
     steps = n // 4 if n % 4 == 0 else n  # vec4 when the row allows (passes.vectorize decides)
     limit = min(256, caps.max_invocations)  # the strided rule's threads (run H), the row in registers
-    wg = max(32, min(limit, 1 << max(0, math.ceil(math.log2(max(1, -(-steps // NORM_STEPS_PER_THREAD)))))))
+    wg = _norm_threads(steps, limit)
     if -(-steps // wg) > NORM_REGS_MAX_PER_THREAD:
         return None
     params = (("subgroups", caps.subgroups),)
