@@ -57,6 +57,8 @@ class Case:
 CASES = [
     Case("pad 32x12x128x64", 32, 12, 128, 128, 64, causal=False, padding=True),
     Case("causal 1x32x2048x128", 1, 32, 2048, 2048, 128, causal=True, padding=False),
+    # the same without the causal mask: the kernel's rate with every block full (twice the work)
+    Case("full 1x32x2048x128", 1, 32, 2048, 2048, 128, causal=False, padding=False, target=False),
     Case("causal f16 1x32x2048x128", 1, 32, 2048, 2048, 128, causal=True, padding=False, dtype="float16", target=False),
     # the ~1B decoder's prefill of 512 tokens (benchmarks/e2e): 32 query heads over 8 kv heads
     Case("prefill 1x32/8x512x64", 1, 32, 512, 512, 64, causal=True, padding=False, target=False, hkv=8),
@@ -173,7 +175,8 @@ def _forced(node: Any, variant: tuple) -> Any:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
     br, bc, tx, q_smem, kv_alias, sg, pf, *more = variant
-    vg, un, pl, lpt, sw = (more + [False, node.kernel.param("un"), False, False, False][len(more) :])[:5]
+    defaults = [False, node.kernel.param("un"), False, False, False]
+    vg, un, pl, lpt, sw = (more + defaults[len(more) :])[:5]
     dk, dv = FlashAttentionKernel.padded_dims(node.kernel.param("dk"), node.kernel.param("dv"), tx)
     params = (("br", br), ("bc", bc), ("tx", tx), ("dk", dk), ("dv", dv))
     params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf), ("vg", vg), ("un", un))
@@ -240,7 +243,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small shapes: a smoke run on any adapter")
     ap.add_argument("--blocks", type=int, default=7)
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--only", default="", help="the cases whose names contain this text")
+    ap.add_argument("--only", default="", help="the cases whose names contain one of these (comma-separated)")
+    ap.add_argument("--flags", default="", help="the rule and the tiles whose flags include these, e.g. `au`")
     args = ap.parse_args()
     try:
         import torch
@@ -258,7 +262,7 @@ def main() -> int:
     t_start = time.perf_counter()
     rows: list[tuple[str, str, float, float, float, str]] = []
     failures = 0
-    for case in [c for c in (QUICK if args.quick else CASES) if args.only in c.name]:
+    for case in [c for c in (QUICK if args.quick else CASES) if any(o in c.name for o in args.only.split(","))]:
         if case.dtype == "float16" and not dev.caps.shader_f16:
             print(f"{case.name}: skipped (no shader-f16)")
             continue
@@ -277,6 +281,8 @@ def main() -> int:
             name = ("rule " if variant is None else "") + label.split("[", 1)[1].rstrip("]")
             if variant is not None and any(c[2] == label for c in contenders.values()):
                 continue  # the rule's own tile
+            if variant is not None and not set(args.flags) <= set(label.split(":")[3]):
+                continue
             err = float(np.abs(read(program, buffers, ref.shape, case.dtype) - ref).max()) / scale
             ok = err <= tol
             failures += not ok
