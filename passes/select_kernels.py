@@ -1088,9 +1088,11 @@ LONG_K, ONE_WAVE_TILES, LONG_K_SPLIT = 4096, 132, 4
 # 2026-12-01-Q/gemm_minilm_splits.txt): MiniLM's down projection 4096x384x1536 (192 such tiles) split2
 # 0.1524 ms against the best unsplit 0.1671 (b128x96k8u), split4 0.1558; run L: 512x2048x2048 (128 tiles)
 # split2 0.1295 against 0.1333; 512x8192x2048 (512 tiles) keeps its unsplit 0.4469 (split2 0.4930). Not
-# under MID_ROWS rows: 128x8192x2048 (128 tiles) ran fastest unsplit (run C: b64t8 0.1594, splits slower);
-# nor 1024^3 (k under MID_K): b64x128k8u 0.0647 ms against split2 0.0698 (run Q, gemm_mid_split.txt)
-MID_SPLIT_TILES, MID_K, MID_ROWS = 192, 1536, 512
+# under MID_ROWS rows: 128x8192x2048 (128 tiles) ran fastest unsplit (run C: b64t8 0.1594, splits slower).
+# 1024^3 (128 tiles, k 1024) since the chunks are summed by adds (passes/split_k.py: ADDED_CHUNKS): run Z
+# (benchmarks/runs/2026-12-02-Z/gemm_1024.txt) split2 0.0614 ms against b64x128k8u's 0.0647 (cuBLAS 0.0579);
+# with the SUM of run Q split2 took 0.0698
+MID_SPLIT_TILES, MID_K, MID_ROWS = 192, 1024, 512
 
 
 def builtin_gemm_split(p: GemmProblem) -> int:

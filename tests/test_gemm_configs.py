@@ -321,14 +321,15 @@ def test_builtin_thin_split_rule() -> None:
     assert builtin_gemm_split(problem(512, 512, 2048)) == 8  # the ~1B prefill's k and v projections
     assert builtin_gemm_split(problem(256, 512, 1024)) == 4  # a chunk keeps THIN_MIN_DEPTH (256) of k
     assert builtin_gemm_split(problem(128, 8192, 2048)) == 1  # 256 tiles already
-    assert builtin_gemm_split(problem(1024, 1024, 1024)) == 1
     assert builtin_gemm_split(problem(64, 64, 64)) == 1  # too small to pay for a sum
     # deep products whose 64x128 tiles fill one wave: cut in four (the ~1B prefill's down projection)
     assert builtin_gemm_split(problem(512, 2048, 8192)) == 4
     assert builtin_gemm_split(problem(512, 8192, 2048)) == 1  # k under LONG_K
     assert builtin_gemm_split(problem(4096, 4096, 4096)) == 1  # many tiles
-    # a wave and a half of 64x128 tiles over a k of 1536 or more: cut in two (MiniLM's down projection)
+    # a wave and a half of 64x128 tiles over a k of 1024 or more: cut in two (MiniLM's down projection)
     assert builtin_gemm_split(problem(4096, 384, 1536)) == 2
+    assert builtin_gemm_split(problem(1024, 1024, 1024)) == 2  # one wave of 128 tiles
+    assert builtin_gemm_split(problem(1024, 1024, 512)) == 1  # k under MID_K
     assert builtin_gemm_split(problem(512, 2048, 2048)) == 2  # the ~1B prefill's o projection
     assert builtin_gemm_split(problem(4096, 384, 384)) == 1  # k too short
     assert builtin_gemm_split(problem(128, 8192, 2048)) == 1  # fewer rows than MID_ROWS
