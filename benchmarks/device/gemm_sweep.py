@@ -69,6 +69,8 @@ class Case:
 SHAPES = [
     Case("4096^3", (), 4096, 4096, 4096, False),
     Case("1024^3", (), 1024, 1024, 1024, False),
+    # 1024^3's two chunks of k (passes.split_k) as one batched product: which tile serves them best
+    Case("1024^3 chunks 2x1024x1024x512", (2,), 1024, 1024, 512, False),
     Case("minilm qkv/out 4096x384x384", (), 4096, 384, 384, True),
     Case("minilm ffn up 4096x1536x384", (), 4096, 1536, 384, True),
     Case("minilm ffn down 4096x384x1536", (), 4096, 384, 1536, True),
