@@ -81,3 +81,36 @@ def test_qprefill_compares_the_rules_with_qgemm(monkeypatch: pytest.MonkeyPatch,
     assert (fmt, tokens) == ("q8_0", 5) and err < 1e-4
     assert set(times) == {"rules", "no_dequant", "qgemm", "dequant_all"} and min(min(t) for t in times.values()) > 0
     assert "every weight that fits dequantized" in capsys.readouterr().out
+
+
+def test_occupancy_probe_builds_the_asked_tiles_at_each_multiple(monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # noqa: ANN001
+    """benchmarks/device/occupancy.py, two multiprocessors assumed: one flash tile and one GEMM configuration,
+    each compiled as asked for 1-4 times as many workgroups (one per head, or per output tile), a row each."""
+    from benchmarks.device import occupancy
+
+    # no subgroup row maxes: the tile fits any adapter
+    monkeypatch.setitem(occupancy.TILES, "32x16t8", (32, 16, 8, False, True, False, False, False, False))
+    monkeypatch.setattr(
+        "sys.argv",
+        ["occupancy", "--sms", "2", "--keys", "64", "--blocks", "1", "--runs", "1"]
+        + ["--tiles", "32x16t8", "--gemm", "b64"],
+    )
+    built = occupancy.attention_programs("32x16t8", 2, 64)
+    assert built is not None
+    programs, label = built
+    assert sorted(programs) == [1, 2, 3, 4] and ":32x16t8:" in label, label
+    heads = [p.graph[p.graph.outputs[0]].shape[1] for p, _ in programs.values()]
+    assert heads == [2, 4, 6, 8]  # one 32-row block per head: 2, 4, 6, 8 workgroups
+    gemms, glabel = occupancy.gemm_programs("b64", 2, 64)
+    assert ":64x64x16:" in glabel and [p.graph[p.graph.outputs[0]].shape for p, _ in gemms.values()] == [
+        (64, 128),
+        (128, 128),
+        (192, 128),
+        (256, 128),
+    ]
+    assert occupancy.main() == 0
+    table = capsys.readouterr().out.splitlines()[-2:]
+    assert [line.split()[:2] for line in table] == [["flash", "32x16t8"], ["gemm", "b64"]]
+    monkeypatch.setattr("sys.argv", ["occupancy", "--gemm", "b64,nonesuch"])
+    with pytest.raises(SystemExit):
+        occupancy.main()
