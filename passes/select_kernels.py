@@ -1200,7 +1200,10 @@ class AttentionTile(NamedTuple):
     sw: bool = False  # k swizzled instead of padded (FlashAttentionKernel's `sw`) where the head dim allows
 
 
-# flash_attention tiles, best first: the first that fits the device's workgroup memory wins
+# flash_attention tiles, best first: the first that fits the device's workgroup memory wins. An H200
+# multiprocessor runs one workgroup of each at a time (25 KiB of workgroup memory or more; run Z,
+# benchmarks/device/occupancy.py); tiles under about 17 KiB run two at once, which made them no faster per
+# query row (p kept in registers, run Z's occupancy_pr.txt)
 ATTENTION_TILES: tuple[AttentionTile, ...] = (
     # 128 query rows per workgroup, k and v sharing a buffer, no prefetch, for every head dim that fits. H200
     # run X (benchmarks/runs/2026-12-02-X/attention_*.txt, loops unrolled, subgroup row maxes): MiniLM's
