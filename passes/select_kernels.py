@@ -1198,6 +1198,7 @@ class AttentionTile(NamedTuple):
     vg: bool | None = None
     pl: bool | None = None
     sw: bool = False  # k swizzled instead of padded (FlashAttentionKernel's `sw`) where the head dim allows
+    qr: bool = False  # q in registers, head dims split across a row group (`qr`) where subgroups and the head dim allow
 
 
 # flash_attention tiles, best first: the first that fits the device's workgroup memory wins. An H200
@@ -1210,7 +1211,9 @@ ATTENTION_TILES: tuple[AttentionTile, ...] = (
     # padded 32x12x128x64 0.0690 ms against 0.0753 with k and v apart and the next block prefetched (the
     # rule before), 0.0728 apart without it; causal 1x32x2048x128 (head dim 128, where k and v apart do not
     # fit 48 KiB) 1.233 ms, 1.338 with the prefetch. Run B: 128 rows beat 64 (0.110 against 0.145 ms).
-    AttentionTile(128, 32, False, True, pf=False),
+    # q in registers where subgroups allow (`qr`): H200 run AA (attention_qr.txt) causal 1.086 ms against
+    # 1.229, unmasked 2.026 against 2.256, MiniLM's padded 0.0736 against 0.0729
+    AttentionTile(128, 32, False, True, pf=False, qr=True),
     # where 128-row blocks are too few (ATTENTION_MIN_WORKGROUPS): 64 rows by 64 keys, 16 threads a row group,
     # k swizzled so that the tile fits 48 KiB. H200 run X (attention_prefill_qt.txt): the ~1B decoder's
     # 512-token causal prefill, 32 query heads over 8, head dim 64, 0.0617 ms against 0.0778 for 64x32 with q
@@ -1281,6 +1284,7 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
         sg = caps.subgroups and caps.subgroup_size >= t > 1
         vg = (ATTENTION_V_FROM_MEMORY if at.vg is None else at.vg) and v4 and not kv_alias
         sw = at.sw and dkp % 32 == 0
+        qr = at.qr and sg and v4 and not q_smem and dkp % (4 * t) == 0
         smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg, sw, key_range)
         un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL
         walk = walk_iterations(k.shape[2], dkp, bc, br // 4 * t, un, True)  # the scan counted: the worst case
@@ -1292,5 +1296,6 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
             pf = fetches <= ATTENTION_PREFETCH_MAX if at.pf is None else at.pf
             pl = (ATTENTION_PIPELINED if at.pl is None else at.pl) and not kv_alias
             params += (("pf", pf), ("vg", vg), ("un", un), ("pl", pl), ("lpt", ATTENTION_CAUSAL_ROW_MAJOR), ("sw", sw))
+            params += (("qr", qr),)
             return KernelChoice(FlashAttentionKernel.name, variant, workgroup=(br // 4 * t, 1, 1), params=params)
     raise NotImplementedError(f"select_kernels: no flash_attention tile fits head dims {dk}, {dv} on {caps.name}")

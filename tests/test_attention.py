@@ -539,11 +539,51 @@ def test_swizzled_k(
         check_arrays(got, np_attention(q, k, v, mask, causal=causal))
 
 
+@pytest.mark.parametrize(
+    "tile,d,dv,held",
+    [
+        (
+            sk.AttentionTile(32, 16, False, True, qr=True),
+            128,
+            128,
+            True,
+        ),  # k and v sharing the buffer (the rule's kind)
+        (sk.AttentionTile(32, 16, False, True, qr=True, pf=True), 32, 32, True),  # the next block prefetched
+        (sk.AttentionTile(32, 32, False, False, qr=True, sw=True), 64, 64, True),  # k and v apart, k swizzled
+        (sk.AttentionTile(16, 16, False, False, qr=True, sw=True, pl=True), 32, 32, True),  # pipelined
+        (sk.AttentionTile(32, 16, False, True, tx=4, qr=True, sw=True), 96, 96, True),  # 4 lanes, 6 vec4s of q each
+        (sk.AttentionTile(32, 16, False, True, qr=True), 80, 80, True),  # 80: 4 lanes a row group, 5 vec4s each
+        (sk.AttentionTile(32, 16, False, True, qr=True), 80, 64, False),  # 8 lanes (v's 64) do not split 80
+    ],
+    ids=["aliased-128", "prefetch-32", "swizzled-64", "pipelined-32", "tx4-96", "head-80", "head-80-v-64-without"],
+)
+def test_q_in_registers(
+    tile: sk.AttentionTile, d: int, dv: int, held: bool, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """q held in registers with the head dims split across a row group, each chunk's scores summed and
+    scattered by subgroup shuffles (`qr`, lavapipe's subgroups taken as 8 lanes): causal with partial
+    blocks, a padding mask, an additive mask, grouped-query attention, against numpy; where the lanes
+    do not split the head dim evenly, q is read per block as without `qr`."""
+    if not get_device().caps.subgroups:
+        pytest.skip("this adapter has no subgroups")
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile,))
+    q, k, v = randn(rng, 2, 4, 45, d), randn(rng, 2, 2, 61, d), randn(rng, 2, 2, 61, dv)
+    keep = np.ones((2, 1, 1, 61), bool)
+    keep[1, ..., 40:] = False
+    additive = randn(rng, 2, 4, 45, 61)
+    for mask, causal in ((None, True), (keep, False), (additive, True)):
+        got, program = run_with_caps(sdpa(q, k, v, mask, causal=causal), subgroups=True, subgroup_size=8)
+        (dispatch,) = program.dispatches
+        flags = dispatch.variant.split(":")[3]
+        assert ("r" in flags) == held and "g" in flags, dispatch.variant
+        check_arrays(got, np_attention(q, k, v, mask, causal=causal))
+
+
 def test_rule_tiles_on_the_h200() -> None:
     """The tiles the rule picks with the H200's 48 KiB of workgroup memory, as measured in
-    benchmarks/runs/2026-12-01-F, -H, -M and 2026-12-02-X (unrolled loops): MiniLM's head dim 64 and the
+    benchmarks/runs/2026-12-01-F, -H, -M, 2026-12-02-X and -AA (unrolled loops): MiniLM's head dim 64 and the
     causal head dim 128 at 128 rows, k and v sharing a buffer, no prefetch, subgroup row maxes (NVIDIA's
-    32 lanes); a problem of too few 128-row blocks (the ~1B decoder's causal prefill of 512 tokens: 32 heads
+    32 lanes), q in registers; a problem of too few 128-row blocks (the ~1B decoder's causal prefill of 512 tokens: 32 heads
     x 4 blocks) takes 64 rows by 64 keys, 16 threads a row group, k swizzled."""
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
@@ -561,13 +601,13 @@ def test_rule_tiles_on_the_h200() -> None:
         y = tr.nn.scaled_dot_product_attention(q, kv, kv, is_causal=name != "minilm")
         graph = run_pipeline(build_graph([y._lazy]).graph, caps).graph
         (node,) = [n for n in graph if n.kernel is not None and n.kernel.name == "flash_attention"]
-        params = ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl", "sg", "sw")
+        params = ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl", "sg", "sw", "qr")
         picked[name] = tuple(node.kernel.param(p) for p in params)
         reasons[name] = FlashAttentionKernel.reason(graph, node)
     assert "(256 workgroups)" in reasons["prefill 512"], reasons  # 32 heads x 8 blocks of 64 rows, as explain says
-    assert picked["minilm"] == (128, 32, 8, False, True, False, True, False, True, False)
-    assert picked["causal 2048"] == (128, 32, 8, False, True, False, True, False, True, False)
-    assert picked["prefill 512"] == (64, 64, 16, False, True, False, True, False, True, True)
+    assert picked["minilm"] == (128, 32, 8, False, True, False, True, False, True, False, True)
+    assert picked["causal 2048"] == (128, 32, 8, False, True, False, True, False, True, False, True)
+    assert picked["prefill 512"] == (64, 64, 16, False, True, False, True, False, True, True, False)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -73,7 +73,7 @@ QUICK = [
 
 # tile configurations tried besides the rule's choice: (br, bc, tx, q in workgroup memory, k/v aliased, subgroups,
 # next k/v block prefetched into registers[, v read from memory in p v[, loops unrolled[, pipelined[, causal
-# workgroups row block major[, k swizzled]]]]]; unrolled as the rule says where not given); those past the device's workgroup memory (48 KiB on the H200) or not dividing the head
+# workgroups row block major[, k swizzled[, q in registers]]]]]]; unrolled as the rule says where not given); those past the device's workgroup memory (48 KiB on the H200) or not dividing the head
 # dim are left out. Run F (benchmarks/runs/2026-12-01-F) pruned the list: v from memory lost everywhere, tx 4
 # and 16 mostly lost.
 VARIANTS: list[tuple[int, ...]] = [
@@ -132,6 +132,19 @@ VARIANTS: list[tuple[int, ...]] = [
     (128, 32, 8, False, True, True, False, False, True, False, True, True),
     (128, 32, 8, False, True, True, False, False, True, False, False, True),
     (64, 64, 16, False, True, True, False, False, True, False, True, True),
+    # q in registers, head dims split across the row group, scores reduced by subgroup shuffles (the 13th field)
+    (128, 32, 8, False, True, True, False, False, True, False, True, False, True),
+    (128, 32, 8, False, True, True, True, False, True, False, True, False, True),
+    (128, 32, 16, False, True, True, False, False, True, False, True, False, True),
+    (128, 16, 8, False, True, True, False, False, True, False, True, False, True),
+    (128, 32, 8, False, False, True, False, False, True, False, True, False, True),
+    (64, 32, 8, False, True, True, False, False, True, False, True, False, True),
+    (64, 64, 8, False, True, True, False, False, True, False, True, False, True),
+    # with k and v apart, k swizzled (48 KiB exactly at head dim 128): one barrier fewer a block than aliased
+    (128, 32, 8, False, False, True, False, False, True, False, True, True, True),
+    (128, 32, 8, False, False, True, True, False, True, False, True, True, True),
+    (128, 32, 8, False, False, True, True, False, True, True, True, True, True),
+    (128, 32, 8, False, True, True, False, False, True, False, True, True, True),
     # pipelined: two barriers per block (br, bc, tx, q, a, sg, pf, vg, unrolled, pipelined)
     (128, 32, 8, False, False, False, True, False, True, True),
     (128, 32, 4, False, False, False, True, False, True, True),
@@ -175,12 +188,12 @@ def _forced(node: Any, variant: tuple) -> Any:
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
     br, bc, tx, q_smem, kv_alias, sg, pf, *more = variant
-    defaults = [False, node.kernel.param("un"), False, False, False]
-    vg, un, pl, lpt, sw = (more + defaults[len(more) :])[:5]
+    defaults = [False, node.kernel.param("un"), False, False, False, False]
+    vg, un, pl, lpt, sw, qr = (more + defaults[len(more) :])[:6]
     dk, dv = FlashAttentionKernel.padded_dims(node.kernel.param("dk"), node.kernel.param("dv"), tx)
     params = (("br", br), ("bc", bc), ("tx", tx), ("dk", dk), ("dv", dv))
     params += (("q_smem", q_smem), ("kv_alias", kv_alias), ("sg", sg), ("pf", pf), ("vg", vg), ("un", un))
-    params += (("pl", pl), ("lpt", lpt), ("sw", sw))
+    params += (("pl", pl), ("lpt", lpt), ("sw", sw), ("qr", qr))
     return dataclasses.replace(
         node, kernel=dataclasses.replace(node.kernel, params=params, workgroup=(br // 4 * tx, 1, 1))
     )
@@ -192,11 +205,14 @@ def fits(variant: tuple, case: Case) -> bool:
     caps = get_device().caps
     br, bc, tx, q_smem, kv_alias, sg, _pf, *more = variant
     vg, sw = bool(more and more[0]), len(more) > 4 and more[4]
+    qr = len(more) > 5 and more[5]
     if sg and not (caps.subgroups and caps.subgroup_size >= tx):
         return False  # the row max's shuffles need the tx threads of a row group in one subgroup
     dk, dv = FlashAttentionKernel.padded_dims(case.d, case.d, tx)
     if sw and dk % 32:
         return False
+    if qr and not (sg and dk % (4 * tx) == 0):
+        return False  # q in registers: shuffles across the row group, the head dims split evenly
     smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg, vg, sw, case.padding)
     return smem <= caps.max_workgroup_storage and br // 4 * tx <= caps.max_invocations and case.d % (4 * tx) == 0
 

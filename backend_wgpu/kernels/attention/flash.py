@@ -58,6 +58,13 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
   sw         k's rows unpadded in workgroup memory, key c's vec4 d stored at d ^ (c % 8): the tx threads
              still hit distinct banks, and a 64x64 tile of k and v sharing a buffer fits 48 KiB exactly
              (head dims multiple of 32)
+  qr         q in registers (_scores_split): the tx threads of a row group split the head dims instead of
+             the keys; each holds its 4 rows' q at its dims from the start, takes partial dot products with
+             every key of a tx-key chunk, and the chunk's partial sums are reduced and scattered across the
+             tx lanes by subgroup shuffles, leaving each thread its own keys' scores as without it (needs `sg`,
+             vec4 loads, head dims a multiple of 4 tx). Without it each thread reads its rows' q from memory
+             for every block, through the L1 cache: H200 run AA (attention_ablation.txt) timed the scores
+             product at 1.15 ms of the unmasked 1x32x2048x128's 2.26 (30 TFLOP/s) against p v's 0.70 (49)
 """
 
 from __future__ import annotations
@@ -185,6 +192,14 @@ class FlashAttentionKernel(Kernel):
         self.mask_row0 = m is not None and self.operands[m].view.strides[2] == 0
         self.key_range = self.scans_key_range(self.arg, self.operands[m].view if m is not None else None)
         self.o4 = c.variant.endswith("o4")
+        self.qr = c.param("qr", False)
+        self.nq = self.dk // (4 * self.tx)  # with `qr`: the vec4s of head dims each thread holds per row
+        assert not self.qr or (self.v4 and self.sg and not self.q_smem), (
+            "flash_attention: q in registers needs vec4 loads, subgroup shuffles and q not staged"
+        )
+        assert not self.qr or (self.nq * 4 * self.tx == self.dk and self.tx & (self.tx - 1) == 0), (
+            "flash_attention: q in registers needs a head dim that is a multiple of 4 tx, and tx a power of two"
+        )
         assert self.br % 4 == 0 and self.rn * self.tx == self.bc
         assert not self.vg or (self.v4 and not self.kv_alias), "flash_attention: v from memory needs vec4 loads"
         assert not (self.pl and self.kv_alias), "flash_attention: the pipelined loop needs k and v apart"
@@ -212,6 +227,7 @@ class FlashAttentionKernel(Kernel):
                 ("l", self.pl),
                 ("o", self.lpt and self.arg.causal),
                 ("w", self.sw),
+                ("r", self.qr),
             )
             if on
         )
@@ -409,6 +425,8 @@ class FlashAttentionKernel(Kernel):
             b.line(f"let qrow{ri} = min(row{ri}, params.lq - 1u);  // rows past lq compute, never store")
         if self.q_smem:
             self._load_q(b)
+        if self.qr:
+            self._load_q_registers(b)
         b.line("var m_run = vec4<f32>(ninf);")
         b.line("var l_run = vec4<f32>(0.0);")
         for ri in range(4):
@@ -479,6 +497,23 @@ class FlashAttentionKernel(Kernel):
                 b.line(f"  qs[r * {self.qstride}u + dd / 4u][dd % 4u] = x;")
             b.line("}")
 
+    def _load_q_registers(self, b: WgslBuilder) -> None:
+        """`qr`: qt{i}_{l}, a vec4 over the thread's 4 rows of head dim 4 (tx + i tx_threads) + l, for the
+        whole key loop (rows past lq read the last row, as everywhere)."""
+        for h in self._shuffle_masks():
+            b.line(f"let upper{h} = (tx & {h}u) != 0u;  // which half of a chunk this lane keeps at shuffle {h}")
+        for i in range(self.nq):
+            d = f"i32((tx + {i * self.tx}u) * 4u)"
+            for ri in range(4):
+                row = f"q_base + i32(qrow{ri}) * params.q_sl + {d}"
+                b.line(f"let qa{i}_{ri} = vec4<f32>({self.in_name(0)}[u32({row}) / 4u]);")
+            for lane, c in enumerate("xyzw"):
+                b.line(f"let qt{i}_{lane} = vec4<f32>(qa{i}_0.{c}, qa{i}_1.{c}, qa{i}_2.{c}, qa{i}_3.{c});")
+
+    def _shuffle_masks(self) -> list[int]:
+        """The lane masks of the butterfly over a row group's tx lanes, the highest first."""
+        return [1 << e for e in reversed(range(self.tx.bit_length() - 1))]
+
     def _kv_items(self, which: str) -> tuple[int, int, int]:
         """(loads per key row, loads per block, loads per thread) of k or v."""
         per = (self.dk if which == "k" else self.dv) // (4 if self.v4 else 1)
@@ -542,11 +577,53 @@ class FlashAttentionKernel(Kernel):
         karr = "kv" if self.kv_alias else "ks"
         for j in range(self.rn):
             b.line(f"  var s{j} = vec4<f32>(0.0);")
+        if self.qr:
+            self._scores_split(b, karr)
+            return
         # `un`: unrolled here (d4 a constant in each copy): no loop for the driver to keep bounded or to
         # unroll, so it can schedule the next step's loads under this one's FMAs
         for head in self._steps("d4", self.dk // 4):
             b.line(head)
             self._score_step(b, karr)
+            b.line("  }")
+
+    def _scores_split(self, b: WgslBuilder, karr: str) -> None:
+        """`qr`: chunk j's tx keys (j tx_threads + c) each get this thread's partial dot product over its
+        head dims (4 rows at once); a butterfly of subgroup shuffles then sums each key's partials over the
+        row group's lanes and leaves key j tx_threads + tx with lane tx: s{j}, as _scores gives it.
+
+        At each step the lane keeps the half of its keys whose bit matches its own, sends the other
+        half to the lane across that bit, and adds what that lane sends for its kept half: tx - 1 vec4
+        shuffles a chunk, where a sum to every lane would take tx log2(tx)."""
+        for j in range(self.rn):
+            b.line("  {")
+            for c in range(self.tx):
+                key = j * self.tx + c
+                b.line(f"    var a{c} = vec4<f32>(0.0);")
+                for i in range(self.nq):
+                    if self.sw:  # vec4 d of the key at d ^ (key % 8): tx + i tx_threads there, tx_threads >= 8
+                        d = (
+                            f"{i * self.tx}u + (tx ^ {key % 8}u)"
+                            if self.tx >= 8
+                            else f"((tx + {i * self.tx}u) ^ {key % 8}u)"
+                        )
+                    else:
+                        d = f"tx + {i * self.tx}u"
+                    b.line(f"    {{ let kk = {karr}[{key * self.ks}u + {d}];")
+                    for lane, ch in enumerate("xyzw"):
+                        b.line(f"      a{c} = fma(qt{i}_{lane}, vec4<f32>(kk.{ch}), a{c});")
+                    b.line("    }")
+            vals = [f"a{c}" for c in range(self.tx)]
+            for h in self._shuffle_masks():
+                kept = []
+                for k in range(h):
+                    low, high = vals[k], vals[k + h]
+                    b.line(
+                        f"    let r{h}_{k} = select({low}, {high}, upper{h}) + subgroupShuffleXor(select({high}, {low}, upper{h}), {h}u);"
+                    )
+                    kept.append(f"r{h}_{k}")
+                vals = kept
+            b.line(f"    s{j} = {vals[0]};")
             b.line("  }")
 
     def _steps(self, var: str, n: int) -> list[str]:
