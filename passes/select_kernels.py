@@ -1285,7 +1285,8 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
         vg = (ATTENTION_V_FROM_MEMORY if at.vg is None else at.vg) and v4 and not kv_alias
         sw = at.sw and dkp % 32 == 0
         qr = at.qr and sg and v4 and not q_smem and dkp % (4 * t) == 0
-        smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg, sw, key_range)
+        sw = sw and not qr  # q in registers reads k unpadded and in order (the same bytes as swizzled)
+        smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg, sw or qr, key_range)
         un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL
         walk = walk_iterations(k.shape[2], dkp, bc, br // 4 * t, un, True)  # the scan counted: the worst case
         if smem <= caps.max_workgroup_storage and br // 4 * t <= caps.max_invocations and walk <= LOOP_BUDGET:

@@ -140,11 +140,10 @@ VARIANTS: list[tuple[int, ...]] = [
     (128, 32, 8, False, False, True, False, False, True, False, True, False, True),
     (64, 32, 8, False, True, True, False, False, True, False, True, False, True),
     (64, 64, 8, False, True, True, False, False, True, False, True, False, True),
-    # with k and v apart, k swizzled (48 KiB exactly at head dim 128): one barrier fewer a block than aliased
-    (128, 32, 8, False, False, True, False, False, True, False, True, True, True),
-    (128, 32, 8, False, False, True, True, False, True, False, True, True, True),
-    (128, 32, 8, False, False, True, True, False, True, True, True, True, True),
-    (128, 32, 8, False, True, True, False, False, True, False, True, True, True),
+    # with k and v apart (k unpadded with q in registers: 48 KiB exactly at head dim 128): one barrier fewer a
+    # block than aliased; with the prefetch; pipelined
+    (128, 32, 8, False, False, True, True, False, True, False, True, False, True),
+    (128, 32, 8, False, False, True, True, False, True, True, True, False, True),
     # pipelined: two barriers per block (br, bc, tx, q, a, sg, pf, vg, unrolled, pipelined)
     (128, 32, 8, False, False, False, True, False, True, True),
     (128, 32, 4, False, False, False, True, False, True, True),
@@ -213,7 +212,7 @@ def fits(variant: tuple, case: Case) -> bool:
         return False
     if qr and not (sg and dk % (4 * tx) == 0):
         return False  # q in registers: shuffles across the row group, the head dims split evenly
-    smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg, vg, sw, case.padding)
+    smem = FlashAttentionKernel.smem_bytes(br, bc, tx, dk, dv, q_smem, kv_alias, sg, vg, sw or qr, case.padding)
     return smem <= caps.max_workgroup_storage and br // 4 * tx <= caps.max_invocations and case.d % (4 * tx) == 0
 
 

@@ -182,7 +182,10 @@ class FlashAttentionKernel(Kernel):
         self.rn = self.bc // self.tx  # keys per thread: tx + j * tx_threads for j < rn
         # k's rows in workgroup memory: padded to an odd stride, or unpadded and swizzled (`sw`)
         self.sw = c.param("sw", False)
-        self.ks = self.key_stride(self.dk, self.sw)
+        self.qr = c.param("qr", False)
+        # with `qr` the lanes of a row group read different keys, each at its own vec4 slot tx + i tx_threads: rows
+        # of k unpadded and not swizzled keep those slots in distinct banks (a row a multiple of 8 vec4s)
+        self.ks = self.key_stride(self.dk, self.sw or self.qr)
         self.qstride = self.key_stride(self.dk)
         self.true_dv = self.operands[2].view.shape[3]
         self.gd = self.dv // (4 * self.tx)  # vec4 groups of head dims per thread
@@ -192,10 +195,9 @@ class FlashAttentionKernel(Kernel):
         self.mask_row0 = m is not None and self.operands[m].view.strides[2] == 0
         self.key_range = self.scans_key_range(self.arg, self.operands[m].view if m is not None else None)
         self.o4 = c.variant.endswith("o4")
-        self.qr = c.param("qr", False)
         self.nq = self.dk // (4 * self.tx)  # with `qr`: the vec4s of head dims each thread holds per row
-        assert not self.qr or (self.v4 and self.sg and not self.q_smem), (
-            "flash_attention: q in registers needs vec4 loads, subgroup shuffles and q not staged"
+        assert not self.qr or (self.v4 and self.sg and not self.q_smem and not self.sw), (
+            "flash_attention: q in registers needs vec4 loads, subgroup shuffles, q not staged and k unswizzled"
         )
         assert not self.qr or (self.nq * 4 * self.tx == self.dk and self.tx & (self.tx - 1) == 0), (
             "flash_attention: q in registers needs a head dim that is a multiple of 4 tx, and tx a power of two"
@@ -499,9 +501,10 @@ class FlashAttentionKernel(Kernel):
 
     def _load_q_registers(self, b: WgslBuilder) -> None:
         """`qr`: qt{i}_{l}, a vec4 over the thread's 4 rows of head dim 4 (tx + i tx_threads) + l, for the
-        whole key loop (rows past lq read the last row, as everywhere)."""
-        for h in self._shuffle_masks():
-            b.line(f"let upper{h} = (tx & {h}u) != 0u;  // which half of a chunk this lane keeps at shuffle {h}")
+        whole key loop (rows past lq read the last row, as everywhere); kc{c}, where this lane's c-th key
+        of a chunk (c ^ tx) starts in k's workgroup memory, at its own head dims."""
+        for c in range(self.tx):
+            b.line(f"let kc{c} = (tx ^ {c}u) * {self.ks}u + tx;")
         for i in range(self.nq):
             d = f"i32((tx + {i * self.tx}u) * 4u)"
             for ri in range(4):
@@ -588,42 +591,35 @@ class FlashAttentionKernel(Kernel):
             b.line("  }")
 
     def _scores_split(self, b: WgslBuilder, karr: str) -> None:
-        """`qr`: chunk j's tx keys (j tx_threads + c) each get this thread's partial dot product over its
-        head dims (4 rows at once); a butterfly of subgroup shuffles then sums each key's partials over the
-        row group's lanes and leaves key j tx_threads + tx with lane tx: s{j}, as _scores gives it.
+        """`qr`: per chunk j of tx keys, this thread's partial dot products (over its head dims, 4 rows at
+        once) with every key of the chunk, then a butterfly of subgroup shuffles that sums each key's
+        partials over the row group's lanes and leaves key j tx_threads + tx with lane tx: s{j}, as _scores
+        gives it.
 
-        At each step the lane keeps the half of its keys whose bit matches its own, sends the other
-        half to the lane across that bit, and adds what that lane sends for its kept half: tx - 1 vec4
-        shuffles a chunk, where a sum to every lane would take tx log2(tx)."""
+        Lane tx keeps the partial of the chunk's key c ^ tx at position c (kc{c}). At the shuffle across
+        bit h, the keys a lane passes on (their bit h not its own) are then those at positions with bit h
+        set, and what its partner sends from the same position is the partner's partial of the key the
+        lane keeps: a[c] += shuffleXor(a[c | h], h) for the positions c without h, the same for every lane
+        (no select), tx - 1 vec4 shuffles a chunk. Position 0 ends with key tx."""
+        masks = self._shuffle_masks()
         for j in range(self.rn):
             b.line("  {")
-            for c in range(self.tx):
-                key = j * self.tx + c
-                b.line(f"    var a{c} = vec4<f32>(0.0);")
-                for i in range(self.nq):
-                    if self.sw:  # vec4 d of the key at d ^ (key % 8): tx + i tx_threads there, tx_threads >= 8
-                        d = (
-                            f"{i * self.tx}u + (tx ^ {key % 8}u)"
-                            if self.tx >= 8
-                            else f"((tx + {i * self.tx}u) ^ {key % 8}u)"
-                        )
-                    else:
-                        d = f"tx + {i * self.tx}u"
-                    b.line(f"    {{ let kk = {karr}[{key * self.ks}u + {d}];")
-                    for lane, ch in enumerate("xyzw"):
-                        b.line(f"      a{c} = fma(qt{i}_{lane}, vec4<f32>(kk.{ch}), a{c});")
-                    b.line("    }")
-            vals = [f"a{c}" for c in range(self.tx)]
-            for h in self._shuffle_masks():
-                kept = []
-                for k in range(h):
-                    low, high = vals[k], vals[k + h]
-                    b.line(
-                        f"    let r{h}_{k} = select({low}, {high}, upper{h}) + subgroupShuffleXor(select({high}, {low}, upper{h}), {h}u);"
-                    )
-                    kept.append(f"r{h}_{k}")
-                vals = kept
-            b.line(f"    s{j} = {vals[0]};")
+            # position c + h right before c and shuffled into it at once: half the partials live at a time
+            half = masks[0] if masks else 1
+            for c in range(half):
+                for pos in (c + half, c) if masks else (c,):
+                    b.line(f"    var a{pos} = vec4<f32>(0.0);")
+                    for i in range(self.nq):
+                        b.line(f"    {{ let kk = {karr}[kc{pos} + {j * self.tx * self.ks + i * self.tx}u];")
+                        for lane, ch in enumerate("xyzw"):
+                            b.line(f"      a{pos} = fma(qt{i}_{lane}, vec4<f32>(kk.{ch}), a{pos});")
+                        b.line("    }")
+                if masks:
+                    b.line(f"    a{c} += subgroupShuffleXor(a{c + half}, {half}u);")
+            for h in masks[1:]:
+                for c in range(h):  # the positions below h hold what is left
+                    b.line(f"    a{c} += subgroupShuffleXor(a{c + h}, {h}u);")
+            b.line(f"    s{j} = a0;")
             b.line("  }")
 
     def _steps(self, var: str, n: int) -> list[str]:
