@@ -1199,6 +1199,7 @@ class AttentionTile(NamedTuple):
     pl: bool | None = None
     sw: bool = False  # k swizzled instead of padded (FlashAttentionKernel's `sw`) where the head dim allows
     qr: bool = False  # q in registers, head dims split across a row group (`qr`) where subgroups and the head dim allow
+    only_qr: bool = False  # the tile is for q in registers alone: skipped where `qr` cannot be
 
 
 # flash_attention tiles, best first: the first that fits the device's workgroup memory wins. An H200
@@ -1211,8 +1212,12 @@ ATTENTION_TILES: tuple[AttentionTile, ...] = (
     # padded 32x12x128x64 0.0690 ms against 0.0753 with k and v apart and the next block prefetched (the
     # rule before), 0.0728 apart without it; causal 1x32x2048x128 (head dim 128, where k and v apart do not
     # fit 48 KiB) 1.233 ms, 1.338 with the prefetch. Run B: 128 rows beat 64 (0.110 against 0.145 ms).
-    # q in registers where subgroups allow (`qr`): H200 run AA (attention_qr.txt) causal 1.086 ms against
-    # 1.229, unmasked 2.026 against 2.256, MiniLM's padded 0.0736 against 0.0729
+    # q in registers (`qr`), k and v apart, the next block prefetched (ATTENTION_PREFETCH_MAX): with q in
+    # registers k takes no padding, so at head dim 128 k, v and p fill 48 KiB exactly (with no padding mask). H200 run AA (attention_qx.txt): MiniLM's padded 0.0656 ms against 0.0724 with k and v sharing a
+    # buffer; causal 1x32x2048x128 1.061 against 1.053-1.060, unmasked 1.938 against 1.942-1.947 (a wash)
+    AttentionTile(128, 32, False, False, qr=True, only_qr=True),
+    # q in registers where subgroups allow: run AA (attention_qr.txt, attention_qx.txt) causal 1x32x2048x128
+    # 1.053 ms against 1.229 without (torch 0.911), unmasked 1.942 against 2.256
     AttentionTile(128, 32, False, True, pf=False, qr=True),
     # where 128-row blocks are too few (ATTENTION_MIN_WORKGROUPS): 64 rows by 64 keys, 16 threads a row group,
     # k swizzled so that the tile fits 48 KiB. H200 run X (attention_prefill_qt.txt): the ~1B decoder's
@@ -1286,6 +1291,8 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
         sw = at.sw and dkp % 32 == 0
         qr = at.qr and sg and v4 and not q_smem and dkp % (4 * t) == 0
         sw = sw and not qr  # q in registers reads k unpadded and in order (the same bytes as swizzled)
+        if at.only_qr and not qr:
+            continue
         smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg, sw or qr, key_range)
         un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL
         walk = walk_iterations(k.shape[2], dkp, bc, br // 4 * t, un, True)  # the scan counted: the worst case

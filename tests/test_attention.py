@@ -582,8 +582,9 @@ def test_q_in_registers(
 def test_rule_tiles_on_the_h200() -> None:
     """The tiles the rule picks with the H200's 48 KiB of workgroup memory, as measured in
     benchmarks/runs/2026-12-01-F, -H, -M, 2026-12-02-X and -AA (unrolled loops): MiniLM's head dim 64 and the
-    causal head dim 128 at 128 rows, k and v sharing a buffer, no prefetch, subgroup row maxes (NVIDIA's
-    32 lanes), q in registers; a problem of too few 128-row blocks (the ~1B decoder's causal prefill of 512 tokens: 32 heads
+    causal head dim 128 at 128 rows, q in registers, k and v apart and prefetched, subgroup row maxes
+    (NVIDIA's 32 lanes); the same with a padding mask at head dim 128, where k and v apart do not fit, shares
+    one buffer for them; a problem of too few 128-row blocks (the ~1B decoder's causal prefill of 512 tokens: 32 heads
     x 4 blocks) takes 64 rows by 64 keys, 16 threads a row group, k swizzled."""
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
@@ -595,18 +596,21 @@ def test_rule_tiles_on_the_h200() -> None:
         "minilm": (32, 12, 12, 128, 64),
         "causal 2048": (1, 32, 32, 2048, 128),
         "prefill 512": (1, 32, 8, 512, 64),
+        "padded 128": (2, 32, 32, 2048, 128),
     }.items():
         q = tr.tensor(np.zeros((b, h, n, d), np.float32))
         kv = tr.tensor(np.zeros((b, hkv, n, d), np.float32))
-        y = tr.nn.scaled_dot_product_attention(q, kv, kv, is_causal=name != "minilm")
+        mask = tr.tensor(np.ones((b, 1, 1, n), bool)) if name == "padded 128" else None
+        y = tr.nn.scaled_dot_product_attention(q, kv, kv, mask=mask, is_causal=name not in ("minilm", "padded 128"))
         graph = run_pipeline(build_graph([y._lazy]).graph, caps).graph
         (node,) = [n for n in graph if n.kernel is not None and n.kernel.name == "flash_attention"]
         params = ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl", "sg", "sw", "qr")
         picked[name] = tuple(node.kernel.param(p) for p in params)
         reasons[name] = FlashAttentionKernel.reason(graph, node)
     assert "(256 workgroups)" in reasons["prefill 512"], reasons  # 32 heads x 8 blocks of 64 rows, as explain says
-    assert picked["minilm"] == (128, 32, 8, False, True, False, True, False, True, False, True)
-    assert picked["causal 2048"] == (128, 32, 8, False, True, False, True, False, True, False, True)
+    assert picked["minilm"] == (128, 32, 8, False, False, True, True, False, True, False, True)
+    assert picked["causal 2048"] == (128, 32, 8, False, False, True, True, False, True, False, True)
+    assert picked["padded 128"] == (128, 32, 8, False, True, False, True, False, True, False, True)
     assert picked["prefill 512"] == (64, 64, 16, False, True, False, True, False, True, True, False)
 
 
