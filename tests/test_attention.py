@@ -354,8 +354,9 @@ def test_every_tile(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # every tile at head dim 24 (its code does not depend on the head dim; 128 would pass lavapipe's 32 KiB
-    # of workgroup memory for the larger tiles)
-    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile._replace(pf=None),))
+    # of workgroup memory for the larger tiles); q in registers or not, as the adapter allows (both:
+    # test_q_in_registers)
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile._replace(pf=None, only_qr=False),))
     monkeypatch.setattr(sk, "ATTENTION_PREFETCH_MAX", 10**6 if prefetch else 0)
     monkeypatch.setattr(sk, "ATTENTION_V_FROM_MEMORY", v_memory)
     q, k, v = randn(rng, 1, 4, 70, 24), randn(rng, 1, 2, 75, 24), randn(rng, 1, 2, 75, 40)
