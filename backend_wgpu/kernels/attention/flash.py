@@ -111,6 +111,12 @@ class FlashAttentionKernel(Kernel):
         what = [f"{arg.mask} mask" if arg.mask != "none" else "", "causal" if arg.causal else ""]
         what += [f"{arg.group} query heads per kv head" if arg.group > 1 else ""]
         what += ["stored (B, Lq, H, Ev), heads inside rows: no copy after" if arg.heads_inner else ""]
+        tx = k.param("tx")
+        what += [
+            f"q held in registers, head dims split across {tx} lanes, scores summed by shuffles"
+            if k.param("qr", False)
+            else ""
+        ]
         extra = ", ".join(w for w in what if w)
         q = graph[node.srcs[0]].shape
         workgroups = math.prod(q[:-2]) * -(-q[-2] // k.param("br"))
