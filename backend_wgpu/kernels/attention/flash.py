@@ -62,9 +62,11 @@ Config params (passes.select_kernels picks them; `smem_bytes` is what they cost)
              the keys; each holds its 4 rows' q at its dims from the start, takes partial dot products with
              every key of a tx-key chunk, and the chunk's partial sums are reduced and scattered across the
              tx lanes by subgroup shuffles, leaving each thread its own keys' scores as without it (needs `sg`,
-             vec4 loads, head dims a multiple of 4 tx). Without it each thread reads its rows' q from memory
+             vec4 loads, head dims a multiple of 4 tx; k's rows unpadded, not swizzled: the lanes read
+             different keys at their own vec4 slots). Without it each thread reads its rows' q from memory
              for every block, through the L1 cache: H200 run AA (attention_ablation.txt) timed the scores
-             product at 1.15 ms of the unmasked 1x32x2048x128's 2.26 (30 TFLOP/s) against p v's 0.70 (49)
+             product at 1.15 ms of the unmasked 1x32x2048x128's 2.26 (30 TFLOP/s) against p v's 0.70 (49);
+             with it 0.83 of 1.94 (ablation_qx.txt)
 """
 
 from __future__ import annotations
