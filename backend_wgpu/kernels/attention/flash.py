@@ -207,8 +207,8 @@ class FlashAttentionKernel(Kernel):
         assert not self.qr or (self.v4 and self.sg and not self.q_smem and not self.sw), (
             "flash_attention: q in registers needs vec4 loads, subgroup shuffles, q not staged and k unswizzled"
         )
-        assert not self.qr or (self.nq * 4 * self.tx == self.dk and self.tx & (self.tx - 1) == 0), (
-            "flash_attention: q in registers needs a head dim that is a multiple of 4 tx, and tx a power of two"
+        assert not self.qr or (self.nq * 4 * self.tx == self.dk and self.tx >= 2 and self.tx & (self.tx - 1) == 0), (
+            "flash_attention: q in registers needs a head dim that is a multiple of 4 tx, and tx a power of two >= 2"
         )
         assert self.br % 4 == 0 and self.rn * self.tx == self.bc
         assert not self.vg or (self.v4 and not self.kv_alias), "flash_attention: v from memory needs vec4 loads"
@@ -613,17 +613,16 @@ class FlashAttentionKernel(Kernel):
         for j in range(self.rn):
             b.line("  {")
             # position c + h right before c and shuffled into it at once: half the partials live at a time
-            half = masks[0] if masks else 1
+            half = masks[0]
             for c in range(half):
-                for pos in (c + half, c) if masks else (c,):
+                for pos in (c + half, c):
                     b.line(f"    var a{pos} = vec4<f32>(0.0);")
                     for i in range(self.nq):
                         b.line(f"    {{ let kk = {karr}[kc{pos} + {j * self.tx * self.ks + i * self.tx}u];")
                         for lane, ch in enumerate("xyzw"):
                             b.line(f"      a{pos} = fma(qt{i}_{lane}, vec4<f32>(kk.{ch}), a{pos});")
                         b.line("    }")
-                if masks:
-                    b.line(f"    a{c} += subgroupShuffleXor(a{c + half}, {half}u);")
+                b.line(f"    a{c} += subgroupShuffleXor(a{c + half}, {half}u);")
             for h in masks[1:]:
                 for c in range(h):  # the positions below h hold what is left
                     b.line(f"    a{c} += subgroupShuffleXor(a{c + h}, {h}u);")
