@@ -204,3 +204,75 @@ def test_an_input_on_another_device_is_refused_under_a_varying_token():
     with pytest.raises(tr.DeviceError):
         program.run(others)
     np.testing.assert_array_equal(f(x).numpy(), np.full((4, 4), 2.0, np.float32))
+
+
+def test_replays_trust_their_last_check_only_while_no_tensor_is_rebound():
+    """While no Tensor has been rebound since the last check (tracer.tensor.value_epoch), a replay reuses
+    the captured buffers it found then; a rebind of the weight, or of any tensor, makes it look again."""
+    from tracer.tensor import value_epoch
+
+    rng = np.random.default_rng(3)
+    wn = rng.standard_normal((4, 3)).astype(np.float32)
+    w = tr.tensor(wn.copy()).realize()
+    other = tr.tensor(np.zeros(3, np.float32)).realize()
+
+    @tr.jit
+    def f(x):
+        return x @ w
+
+    for step in range(3):
+        xn = rng.standard_normal((2, 4)).astype(np.float32)
+        np.testing.assert_allclose(f(tr.tensor(xn)).numpy(), xn @ wn, rtol=1e-5, atol=1e-5)
+        if step:
+            assert _trace_of(f).bound.epoch == value_epoch()  # the replays found nothing rebound
+    other += 1.0  # another tensor rebound: the next replay checks, finds w unchanged, keeps its binding
+    xn = rng.standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(f(tr.tensor(xn)).numpy(), xn @ wn, rtol=1e-5, atol=1e-5)
+    w += 2.0  # the weight itself rebound: its new value is read
+    wn += 2.0
+    for _ in range(2):
+        xn = rng.standard_normal((2, 4)).astype(np.float32)
+        np.testing.assert_allclose(f(tr.tensor(xn)).numpy(), xn @ wn, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(other.numpy(), np.ones(3, np.float32))
+    assert f.trace_count == 1
+
+
+def test_a_captured_tensor_that_dies_is_noticed_without_a_rebind():
+    """The captured Tensor is dropped and a new one made in its place (no Tensor rebound, the epoch
+    unchanged): the trace must not replay the dead one's buffer."""
+    rng = np.random.default_rng(4)
+    params = {"w": tr.tensor(rng.standard_normal((4, 3)).astype(np.float32)).realize()}
+
+    @tr.jit
+    def f(x):
+        return x @ params["w"]
+
+    xn = rng.standard_normal((2, 4)).astype(np.float32)
+    for _ in range(2):
+        f(tr.tensor(xn)).numpy()
+    wn = rng.standard_normal((4, 3)).astype(np.float32)
+    params["w"] = tr.tensor(wn).realize()  # the old Tensor and its value die
+    np.testing.assert_allclose(f(tr.tensor(xn)).numpy(), xn @ wn, rtol=1e-5, atol=1e-5)
+
+
+def test_a_replaced_weight_buffer_is_not_kept_by_a_trace():
+    """After a replay, rebinding the captured weight frees its old buffer at once (the trace's
+    remembered buffers hold only values that live), before the function is called again."""
+    import gc
+    import weakref
+
+    rng = np.random.default_rng(5)
+    w = tr.tensor(rng.standard_normal((4, 3)).astype(np.float32)).realize()
+
+    @tr.jit
+    def f(x):
+        return x @ w
+
+    xn = rng.standard_normal((2, 4)).astype(np.float32)
+    for _ in range(3):
+        f(tr.tensor(xn)).numpy()
+    old = weakref.ref(w._lazy.buffer)
+    w += 1.0
+    w.realize()
+    gc.collect()
+    assert old() is None

@@ -83,7 +83,7 @@ from tracer.realize import (
 )
 from tracer.runtime_ints import RuntimeInt, Var, bucket_of
 from tracer.signature import describe, fast_key, flatten, leaf_key, unflatten
-from tracer.tensor import Tensor, from_data, rebind
+from tracer.tensor import Tensor, from_data, rebind, value_epoch
 
 MAX_SIGNATURES = 64  # traces kept per function (least recently used dropped)
 MAX_BUCKET_TRACES = 16  # per signature, traces kept for other buckets of its runtime lengths
@@ -180,7 +180,13 @@ class _Bound:
     A replay usually reads the same captured tensors (weights) in the same buffers as the call
     before: while every Tensor that showed one still shows the value it showed then, their
     buffers are those of then. Held by weak references (the values and the Tensors), so a
-    replaced weight's buffer is not kept alive by this cache.
+    replaced weight's buffer is not kept alive by this cache: `captured`, the buffers as last
+    checked, is dropped by a callback when one of those dies.
+
+    The check itself is skipped while tracer.tensor.value_epoch() is what it was at the last
+    one: no Tensor anywhere has been rebound since, so each still shows what it showed then.
+    A decode loop's replays find it unchanged, and skip reading ~100 weights' Tensors and
+    values each call, cold in the CPU's caches after the wait for the previous read-back.
     """
 
     device: Device
@@ -196,6 +202,8 @@ class _Bound:
     # id() of every buffer bound for a CapturedBuffer or CapturedState input: while _bind_fast holds, those
     # buffers are the same live objects (the values that hold them are checked alive), so their ids stand
     fixed_ids: frozenset[int]
+    captured: list[DeviceBuffer]  # the CapturedState inputs' buffers, in order, as last checked
+    epoch: int  # tracer.tensor.value_epoch() when `captured` was checked: while it holds, no check is needed
 
     def varying(self) -> tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]]:
         """Program.run's plan-key hint: under this token (self) only the argument inputs change."""
@@ -245,12 +253,16 @@ class Trace:
 
     def _bind_fast(self, leaves: list[Any], bound: _Bound) -> list[DeviceBuffer] | None:
         """The buffers when the captured inputs are those of the last full bind (None: they are not)."""
-        try:  # (list comprehensions: faster here than map over weakref.ref.__call__)
-            now = [r()._lazy for r in bound.tensors]
-        except AttributeError:  # a Tensor that showed a captured value is gone (r() is None)
-            return None
-        if now != list(map(_CALL, bound.shown)):  # identity: Lazy has no __eq__; a dead value is None
-            return None
+        epoch = value_epoch()
+        if bound.epoch != epoch:  # some Tensor shows another value, or one of bound.tensors died: look
+            try:  # (list comprehensions: faster here than map over weakref.ref.__call__)
+                now = [r()._lazy for r in bound.tensors]
+            except AttributeError:  # a Tensor that showed a captured value is gone (r() is None)
+                return None
+            if now != list(map(_CALL, bound.shown)):  # identity: Lazy has no __eq__; a dead value is None
+                return None
+            bound.captured = list(map(_BUFFER_OF, bound.first(now)))
+            bound.epoch = epoch
         arg_buffers: list[DeviceBuffer] = []
         if bound.args:
             device = bound.device
@@ -265,7 +277,7 @@ class Trace:
                 for m, buf in zip(missing, found, strict=True):
                     arg_buffers[m] = buf
         self.fast_bound = bound  # the run may key its plan by it (Program.run's varying)
-        return list(bound.order([*bound.constants, *map(_BUFFER_OF, bound.first(now)), *arg_buffers]))
+        return list(bound.order([*bound.constants, *bound.captured, *arg_buffers]))
 
     def _bind_all(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
         """Bind every input as it is now (and remember the captured ones for _bind_fast)."""
@@ -318,8 +330,8 @@ class Trace:
 
     def _remember(self, device: Device) -> _Bound | None:
         """The captured inputs as they are now (after a full bind), for _bind_fast; None if one cannot be."""
-        tensors: list[weakref.ref] = []
-        shown: list[weakref.ref] = []
+        tensors: list[Tensor] = []
+        shown: list[Lazy] = []
         firsts: list[int] = []
         fixed: list[DeviceBuffer] = []  # the buffers of the captured inputs
         constants: list[DeviceBuffer] = []
@@ -333,29 +345,30 @@ class Trace:
                 kinds.append((2, len(args)))
                 args.append(i.leaf)
             else:
-                live = [(r, t._lazy) for r in i.tensors if (t := r()) is not None]
-                lz = live[0][1] if live else None
+                live = [t for r in i.tensors if (t := r()) is not None]
+                lz = live[0]._lazy if live else None
                 if (
                     lz is None
                     or lz.buffer is None
                     or lz.buffer.device is not device
-                    or any(v is not lz for _, v in live)
+                    or any(t._lazy is not lz for t in live)
                 ):
                     return None  # changed since bound: the next call binds in full again
                 kinds.append((1, len(firsts)))
                 firsts.append(len(tensors))
                 fixed.append(lz.buffer)
-                for r, _ in live:
-                    tensors.append(r)
-                    shown.append(weakref.ref(lz))
+                for t in live:
+                    tensors.append(t)
+                    shown.append(lz)
         base = {0: 0, 1: len(constants), 2: len(constants) + len(firsts)}
         order = _picker([base[k] + p for k, p in kinds])
         pick_args = _picker([n for n, (k, _) in enumerate(kinds) if k == 2])
         fixed_ids = frozenset(map(id, [*constants, *fixed]))
-        return _Bound(
+        epoch = value_epoch()  # (no Tensor was rebound since the checks above)
+        bound = _Bound(
             device,
-            tensors,
-            shown,
+            [],
+            [],
             _picker(firsts),
             constants,
             args,
@@ -364,7 +377,13 @@ class Trace:
             pick_args,
             _picker(args),
             fixed_ids,
+            fixed,
+            epoch,
         )
+        forget = _forgetter(weakref.ref(bound))
+        bound.tensors = [weakref.ref(t, forget) for t in tensors]
+        bound.shown = [weakref.ref(lz, forget) for lz in shown]  # a dead value's buffer is not kept by `captured`
+        return bound
 
     def _bucket_failure(self, leaves: list[Any]) -> str | None:
         for g in self.buckets:
@@ -461,6 +480,17 @@ class Trace:
         if isinstance(r, CapturedTensor):
             return Tensor(r.lazy)
         return r.value
+
+
+def _forgetter(ref: weakref.ref) -> Callable[[Any], None]:
+    """A weakref callback: the _Bound drops the buffers it checked (a Tensor or a value it watched died)."""
+
+    def forget(_: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound.captured, bound.epoch = [], -1  # the next bind checks, finds the value dead, binds in full
+
+    return forget
 
 
 def _picker(positions: list[int]) -> Callable[[list[Any]], tuple[Any, ...]]:

@@ -1149,7 +1149,21 @@ def rebind(t: Tensor, lazy: Lazy) -> None:
             _show(view, derive(lazy, view._viewof.steps))
 
 
+_value_epoch = 0  # counts every change of what any Tensor shows (see value_epoch)
+
+
+def value_epoch() -> int:
+    """A number that changes whenever some Tensor shows another value (rebind).
+
+    tracer.jit keeps what it checked of a trace's captured Tensors while this number stays the
+    same: no Tensor has been rebound since, so each still shows the value it showed then.
+    """
+    return _value_epoch
+
+
 def _show(t: Tensor, lazy: Lazy) -> None:
+    global _value_epoch
+    _value_epoch += 1
     note_rebind(t, t._lazy)  # a jit trace repeats the rebinding on every replay
     t._lazy = lazy  # the old value's live_handles() no longer counts t
     lazy.add_handle(t)
