@@ -77,3 +77,19 @@ def test_values_that_fit_enter_exactly() -> None:
     # the explicit cast saturates and maps NaN to 0 (NUMERICS.md "Casts"), where entry refuses
     got = tr.tensor(np.array([3e9, np.nan, -3e9])).astype(tr.int32).numpy()
     np.testing.assert_array_equal(got, [2**31 - 128, 0, -(2**31)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint32, np.bool_])
+def test_arrays_stored_as_they_are_enter_as_copies(dtype) -> None:
+    """tr.tensor of an array whose dtype wgjit stores as it is (tracer.host's shortcut): the same dtype and
+    values, for 0-d, strided and Fortran-ordered arrays, and a copy: writing the array afterwards changes nothing."""
+    rng = np.random.default_rng(7)
+    base = (rng.standard_normal((4, 6)) * 50).astype(dtype)
+    for data in (base, base[::2, 1::2], np.asfortranarray(base), base[1:2, 2:3].reshape(())):
+        want = np.array(data, copy=True)
+        t = tr.tensor(data)
+        data[...] = 0 if dtype is not np.bool_ else ~want
+        assert t.dtype.np == np.dtype(dtype)
+        got = t.numpy()
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)

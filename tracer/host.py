@@ -22,6 +22,10 @@ from tracer.realize import add_reset_hook
 _F16 = DType.float16
 
 
+# numpy dtypes that enter without a dtype as themselves (the native-order ones: `==` is the dict's test)
+_STORED_AS_IS = {d.np: d for d in (DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool)}
+
+
 def host_array(data: Any, dtype: DType | str | None, op: str = "tensor") -> tuple[np.ndarray, DType]:
     """`data` as a fresh C-contiguous numpy array of the dtype wgjit stores it in.
 
@@ -29,6 +33,10 @@ def host_array(data: Any, dtype: DType | str | None, op: str = "tensor") -> tupl
     value must be representable in the dtype it enters as, or DTypeError (`check_fits`,
     NUMERICS.md "Values entering wgjit"). A Tensor is read back (np.asarray calls its __array__).
     """
+    if dtype is None and type(data) is np.ndarray:  # stored as it is (a decode loop's token ids): only the copy
+        as_is = _STORED_AS_IS.get(data.dtype)
+        if as_is is not None:
+            return np.array(data, order="C", copy=True), as_is
     try:
         arr = np.asarray(data)
     except (ValueError, OverflowError) as e:
