@@ -1200,6 +1200,7 @@ class AttentionTile(NamedTuple):
     sw: bool = False  # k swizzled instead of padded (FlashAttentionKernel's `sw`) where the head dim allows
     qr: bool = False  # q in registers, head dims split across a row group (`qr`) where subgroups and the head dim allow
     only_qr: bool = False  # the tile is for q in registers alone: skipped where `qr` cannot be
+    min_dk: int = 0  # skipped for head dims below this
 
 
 # flash_attention tiles, best first: the first that fits the device's workgroup memory wins. An H200
@@ -1215,7 +1216,10 @@ ATTENTION_TILES: tuple[AttentionTile, ...] = (
     # q in registers (`qr`), k and v apart, the next block prefetched (ATTENTION_PREFETCH_MAX): with q in
     # registers k takes no padding, so at head dim 128 k, v and p fill 48 KiB exactly (with no padding mask). H200 run AA (attention_qx.txt): MiniLM's padded 0.0656 ms against 0.0724 with k and v sharing a
     # buffer; causal 1x32x2048x128 1.061 against 1.053-1.060, unmasked 1.938 against 1.942-1.947 (a wash)
-    AttentionTile(128, 32, False, False, qr=True, only_qr=True),
+    # Not below head dim 64: MiniLM's own heads (32 wide, its padded sentences' short key ranges) took 7.8 us a
+    # dispatch with it against 5.9 with the next tile (H200 run AB, minilm_tiles_*.txt, two processes each;
+    # random key ranges: 0.0420 ms against 0.0420, attention_d32.txt)
+    AttentionTile(128, 32, False, False, qr=True, only_qr=True, min_dk=64),
     # q in registers where subgroups allow: run AA (attention_qr.txt, attention_qx.txt) causal 1x32x2048x128
     # 1.053 ms against 1.229 without (torch 0.911), unmasked 1.942 against 2.256
     AttentionTile(128, 32, False, True, pf=False, qr=True),
@@ -1291,7 +1295,7 @@ def attention_choice(graph: Graph, node: Node, caps: DeviceCaps, tile: Attention
         sw = at.sw and dkp % 32 == 0
         qr = at.qr and sg and v4 and not q_smem and dkp % (4 * t) == 0
         sw = sw and not qr  # q in registers reads k unpadded and in order (the same bytes as swizzled)
-        if at.only_qr and not qr:
+        if (at.only_qr and not qr) or dk < at.min_dk:
             continue
         smem = FlashAttentionKernel.smem_bytes(br, bc, t, dkp, dvp, q_smem, kv_alias, sg, vg, sw or qr, key_range)
         un = not cpu_adapter(caps) if ATTENTION_UNROLL is None else ATTENTION_UNROLL

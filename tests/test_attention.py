@@ -357,7 +357,7 @@ def test_every_tile(
     # every tile at head dim 24 (its code does not depend on the head dim; 128 would pass lavapipe's 32 KiB
     # of workgroup memory for the larger tiles); q in registers or not, as the adapter allows (both:
     # test_q_in_registers)
-    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile._replace(pf=None, only_qr=False),))
+    monkeypatch.setattr(sk, "ATTENTION_TILES", (tile._replace(pf=None, only_qr=False, min_dk=0),))
     monkeypatch.setattr(sk, "ATTENTION_PREFETCH_MAX", 10**6 if prefetch else 0)
     monkeypatch.setattr(sk, "ATTENTION_V_FROM_MEMORY", v_memory)
     q, k, v = randn(rng, 1, 4, 70, 24), randn(rng, 1, 2, 75, 24), randn(rng, 1, 2, 75, 40)
@@ -631,7 +631,7 @@ def test_rule_tiles_on_the_h200() -> None:
     benchmarks/runs/2026-12-01-F, -H, -M, 2026-12-02-X and -AA (unrolled loops): MiniLM's head dim 64 and the
     causal head dim 128 at 128 rows, q in registers, k and v apart and prefetched, subgroup row maxes
     (NVIDIA's 32 lanes); the same with a padding mask at head dim 128, where k and v apart do not fit, shares
-    one buffer for them; a problem of too few 128-row blocks (the ~1B decoder's causal prefill of 512 tokens: 32 heads
+    one buffer for them, and so does MiniLM's own head dim 32 (run AB); a problem of too few 128-row blocks (the ~1B decoder's causal prefill of 512 tokens: 32 heads
     x 4 blocks) takes 64 rows by 64 keys, 16 threads a row group, k swizzled."""
     from backend_wgpu.kernels.attention.flash import FlashAttentionKernel
 
@@ -641,14 +641,16 @@ def test_rule_tiles_on_the_h200() -> None:
     picked, reasons = {}, {}
     for name, (b, h, hkv, n, d) in {
         "minilm": (32, 12, 12, 128, 64),
+        "minilm 384": (32, 12, 12, 128, 32),
         "causal 2048": (1, 32, 32, 2048, 128),
         "prefill 512": (1, 32, 8, 512, 64),
         "padded 128": (2, 32, 32, 2048, 128),
     }.items():
         q = tr.tensor(np.zeros((b, h, n, d), np.float32))
         kv = tr.tensor(np.zeros((b, hkv, n, d), np.float32))
-        mask = tr.tensor(np.ones((b, 1, 1, n), bool)) if name == "padded 128" else None
-        y = tr.nn.scaled_dot_product_attention(q, kv, kv, mask=mask, is_causal=name not in ("minilm", "padded 128"))
+        mask = tr.tensor(np.ones((b, 1, 1, n), bool)) if name in ("padded 128", "minilm 384") else None
+        causal = not (name.startswith("minilm") or name == "padded 128")
+        y = tr.nn.scaled_dot_product_attention(q, kv, kv, mask=mask, is_causal=causal)
         graph = run_pipeline(build_graph([y._lazy]).graph, caps).graph
         (node,) = [n for n in graph if n.kernel is not None and n.kernel.name == "flash_attention"]
         params = ("br", "bc", "tx", "q_smem", "kv_alias", "pf", "un", "pl", "sg", "sw", "qr")
@@ -658,6 +660,7 @@ def test_rule_tiles_on_the_h200() -> None:
     assert picked["minilm"] == (128, 32, 8, False, False, True, True, False, True, False, True)
     assert picked["causal 2048"] == (128, 32, 8, False, False, True, True, False, True, False, True)
     assert picked["padded 128"] == (128, 32, 8, False, True, False, True, False, True, False, True)
+    assert picked["minilm 384"] == picked["padded 128"]  # head dim 32: k and v sharing a buffer (run AB)
     assert picked["prefill 512"] == (64, 64, 16, False, True, False, True, False, True, True, False)
 
 

@@ -56,6 +56,8 @@ class Case:
 
 CASES = [
     Case("pad 32x12x128x64", 32, 12, 128, 128, 64, causal=False, padding=True),
+    # MiniLM's own heads (384 wide, 12 heads): head dim 32
+    Case("pad 32x12x128x32", 32, 12, 128, 128, 32, causal=False, padding=True, target=False),
     Case("causal 1x32x2048x128", 1, 32, 2048, 2048, 128, causal=True, padding=False),
     # the same without the causal mask: the kernel's rate with every block full (twice the work)
     Case("full 1x32x2048x128", 1, 32, 2048, 2048, 128, causal=False, padding=False, target=False),
