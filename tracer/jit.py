@@ -204,6 +204,7 @@ class _Bound:
     fixed_ids: frozenset[int]
     captured: list[DeviceBuffer]  # the CapturedState inputs' buffers, in order, as last checked
     epoch: int  # tracer.tensor.value_epoch() when `captured` was checked: while it holds, no check is needed
+    dead: bool = False  # a watched Tensor or value died (_forgetter): the next call binds in full
 
     def varying(self) -> tuple[Hashable, Callable[[list[DeviceBuffer]], tuple[DeviceBuffer, ...]]]:
         """Program.run's plan-key hint: under this token (self) only the argument inputs change."""
@@ -253,6 +254,8 @@ class Trace:
 
     def _bind_fast(self, leaves: list[Any], bound: _Bound) -> list[DeviceBuffer] | None:
         """The buffers when the captured inputs are those of the last full bind (None: they are not)."""
+        if bound.dead:
+            return None
         epoch = value_epoch()
         if bound.epoch != epoch:  # some Tensor shows another value, or one of bound.tensors died: look
             try:  # (list comprehensions: faster here than map over weakref.ref.__call__)
@@ -281,6 +284,7 @@ class Trace:
 
     def _bind_all(self, leaves: list[Any]) -> list[DeviceBuffer] | str:
         """Bind every input as it is now (and remember the captured ones for _bind_fast)."""
+        epoch = value_epoch()  # before any Tensor is read (see tracer.tensor.value_epoch)
         lazies: list[Lazy] = []
         for i in self.inputs:
             if isinstance(i, ArgTensor):
@@ -297,7 +301,7 @@ class Trace:
         is_arg = [type(i) is ArgTensor for i in self.inputs if type(i) is not CapturedBuffer]
         found = iter(self._leaf_buffers(lazies, is_arg, device, realized=True))
         buffers = [i.buffer if type(i) is CapturedBuffer else next(found) for i in self.inputs]
-        self.bound = self._remember(device)
+        self.bound = self._remember(device, epoch)
         return buffers
 
     def _leaf_buffers(
@@ -328,8 +332,9 @@ class Trace:
                 buffers[index] = buf
         return buffers  # type: ignore[return-value]  # every None was filled
 
-    def _remember(self, device: Device) -> _Bound | None:
-        """The captured inputs as they are now (after a full bind), for _bind_fast; None if one cannot be."""
+    def _remember(self, device: Device, epoch: int) -> _Bound | None:
+        """The captured inputs as they are now (after a full bind), for _bind_fast; None if one cannot be.
+        `epoch`: value_epoch() taken before the full bind read them."""
         tensors: list[Tensor] = []
         shown: list[Lazy] = []
         firsts: list[int] = []
@@ -364,7 +369,6 @@ class Trace:
         order = _picker([base[k] + p for k, p in kinds])
         pick_args = _picker([n for n, (k, _) in enumerate(kinds) if k == 2])
         fixed_ids = frozenset(map(id, [*constants, *fixed]))
-        epoch = value_epoch()  # (no Tensor was rebound since the checks above)
         bound = _Bound(
             device,
             [],
@@ -488,7 +492,7 @@ def _forgetter(ref: weakref.ref) -> Callable[[Any], None]:
     def forget(_: Any) -> None:
         bound = ref()
         if bound is not None:
-            bound.captured, bound.epoch = [], -1  # the next bind checks, finds the value dead, binds in full
+            bound.captured, bound.dead = [], True  # for good: a new full bind makes a new _Bound
 
     return forget
 

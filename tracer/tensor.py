@@ -14,6 +14,7 @@ tracer.advanced (`x[int_array]`, `x[mask]`), tracer.interop (numpy's `__array_uf
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import weakref
@@ -1149,23 +1150,28 @@ def rebind(t: Tensor, lazy: Lazy) -> None:
             _show(view, derive(lazy, view._viewof.steps))
 
 
-_value_epoch = 0  # counts every change of what any Tensor shows (see value_epoch)
+# a fresh number per rebind (see value_epoch); next() on a count is atomic, so two threads rebinding at once
+# still store two different numbers, and the epoch never comes back to a value a reader saw before
+_EPOCHS = itertools.count(1)
+_value_epoch = 0
 
 
 def value_epoch() -> int:
     """A number that changes whenever some Tensor shows another value (rebind).
 
     tracer.jit keeps what it checked of a trace's captured Tensors while this number stays the
-    same: no Tensor has been rebound since, so each still shows the value it showed then.
+    same: no Tensor has been rebound since, so each still shows the value it showed then. A
+    reader takes the number before it reads any Tensor; a rebind stores a new one after it
+    changed the Tensor, so a change the reader missed always leaves the number moved.
     """
     return _value_epoch
 
 
 def _show(t: Tensor, lazy: Lazy) -> None:
     global _value_epoch
-    _value_epoch += 1
     note_rebind(t, t._lazy)  # a jit trace repeats the rebinding on every replay
     t._lazy = lazy  # the old value's live_handles() no longer counts t
+    _value_epoch = next(_EPOCHS)  # after the change (see value_epoch)
     lazy.add_handle(t)
 
 
