@@ -164,6 +164,11 @@ q6_k = DType.q6_k
 _RANK = {DType.bool: 0, DType.uint32: 1, DType.int32: 1, DType.float16: 2, DType.float32: 3}
 
 
+def stored_as_is(dt: np.dtype | type) -> DType | None:
+    """The DType of a native-order numpy dtype (or scalar type) stored as it is, else None: one dict lookup."""
+    return _FROM_NUMPY.get(dt)
+
+
 def from_numpy(dt: np.dtype | type) -> DType:
     """The DType of a numpy dtype that can be stored as it is."""
     known = _FROM_NUMPY.get(dt)  # a dict lookup: every tr.tensor asks (numpy builds a dtype's name each time)

@@ -13,17 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from ir.dtypes import DType, from_numpy, to_dtype
+from ir.dtypes import DType, from_numpy, stored_as_is, to_dtype
 from ir.errors import DTypeError
 from tracer.lazy import Lazy
 from tracer.limits import check_binding_size, check_float16
 from tracer.realize import add_reset_hook
 
 _F16 = DType.float16
-
-
-# numpy dtypes that enter without a dtype as themselves (the native-order ones: `==` is the dict's test)
-_STORED_AS_IS = {d.np: d for d in (DType.float32, DType.float16, DType.int32, DType.uint32, DType.bool)}
 
 
 def host_array(data: Any, dtype: DType | str | None, op: str = "tensor") -> tuple[np.ndarray, DType]:
@@ -34,7 +30,7 @@ def host_array(data: Any, dtype: DType | str | None, op: str = "tensor") -> tupl
     NUMERICS.md "Values entering wgjit"). A Tensor is read back (np.asarray calls its __array__).
     """
     if dtype is None and type(data) is np.ndarray:  # stored as it is (a decode loop's token ids): only the copy
-        as_is = _STORED_AS_IS.get(data.dtype)
+        as_is = stored_as_is(data.dtype)
         if as_is is not None:
             return np.array(data, order="C", copy=True), as_is
     try:

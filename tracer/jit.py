@@ -257,7 +257,7 @@ class Trace:
         if bound.dead:
             return None
         epoch = value_epoch()
-        if bound.epoch != epoch:  # some Tensor shows another value, or one of bound.tensors died: look
+        if bound.epoch != epoch:  # some Tensor was rebound since the last check: look again
             try:  # (list comprehensions: faster here than map over weakref.ref.__call__)
                 now = [r()._lazy for r in bound.tensors]
             except AttributeError:  # a Tensor that showed a captured value is gone (r() is None)
